@@ -1,0 +1,195 @@
+"""The streamdump command line: thin typer commands over plain functions.
+
+Exit codes: 0 success, 1 bad input (unreadable or damaged capture, bad hex,
+bad spec), 2 usage errors (typer), 70 internal errors. Errors are one line on
+stderr; frames decoded before an error are already printed.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+from rich.console import Console
+
+from streamdump.capture import CaptureError
+from streamdump.decoder import Decoder
+from streamdump.frame import Frame
+from streamdump.pipeline import ReadStats, read_frames
+from streamdump.registry import SpecError, default_registry
+from streamdump.render import Renderer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Decode messaging wire protocols (RabbitMQ Streams) from captures and hex dumps.",
+)
+
+EXIT_INPUT = 1
+EXIT_INTERNAL = 70
+
+
+class Format(StrEnum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+class InputError(Exception):
+    """Bad input the user can fix; str() is the one-line message."""
+
+
+def _fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
+    print(f"streamdump: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def _decoder(protocol: str) -> Decoder:
+    return Decoder(default_registry().get(protocol))
+
+
+def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detail: bool, out: TextIO) -> int:
+    """Write frames in the chosen view; returns how many were written."""
+    count = 0
+    t0: float | None = None
+    console = Console(file=out, highlight=False, soft_wrap=True) if detail and fmt is Format.text else None
+    for frame in frames:
+        if t0 is None:
+            t0 = frame.ts
+        count += 1
+        if fmt is Format.jsonl:
+            out.write(renderer.json_line(frame) + "\n")
+        elif console is not None:
+            console.print(renderer.tree(frame, t0))
+        else:
+            out.write(renderer.line(frame, t0) + "\n")
+    return count
+
+
+ProtocolOpt = Annotated[str, typer.Option("--protocol", help="Protocol spec to decode with.")]
+FormatOpt = Annotated[
+    Format, typer.Option("--format", "-T", help="text (one line or tree per frame) or jsonl.")
+]
+
+
+@app.command()
+def read(
+    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
+    port: Annotated[
+        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
+    ] = None,
+    detail: Annotated[
+        bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+    protocol: ProtocolOpt = "rabbitmq_stream",
+) -> None:
+    """Decode every frame of a capture file."""
+    try:
+        decoder = _decoder(protocol)
+    except SpecError as exc:
+        raise _fail(str(exc)) from None
+    ports = sorted({*decoder.protocol.wiring.ports, *(port or [])})
+    if any(not 0 < p < 65536 for p in ports):
+        raise _fail(f"--port must be 1..65535, got {', '.join(map(str, ports))}", 2)
+    stats = ReadStats()
+    renderer = Renderer(decoder)
+    error: str | None = None
+    try:
+        write_frames(read_frames(file, decoder, ports, stats), renderer, fmt, detail, sys.stdout)
+    except CaptureError as exc:
+        error = str(exc)
+    sys.stdout.flush()
+    for notice in stats.notices:
+        print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
+    if error is not None:
+        raise _fail(error)
+    if stats.frames == 0:
+        what = "no" if stats.segments_matched == 0 else "no complete"
+        print(
+            f"streamdump: {what} {decoder.protocol.title} frames on port(s) {', '.join(map(str, ports))} "
+            f"in {stats.packets} packets; add ports with --port",
+            file=sys.stderr,
+        )
+
+
+_HEX_NOISE = re.compile(r"0x|[\s:,\-]", re.IGNORECASE)
+
+
+def parse_hex(text: str) -> bytes:
+    cleaned = _HEX_NOISE.sub("", text)
+    if not cleaned:
+        raise InputError("no hex digits given")
+    bad = re.search(r"[^0-9a-fA-F]", cleaned)
+    if bad:
+        raise InputError(f"not hex: {bad.group()!r} at position {bad.start()} of the cleaned input")
+    if len(cleaned) % 2:
+        raise InputError(f"odd number of hex digits ({len(cleaned)})")
+    return bytes.fromhex(cleaned)
+
+
+def split_frames(data: bytes, decoder: Decoder) -> Iterator[tuple[bytes, str | None]]:
+    """Frames in a hex dump: size-prefixed frames back to back, or one frame without its size."""
+    size_st = decoder.size_st
+    pos = 0
+    while pos < len(data):
+        rest = data[pos:]
+        size = size_st.unpack_from(rest)[0] if len(rest) >= size_st.size else -1
+        if size >= 0 and size_st.size + size <= len(rest):
+            yield rest[: size_st.size + size], None
+            pos += size_st.size + size
+            continue
+        framed = size_st.pack(len(rest)) + rest
+        if pos == 0 and decoder.plausible(framed):
+            yield framed, "input has no size prefix; decoded it as one frame starting at the key"
+        else:
+            yield rest, None
+        return
+
+
+@app.command()
+def decode(
+    hexdump: Annotated[
+        list[str], typer.Argument(help="Frame bytes as hex (spaces, colons and 0x are ignored).")
+    ],
+    detail: Annotated[
+        bool, typer.Option("--detail/--brief", "-V", help="Tree (default) or one line.")
+    ] = True,
+    fmt: FormatOpt = Format.text,
+    protocol: ProtocolOpt = "rabbitmq_stream",
+) -> None:
+    """Decode frames given as hex, as pasted from logs or Wireshark."""
+    try:
+        decoder = _decoder(protocol)
+        data = parse_hex(" ".join(hexdump))
+    except (SpecError, InputError) as exc:
+        raise _fail(str(exc)) from None
+    frames = []
+    for number, (raw, note) in enumerate(split_frames(data, decoder), start=1):
+        if note:
+            print(f"streamdump: note: {note}", file=sys.stderr)
+        frame = decoder.decode(raw)
+        frame.number = number
+        frames.append(frame)
+    write_frames(frames, Renderer(decoder), fmt, detail, sys.stdout)
+
+
+def main() -> None:
+    """Entry point: run the app with one-line errors and no tracebacks."""
+    try:
+        app()
+    except BrokenPipeError:
+        # The reader went away (e.g. | head); exit quietly like other filters.
+        sys.stderr.close()
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (struct.error, ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError) as exc:
+        print(f"streamdump: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INTERNAL)

@@ -1,0 +1,184 @@
+"""Turns one complete frame (size prefix included) into a Frame, and builds frames back.
+
+A Decoder holds only what it compiled from one protocol's registry entry; decoding
+keeps no state between frames, so the same object serves files, live capture and
+Spark tasks. Nothing raises out of decode(): problems become expert notes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from streamdump.frame import Expert, Frame, Node
+from streamdump.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
+from streamdump.registry import INT_TYPES, Layout, Protocol
+
+
+class EncodeError(ValueError):
+    """The values given cannot be encoded with the named layout."""
+
+
+class Decoder:
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+        self.size_st = struct.Struct(">" + INT_TYPES[protocol.wiring.size_type][0])
+        self.header_ops = compile_fields(protocol.header, 1)
+        self.header_size = sum(op.min_size for op in self.header_ops)
+        # (wire key, version) -> (layout, ops); every version of every layout, compiled once.
+        self.compiled: dict[tuple[int, int], tuple[Layout, tuple[Op, ...]]] = {}
+        for command in protocol.commands.values():
+            for layout in command.layouts.values():
+                for version in command.versions:
+                    self.compiled[layout.key, version] = (layout, compile_fields(layout.fields, version))
+
+    def plausible(self, data: bytes) -> bool:
+        """Whether data starts like a frame: sane size, a key with a layout, a known version."""
+        size_len = self.size_st.size
+        if len(data) < size_len + 4:
+            return False
+        (size,) = self.size_st.unpack_from(data, 0)
+        if not self.header_size <= size <= self.protocol.wiring.max_size:
+            return False
+        wire_key, version = struct.unpack_from(">HH", data, size_len)
+        layout = self.protocol.layout_for(wire_key)
+        return layout is not None and (wire_key, version) in self.compiled
+
+    # ------------------------------------------------------------------ decode
+
+    def decode(self, data: bytes, *, nodes: list[Node] | None = None) -> Frame:
+        """Decode one frame. With a nodes list, also fill it with the detail tree."""
+        mv = memoryview(data)
+        expert: list[Expert] = []
+        ctx = Ctx(expert, nodes)
+        size_len = self.size_st.size
+        fields: dict[str, Any] = {}
+        if len(data) < size_len + self.header_size:
+            expert.append(Expert("error", f"frame too short for a header: {len(data)} bytes", 0))
+            return self._frame(0, "unknown", None, 0, len(data), fields, expert, data)
+        (size,) = self.size_st.unpack_from(mv, 0)
+        end = len(data)
+        if size + size_len != end:
+            if size + size_len < end:
+                expert.append(
+                    Expert("warn", f"{end - size - size_len} bytes beyond the frame size {size}", 0)
+                )
+                end = size + size_len
+            else:
+                expert.append(
+                    Expert("error", f"frame size says {size} bytes but only {end - size_len} present", 0)
+                )
+        if nodes is not None:
+            nodes.append(Node(None, "Size", 0, size_len, size))
+        header: dict[str, Any] = {}
+        pos = decode_ops(self.header_ops, mv, size_len, end, header, ctx)
+        wire_key, version = header["key"], header["version"]
+        proto = self.protocol
+        key = wire_key & ~proto.response_bit
+        command = proto.by_key.get(key)
+        layout = proto.layout_for(wire_key)
+        if layout is None:
+            kind = "response" if wire_key & proto.response_bit else "unknown"
+            if command is None:
+                expert.append(Expert("warn", f"unknown command key 0x{key:04x}", size_len))
+            else:
+                expert.append(
+                    Expert("warn", f"{command.name} has no {kind} layout (key 0x{wire_key:04x})", size_len)
+                )
+            self._trailing(mv, pos, end, fields, expert, nodes, "payload")
+            return self._frame(
+                wire_key, kind, command.name if command else None, version, size, fields, expert, data
+            )
+        assert command is not None
+        layout_version = version
+        if version not in command.versions:
+            layout_version = max((v for v in command.versions if v <= version), default=command.versions[0])
+            known = ", ".join(map(str, command.versions))
+            expert.append(
+                Expert(
+                    "warn",
+                    f"{command.name} version {version} is not in the registry (known: {known}); "
+                    f"decoded as version {layout_version}",
+                    size_len + 2,
+                )
+            )
+        _, ops = self.compiled[wire_key, layout_version]
+        try:
+            pos = decode_ops(ops, mv, pos, end, fields, ctx)
+        except Short as exc:
+            expert.append(Expert("error", exc.message(0), exc.offset))
+            pos = end
+        except BadValue as exc:
+            expert.append(Expert("error", exc.text, exc.offset))
+            pos = end
+        self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
+        return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
+
+    def tree(self, frame: Frame) -> list[Node]:
+        """The detail tree of a frame, built on demand by decoding it again with nodes on."""
+        nodes: list[Node] = []
+        self.decode(frame.data, nodes=nodes)
+        return nodes
+
+    def _trailing(
+        self,
+        mv: memoryview,
+        pos: int,
+        end: int,
+        fields: dict[str, Any],
+        expert: list[Expert],
+        nodes: list[Node] | None,
+        name: str,
+    ) -> None:
+        if pos >= end:
+            return
+        fields[name] = mv[pos:end]
+        if name == "trailing":
+            expert.append(Expert("warn", f"{end - pos} bytes after the last field", pos))
+        if nodes is not None:
+            nodes.append(Node(None, title(name), pos, end - pos, mv[pos:end]))
+
+    def _frame(
+        self,
+        wire_key: int,
+        kind: str,
+        command: str | None,
+        version: int,
+        size: int,
+        fields: dict[str, Any],
+        expert: list[Expert],
+        data: bytes,
+    ) -> Frame:
+        return Frame(
+            protocol=self.protocol.name,
+            wire_key=wire_key,
+            key=wire_key & ~self.protocol.response_bit,
+            kind=kind,
+            command=command,
+            version=version,
+            size=size,
+            fields=fields,
+            expert=expert,
+            data=data,
+        )
+
+    # ------------------------------------------------------------------ encode
+
+    def encode(self, command: str, kind: str, fields: Mapping[str, Any], version: int = 1) -> bytes:
+        """Build a whole frame (size prefix included) from a command name and field values."""
+        cmd = self.protocol.commands.get(command)
+        if cmd is None:
+            raise EncodeError(f"unknown command {command!r}")
+        layout = cmd.layouts.get(kind)
+        if layout is None:
+            raise EncodeError(f"{command} has no {kind} layout (has: {', '.join(cmd.layouts)})")
+        if version not in cmd.versions:
+            raise EncodeError(f"{command} has no version {version}")
+        body = bytearray()
+        encode_ops(self.header_ops, body, {"key": layout.key, "version": version})
+        try:
+            encode_ops(self.compiled[layout.key, version][1], body, dict(fields))
+        except (KeyError, TypeError, struct.error, AttributeError) as exc:
+            raise EncodeError(f"{command} {kind}: cannot encode: {exc}") from None
+        return self.size_st.pack(len(body)) + bytes(body)

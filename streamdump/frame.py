@@ -1,0 +1,76 @@
+"""What a decoded frame is: the Frame record, its expert notes and its lazily built field tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamdump.registry import FieldSpec
+
+# Wireshark's expert severities, lowest first.
+SEVERITIES = ("chat", "note", "warn", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Expert:
+    severity: str
+    message: str
+    offset: int | None = None  # byte offset in the frame (size prefix included)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"severity": self.severity, "message": self.message}
+        if self.offset is not None:
+            out["offset"] = self.offset
+        return out
+
+
+@dataclass(slots=True)
+class Node:
+    """One field in the detail tree, with its position in the frame."""
+
+    spec: FieldSpec | None
+    label: str
+    offset: int
+    length: int
+    value: Any = None
+    children: list[Node] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Endpoint:
+    ip: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+
+@dataclass(slots=True)
+class Frame:
+    """One protocol frame, decoded. Capture context (number, ts, src, dst) is set by the reader."""
+
+    protocol: str
+    wire_key: int
+    key: int
+    kind: str  # request, response, command (or "unknown")
+    command: str | None
+    version: int
+    size: int
+    fields: dict[str, Any]
+    expert: list[Expert]
+    data: bytes  # the whole frame, size prefix included
+    number: int = 0  # packet number where the frame completed (1-based)
+    ts: float = 0.0
+    src: Endpoint | None = None
+    dst: Endpoint | None = None
+
+    @property
+    def name(self) -> str:
+        return self.command or f"Unknown(0x{self.key:04x})"
+
+    @property
+    def worst_severity(self) -> str | None:
+        if not self.expert:
+            return None
+        return max((e.severity for e in self.expert), key=SEVERITIES.index)

@@ -1,0 +1,475 @@
+"""The decoder registry: loads and validates the protocol specs in dissectors/.
+
+A spec is data (YAML). This module turns it into immutable objects (Protocol,
+Command, Layout, FieldSpec) and rejects a bad spec with an error that names the
+file and the entry. Nothing here decodes bytes; see layout.py for that.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+INT_TYPES: dict[str, tuple[str, int, bool]] = {
+    # name: (struct code, width, signed)
+    "int8": ("b", 1, True),
+    "int16": ("h", 2, True),
+    "int32": ("i", 4, True),
+    "int64": ("q", 8, True),
+    "uint8": ("B", 1, False),
+    "uint16": ("H", 2, False),
+    "uint32": ("I", 4, False),
+    "uint64": ("Q", 8, False),
+}
+COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map"}
+KINDS = ("request", "response", "command")
+DISPLAYS = {"hex", "time_ms"}
+FIELD_ATTRS = {
+    "type",
+    "enum",
+    "doc",
+    "info",
+    "display",
+    "since",
+    "when",
+    "optional",
+    "of",
+    "key",
+    "value",
+    "size",
+}
+COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
+SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class SpecError(ValueError):
+    """A spec file is malformed; the message names the file and the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    name: str
+    type: str  # an INT_TYPES name, a COMPOUND_TYPES name, or "struct"
+    enum: str | None = None
+    doc: str | None = None
+    info: str | None = None
+    display: str | None = None
+    since: int = 1
+    when: tuple[str, tuple[int, ...]] | None = None
+    optional: bool = False
+    size: int | str | None = None  # raw: fixed size or sibling field name
+    of: FieldSpec | None = None  # array element
+    key: FieldSpec | None = None  # map key
+    value: FieldSpec | None = None  # map value
+    struct: str | None = None  # struct name when type == "struct"
+    fields: tuple[FieldSpec, ...] = ()  # struct members
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The fields of one command in one direction (kind), for every version."""
+
+    command: str
+    kind: str
+    key: int  # wire key, response bit included
+    fields: tuple[FieldSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    key: int
+    sender: str
+    versions: tuple[int, ...]
+    doc: str | None
+    layouts: Mapping[str, Layout]  # kind -> layout
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    transport: str
+    ports: tuple[int, ...]
+    size_type: str
+    max_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    name: str
+    title: str
+    source: str
+    wiring: Wiring
+    header: tuple[FieldSpec, ...]
+    response_bit: int
+    enums: Mapping[str, Mapping[int, str]]
+    structs: Mapping[str, tuple[FieldSpec, ...]]
+    commands: Mapping[str, Command]
+    by_key: Mapping[int, Command] = field(repr=False)
+
+    def layout_for(self, wire_key: int) -> Layout | None:
+        """The layout a wire key selects, or None when the registry has none."""
+        command = self.by_key.get(wire_key & ~self.response_bit)
+        if command is None:
+            return None
+        if wire_key & self.response_bit:
+            return command.layouts.get("response")
+        return command.layouts.get("request") or command.layouts.get("command")
+
+    def all_fields(self) -> Iterator[FieldSpec]:
+        """Every field of every layout and struct, depth first (for name checks and generators)."""
+        seen_structs: set[str] = set()
+
+        def walk(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
+            for spec in specs:
+                yield spec
+                for child in (spec.of, spec.key, spec.value):
+                    if child is not None:
+                        yield from walk((child,))
+                if spec.struct and spec.struct not in seen_structs:
+                    seen_structs.add(spec.struct)
+                    yield from walk(spec.fields)
+
+        for command in self.commands.values():
+            for layout in command.layouts.values():
+                yield from walk(layout.fields)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+class _Builder:
+    """Builds one Protocol from parsed YAML, tracking where in the file it is for errors."""
+
+    def __init__(self, source: str, doc: Mapping[str, Any]) -> None:
+        self.source = source
+        self.doc = doc
+        self.enums: dict[str, dict[int, str]] = {}
+        self.raw_structs: Mapping[str, Any] = {}
+        self.structs: dict[str, tuple[FieldSpec, ...]] = {}
+        self.building: set[str] = set()
+        self.field_types: dict[str, tuple[str, str]] = {}  # name -> (type signature, where)
+
+    def fail(self, where: str, message: str) -> SpecError:
+        return SpecError(f"{self.source}: {where}: {message}")
+
+    def build(self) -> Protocol:
+        doc = self.doc
+        for required in ("protocol", "title", "wiring", "header", "commands"):
+            if required not in doc:
+                raise self.fail("top level", f"missing '{required}'")
+        name = doc["protocol"]
+        if not isinstance(name, str) or not SNAKE.match(name):
+            raise self.fail("protocol", f"name {name!r} must be snake_case")
+        self.enums = self._enums(doc.get("enums") or {})
+        self.raw_structs = doc.get("structs") or {}
+        if not isinstance(self.raw_structs, Mapping):
+            raise self.fail("structs", "must be a mapping of struct name to field list")
+        for struct_name in self.raw_structs:
+            self._struct(struct_name, f"structs.{struct_name}")
+        header = self._fields(doc["header"], "header", allow_conditions=False)
+        commands = self._commands(doc["commands"])
+        by_key: dict[int, Command] = {}
+        for command in commands.values():
+            if command.key in by_key:
+                raise self.fail(
+                    f"commands.{command.name}",
+                    f"key 0x{command.key:04x} already used by {by_key[command.key].name}",
+                )
+            by_key[command.key] = command
+        return Protocol(
+            name=name,
+            title=str(doc["title"]),
+            source=self.source,
+            wiring=self._wiring(doc["wiring"]),
+            header=header,
+            response_bit=int(doc.get("response_bit", 0x8000)),
+            enums=self.enums,
+            structs=self.structs,
+            commands=commands,
+            by_key=by_key,
+        )
+
+    def _wiring(self, raw: Any) -> Wiring:
+        if not isinstance(raw, Mapping):
+            raise self.fail("wiring", "must be a mapping")
+        framing = raw.get("framing") or {}
+        size_type = framing.get("size", "uint32")
+        if size_type not in INT_TYPES:
+            raise self.fail("wiring.framing.size", f"unknown type {size_type!r}")
+        ports = raw.get("ports") or []
+        if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+            raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
+        return Wiring(
+            transport=str(raw.get("transport", "tcp")),
+            ports=tuple(ports),
+            size_type=size_type,
+            max_size=int(framing.get("max_size", 64 << 20)),
+        )
+
+    def _enums(self, raw: Any) -> dict[str, dict[int, str]]:
+        if not isinstance(raw, Mapping):
+            raise self.fail("enums", "must be a mapping")
+        enums: dict[str, dict[int, str]] = {}
+        for enum_name, values in raw.items():
+            if not isinstance(values, Mapping) or not values:
+                raise self.fail(f"enums.{enum_name}", "must map integers to names")
+            for value, label in values.items():
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise self.fail(f"enums.{enum_name}", f"value {value!r} is not an integer")
+                if not isinstance(label, str):
+                    raise self.fail(f"enums.{enum_name}.{value}", f"label {label!r} is not a string")
+            enums[enum_name] = dict(values)
+        return enums
+
+    def _struct(self, name: str, where: str) -> tuple[FieldSpec, ...]:
+        if name in self.structs:
+            return self.structs[name]
+        if name in self.building:
+            raise self.fail(where, f"struct {name!r} contains itself")
+        if name not in self.raw_structs:
+            raise self.fail(where, f"unknown type {name!r}")
+        self.building.add(name)
+        fields = self._fields(self.raw_structs[name], f"structs.{name}", allow_conditions=True)
+        self.building.discard(name)
+        self.structs[name] = fields
+        return fields
+
+    def _commands(self, raw: Any) -> dict[str, Command]:
+        if not isinstance(raw, Mapping):
+            raise self.fail("commands", "must be a mapping of command name to definition")
+        commands: dict[str, Command] = {}
+        for name, body in raw.items():
+            where = f"commands.{name}"
+            if not isinstance(body, Mapping):
+                raise self.fail(where, "must be a mapping")
+            unknown = set(body) - COMMAND_ATTRS
+            if unknown:
+                raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+            key = body.get("key")
+            if not isinstance(key, int) or not 0 < key < 0x8000:
+                raise self.fail(where, f"key {key!r} must be an integer in 0x0001..0x7fff")
+            versions = tuple(body.get("versions") or [1])
+            if not all(isinstance(v, int) and v >= 1 for v in versions) or list(versions) != sorted(
+                set(versions)
+            ):
+                raise self.fail(where, f"versions {versions!r} must be increasing positive integers")
+            if "request" in body and "command" in body:
+                raise self.fail(where, "a command has either a request or a one-way command layout")
+            layouts: dict[str, Layout] = {}
+            for kind in KINDS:
+                if kind not in body:
+                    continue
+                fields = self._fields(body[kind] or [], f"{where}.{kind}", allow_conditions=True)
+                for spec in fields:
+                    if spec.since not in versions and spec.since != 1:
+                        raise self.fail(f"{where}.{kind}.{spec.name}", f"since {spec.since} is not a version")
+                wire_key = key | 0x8000 if kind == "response" else key
+                layouts[kind] = Layout(command=name, kind=kind, key=wire_key, fields=fields)
+            if not layouts:
+                raise self.fail(where, "defines no request, response or command layout")
+            commands[name] = Command(
+                name=name,
+                key=key,
+                sender=str(body.get("from", "client")),
+                versions=versions,
+                doc=body.get("doc"),
+                layouts=layouts,
+            )
+        return commands
+
+    def _fields(self, raw: Any, where: str, *, allow_conditions: bool) -> tuple[FieldSpec, ...]:
+        if not isinstance(raw, list):
+            raise self.fail(where, "must be a list of fields")
+        fields: list[FieldSpec] = []
+        names: set[str] = set()
+        for item in raw:
+            if not isinstance(item, Mapping) or len(item) != 1:
+                raise self.fail(where, f"field {item!r} must be a one-entry mapping 'name: type'")
+            ((name, body),) = item.items()
+            spec = self._field(str(name), body, f"{where}.{name}", siblings=fields)
+            if spec.name in names:
+                raise self.fail(f"{where}.{name}", "duplicate field name")
+            if not allow_conditions and (spec.when or spec.optional):
+                raise self.fail(f"{where}.{name}", "conditions are not allowed here")
+            names.add(spec.name)
+            fields.append(spec)
+        return tuple(fields)
+
+    def _field(
+        self, name: str, body: Any, where: str, siblings: list[FieldSpec], *, element: bool = False
+    ) -> FieldSpec:
+        if not SNAKE.match(name):
+            raise self.fail(where, f"field name {name!r} must be snake_case")
+        attrs: Mapping[str, Any] = {"type": body} if isinstance(body, str) else body
+        if not isinstance(attrs, Mapping) or "type" not in attrs:
+            raise self.fail(where, "needs a type")
+        unknown = set(attrs) - FIELD_ATTRS
+        if unknown:
+            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        type_name = attrs["type"]
+        kw: dict[str, Any] = {}
+        sibling_by_name = {s.name: s for s in siblings}
+        if type_name in INT_TYPES:
+            pass
+        elif type_name == "array":
+            if "of" not in attrs:
+                raise self.fail(where, "an array needs 'of'")
+            kw["of"] = self._field(name, attrs["of"], f"{where}.of", siblings=[], element=True)
+        elif type_name == "map":
+            if "key" not in attrs or "value" not in attrs:
+                raise self.fail(where, "a map needs 'key' and 'value'")
+            kw["key"] = self._field("key", attrs["key"], f"{where}.key", siblings=[], element=True)
+            kw["value"] = self._field("value", attrs["value"], f"{where}.value", siblings=[], element=True)
+        elif type_name == "raw":
+            size = attrs.get("size")
+            if isinstance(size, str):
+                ref = sibling_by_name.get(size)
+                if ref is None or ref.type not in INT_TYPES:
+                    raise self.fail(where, f"size refers to {size!r}, which is not an earlier integer field")
+            elif not isinstance(size, int) or size < 0:
+                raise self.fail(where, "raw needs 'size': a byte count or an earlier integer field")
+            kw["size"] = size
+        elif type_name in ("string", "bytes"):
+            pass
+        elif isinstance(type_name, str):
+            kw["fields"] = self._struct(type_name, where)
+            kw["struct"] = type_name
+            type_name = "struct"
+        else:
+            raise self.fail(where, f"unknown type {type_name!r}")
+        if "size" in attrs and attrs["type"] != "raw":
+            raise self.fail(where, "'size' applies to raw fields only")
+        enum = attrs.get("enum")
+        if enum is not None:
+            if enum not in self.enums:
+                raise self.fail(where, f"unknown enum {enum!r}")
+            if type_name not in INT_TYPES:
+                raise self.fail(where, "an enum needs an integer field")
+        display = attrs.get("display")
+        if display is not None and display not in DISPLAYS:
+            raise self.fail(where, f"unknown display {display!r} (known: {sorted(DISPLAYS)})")
+        when = attrs.get("when")
+        if when is not None:
+            if not isinstance(when, Mapping) or len(when) != 1:
+                raise self.fail(where, "'when' must be {sibling_field: [values]}")
+            ((ref_name, values),) = when.items()
+            ref = sibling_by_name.get(ref_name)
+            if ref is None or ref.type not in INT_TYPES:
+                raise self.fail(
+                    where, f"'when' refers to {ref_name!r}, which is not an earlier integer field"
+                )
+            if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+                raise self.fail(where, "'when' values must be a list of integers")
+            when = (ref_name, tuple(values))
+        since = attrs.get("since", 1)
+        if not isinstance(since, int) or since < 1:
+            raise self.fail(where, f"since {since!r} must be a positive integer")
+        spec = FieldSpec(
+            name=name,
+            type=type_name,
+            enum=enum,
+            doc=attrs.get("doc"),
+            info=attrs.get("info"),
+            display=display,
+            since=since,
+            when=when,
+            optional=bool(attrs.get("optional", False)),
+            **kw,
+        )
+        if not element:
+            self._check_consistent_name(spec, where)
+        return spec
+
+    def _check_consistent_name(self, spec: FieldSpec, where: str) -> None:
+        # Filters and the Wireshark plugin use one flat name per field
+        # ("rabbitmq_stream.offset"), so a name must mean one type everywhere.
+        signature = spec.type if spec.type != "struct" else f"struct {spec.struct}"
+        if spec.of is not None:
+            signature += f" of {spec.of.type if spec.of.type != 'struct' else spec.of.struct}"
+        if spec.key is not None and spec.value is not None:
+            signature += f" {spec.key.type}->{spec.value.type}"
+        known = self.field_types.get(spec.name)
+        if known is None:
+            self.field_types[spec.name] = (signature, where)
+        elif known[0] != signature:
+            raise self.fail(where, f"field {spec.name!r} is {signature} here but {known[0]} at {known[1]}")
+
+
+def load_spec(path: Path | str, text: str | None = None) -> Protocol:
+    """Load and validate one spec file (text may be given to load from memory)."""
+    path = Path(path)
+    source = path.name
+    try:
+        raw = yaml.load(text if text is not None else path.read_text(encoding="utf-8"), _UniqueKeyLoader)
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+    except OSError as exc:
+        raise SpecError(f"{source}: cannot read: {exc.strerror}") from None
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{source}: top level must be a mapping")
+    return _Builder(source, raw).build()
+
+
+def spec_dir() -> Path:
+    """Where the specs are: inside the installed package, or dissectors/ in a source tree."""
+    packaged = resources.files("streamdump") / "dissectors"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "dissectors"
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    protocols: Mapping[str, Protocol]
+
+    def get(self, name: str) -> Protocol:
+        try:
+            return self.protocols[name]
+        except KeyError:
+            known = ", ".join(sorted(self.protocols)) or "none"
+            raise SpecError(f"unknown protocol {name!r} (known: {known})") from None
+
+
+def load_registry(directory: Path | None = None) -> Registry:
+    directory = directory or spec_dir()
+    protocols: dict[str, Protocol] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        proto = load_spec(path)
+        if proto.name in protocols:
+            raise SpecError(
+                f"{path.name}: protocol {proto.name!r} is also defined in {protocols[proto.name].source}"
+            )
+        protocols[proto.name] = proto
+    if not protocols:
+        raise SpecError(f"no protocol specs found in {directory}")
+    return Registry(protocols)
+
+
+@cache
+def default_registry() -> Registry:
+    """The registry shipped with streamdump, loaded once per process."""
+    return load_registry()

@@ -1,0 +1,178 @@
+"""Turns decoded frames into what users read: one line per frame, JSON objects and detail trees.
+
+What each view shows comes from the registry: info labels for the one-line view,
+enum names and display hints for values, field names for JSON keys.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from rich.text import Text
+from rich.tree import Tree
+
+from streamdump.decoder import Decoder
+from streamdump.frame import Frame, Node
+from streamdump.registry import INT_TYPES, FieldSpec, Protocol
+
+PREVIEW_BYTES = 24
+
+
+class Renderer:
+    """Views of one protocol's frames; info columns are precomputed per wire key."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self.protocol: Protocol = decoder.protocol
+        self.info_specs: dict[int, tuple[FieldSpec, ...]] = {}
+        for command in self.protocol.commands.values():
+            for layout in command.layouts.values():
+                self.info_specs[layout.key] = layout.fields
+
+    # ------------------------------------------------------------ one line
+
+    def info(self, frame: Frame) -> str:
+        parts: list[str] = []
+        self._info_parts(self.info_specs.get(frame.wire_key, ()), frame.fields, parts)
+        worst = frame.worst_severity
+        if worst in ("warn", "error"):
+            first = next(e for e in frame.expert if e.severity == worst)
+            parts.append(f"[{worst}: {first.message}]")
+        return " ".join(parts)
+
+    def _info_parts(self, specs: tuple[FieldSpec, ...], values: dict[str, Any], parts: list[str]) -> None:
+        for spec in specs:
+            if spec.name not in values:
+                continue
+            value = values[spec.name]
+            if spec.type == "struct" and isinstance(value, dict):
+                self._info_parts(spec.fields, value, parts)
+            elif spec.info is None:
+                continue
+            elif spec.type in ("array", "map"):
+                parts.append(f"{spec.info}={len(value) if value is not None else 'null'}")
+            else:
+                parts.append(f"{spec.info}={self.short_value(spec, value)}")
+
+    def short_value(self, spec: FieldSpec, value: Any) -> str:
+        if value is None:
+            return "null"
+        if spec.enum is not None:
+            name = self.protocol.enums[spec.enum].get(value)
+            return name.replace(" ", "_") if name else str(value)
+        if spec.type == "string":
+            return value if value and " " not in value else json.dumps(value)
+        if spec.display == "hex":
+            return f"0x{value:x}"
+        return str(value)
+
+    def line(self, frame: Frame, t0: float) -> str:
+        return (
+            f"{frame.number:>6} {frame.ts - t0:>11.6f} {frame.src!s:>21} → {frame.dst!s:<21} "
+            f"{frame.name} {frame.kind} 0x{frame.wire_key:04x} {self.info(frame)}"
+        ).rstrip()
+
+    # ------------------------------------------------------------ JSON
+
+    def to_dict(self, frame: Frame) -> dict[str, Any]:
+        return {
+            "frame": frame.number,
+            "ts": round(frame.ts, 6),
+            "src": str(frame.src) if frame.src else None,
+            "dst": str(frame.dst) if frame.dst else None,
+            "protocol": frame.protocol,
+            "key": frame.key,
+            "kind": frame.kind,
+            "command": frame.command,
+            "version": frame.version,
+            "size": frame.size,
+            "fields": frame.fields,
+            "expert": [e.as_dict() for e in frame.expert],
+        }
+
+    def json_line(self, frame: Frame) -> str:
+        return json.dumps(
+            self.to_dict(frame), default=_json_default, ensure_ascii=False, separators=(",", ":")
+        )
+
+    # ------------------------------------------------------------ tree
+
+    def tree(self, frame: Frame, t0: float) -> Tree:
+        where = f" {frame.src} → {frame.dst}," if frame.src else ""
+        when = f", t={frame.ts - t0:.6f}" if frame.src else ""
+        head = Text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{when}", style="bold")
+        root = Tree(head)
+        proto = root.add(Text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
+        for node in self.decoder.tree(frame):
+            self._add(proto, node)
+        if frame.expert:
+            experts = root.add(Text("Expert Info", style="bold"))
+            for e in frame.expert:
+                style = {"error": "bold red", "warn": "yellow"}.get(e.severity, "")
+                where = f" @{e.offset}" if e.offset is not None else ""
+                experts.add(Text(f"[{e.severity}] {e.message}{where}", style=style))
+        return root
+
+    def _add(self, parent: Tree, node: Node) -> None:
+        branch = parent.add(
+            Text(f"{node.label}: {self.display(node)}" if self._has_value(node) else node.label)
+        )
+        for child in node.children:
+            self._add(branch, child)
+
+    @staticmethod
+    def _has_value(node: Node) -> bool:
+        return node.spec is None or node.spec.type != "struct"
+
+    def display(self, node: Node) -> str:
+        spec, value = node.spec, node.value
+        if spec is None:
+            return _bytes_preview(value) if isinstance(value, bytes | memoryview) else str(value)
+        if node.children and spec.type in ("array", "map"):
+            return f"{len(node.children)} {'entries' if spec.type == 'map' else 'items'}"
+        if spec.type == "map" and isinstance(node.value, dict) and spec.value is None:
+            return "0 entries"
+        return self.long_value(spec, value)
+
+    def long_value(self, spec: FieldSpec, value: Any) -> str:
+        if value is None:
+            return "null"
+        if isinstance(value, bytes | memoryview):
+            return _bytes_preview(value)
+        if isinstance(value, str):
+            return json.dumps(value, ensure_ascii=False)
+        if isinstance(value, list):
+            return f"{len(value)} items"
+        if isinstance(value, dict):
+            return f"{len(value)} entries"
+        if spec.type in INT_TYPES:
+            if spec.enum is not None:
+                name = self.protocol.enums[spec.enum].get(value, "Unknown")
+                return f"{name} (0x{value:02x})"
+            if spec.display == "hex":
+                return f"0x{value:0{INT_TYPES[spec.type][1] * 2}x}"
+            if spec.display == "time_ms":
+                return f"{_ms_time(value)} ({value})"
+        return str(value)
+
+
+def _ms_time(ms: int) -> str:
+    try:
+        when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
+
+
+def _bytes_preview(value: bytes | memoryview) -> str:
+    data = bytes(value[:PREVIEW_BYTES])
+    more = "…" if len(value) > PREVIEW_BYTES else ""
+    return f"{data.hex()}{more} ({len(value)} bytes)"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
