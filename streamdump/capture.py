@@ -91,6 +91,30 @@ def _address(ip: dpkt.Packet, raw: bytes) -> str:
     return socket.inet_ntop(family, raw)
 
 
+class _ShortReadWatch:
+    """File wrapper noting short reads: dpkt's pcap reader yields a cut-off last packet silently."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.name = getattr(fh, "name", "<capture>")
+        self.short = False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
+        if 0 < len(data) < size:
+            self.short = True
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.fh.tell()
+
+    def fileno(self) -> int:
+        return self.fh.fileno()
+
+
 def open_reader(fh: BinaryIO, name: str) -> tuple[Iterator[tuple[float, bytes]], int]:
     """A packet iterator and the link type of a pcap or pcapng file."""
     head = fh.read(4)
@@ -117,7 +141,8 @@ def read_segments(path: Path | str) -> Iterator[Segment]:
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with fh:
-        packets, linktype = open_reader(fh, str(path))
+        watch = _ShortReadWatch(fh)
+        packets, linktype = open_reader(watch, str(path))  # type: ignore[arg-type]
         link = LINK_DECODERS.get(linktype)
         if link is None:
             raise CaptureError(f"{path}: link type {linktype} is not supported")
@@ -131,6 +156,8 @@ def read_segments(path: Path | str) -> Iterator[Segment]:
                 raise CaptureError(
                     f"{path}: capture is cut short or damaged after packet {number} ({exc})"
                 ) from None
+            if watch.short:
+                raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
             segment = _segment(link, number, float(ts), buf)
             if segment is not None:

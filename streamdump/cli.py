@@ -58,7 +58,11 @@ def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detai
     """Write frames in the chosen view; returns how many were written."""
     count = 0
     t0: float | None = None
-    console = Console(file=out, highlight=False, soft_wrap=True) if detail and fmt is Format.text else None
+    console = None
+    if detail and fmt is Format.text:
+        # A pipe or file gets no terminal width: never crop a value there.
+        width = None if out.isatty() else 1000
+        console = Console(file=out, highlight=False, width=width)
     for frame in frames:
         if t0 is None:
             t0 = frame.ts
@@ -95,9 +99,10 @@ def read(
         decoder = _decoder(protocol)
     except SpecError as exc:
         raise _fail(str(exc)) from None
+    bad_ports = [p for p in port or [] if not 0 < p < 65536]
+    if bad_ports:
+        raise _fail(f"--port takes TCP ports 1..65535, got {bad_ports[0]}", 2)
     ports = sorted({*decoder.protocol.wiring.ports, *(port or [])})
-    if any(not 0 < p < 65536 for p in ports):
-        raise _fail(f"--port must be 1..65535, got {', '.join(map(str, ports))}", 2)
     stats = ReadStats()
     renderer = Renderer(decoder)
     error: str | None = None

@@ -69,8 +69,9 @@ class Renderer:
         return str(value)
 
     def line(self, frame: Frame, t0: float) -> str:
+        where = f"{frame.src!s:>21} → {frame.dst!s:<21} " if frame.src else ""
         return (
-            f"{frame.number:>6} {frame.ts - t0:>11.6f} {frame.src!s:>21} → {frame.dst!s:<21} "
+            f"{frame.number:>6} {frame.ts - t0:>11.6f} {where}"
             f"{frame.name} {frame.kind} 0x{frame.wire_key:04x} {self.info(frame)}"
         ).rstrip()
 

@@ -1,0 +1,34 @@
+"""Shared fixtures: the shipped registry, its decoder, and the CI rule for real services."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from streamdump.decoder import Decoder
+from streamdump.registry import Protocol, default_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURES = ROOT / "captures"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def need(condition: bool, why: str) -> None:
+    """Skip on a laptop when a real service or tool is missing; fail in CI, where .ci/run provides it."""
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"required in CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def protocol() -> Protocol:
+    return default_registry().get("rabbitmq_stream")
+
+
+@pytest.fixture(scope="session")
+def decoder(protocol: Protocol) -> Decoder:
+    return Decoder(protocol)

@@ -1,0 +1,73 @@
+"""Hypothesis strategies derived from registry field specs, and the values a decode must give back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from streamdump.registry import INT_TYPES, FieldSpec
+
+
+def int_range(type_name: str) -> tuple[int, int]:
+    _, width, signed = INT_TYPES[type_name]
+    bits = width * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def value_strategy(spec: FieldSpec, version: int) -> st.SearchStrategy[Any]:
+    if spec.type in INT_TYPES:
+        low, high = int_range(spec.type)
+        return st.integers(low, high)
+    if spec.type == "string":
+        return st.none() | st.text(max_size=20)
+    if spec.type == "bytes":
+        return st.none() | st.binary(max_size=20)
+    if spec.type == "raw":
+        size = spec.size if isinstance(spec.size, int) else None
+        return st.binary(min_size=size or 0, max_size=size if size is not None else 30)
+    if spec.type == "array":
+        assert spec.of is not None
+        return st.none() | st.lists(value_strategy(spec.of, version), max_size=3)
+    if spec.type == "map":
+        assert spec.key is not None and spec.value is not None
+        return st.none() | st.dictionaries(
+            value_strategy(spec.key, version).filter(lambda k: k is not None),
+            value_strategy(spec.value, version),
+            max_size=3,
+        )
+    if spec.type == "struct":
+        return struct_strategy(spec.fields, version)
+    raise AssertionError(spec.type)
+
+
+def struct_strategy(specs: tuple[FieldSpec, ...], version: int) -> st.SearchStrategy[dict[str, Any]]:
+    present = [s for s in specs if s.since <= version]
+    base = st.fixed_dictionaries({s.name: value_strategy(s, version) for s in present})
+    return base.map(lambda values: normalise(present, values))
+
+
+def normalise(specs: list[FieldSpec], values: dict[str, Any]) -> dict[str, Any]:
+    """What the wire can carry of these values: conditions applied, sizes derived, absent tails dropped."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if spec.when is not None and values.get(spec.when[0]) not in spec.when[1]:
+            continue
+        value = values[spec.name]
+        if spec.optional and value is None:
+            break  # an absent optional field is the end of the frame
+        if spec.type == "raw" and isinstance(spec.size, str):
+            out[spec.size] = len(value)
+        out[spec.name] = value
+    return out
+
+
+def comparable(value: Any) -> Any:
+    """Decoded values with memoryviews turned into bytes, for equality checks."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    return value

@@ -1,0 +1,137 @@
+"""The committed real captures: every frame decodes cleanly, and the three views are pinned by golden files.
+
+Regenerate the golden files after an intended output change with
+STREAMDUMP_UPDATE_GOLDEN=1 pytest tests/test_captures.py, and review the diff.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import CAPTURES, GOLDEN
+from streamdump.cli import Format, write_frames
+from streamdump.decoder import Decoder
+from streamdump.pipeline import ReadStats, read_frames
+from streamdump.render import Renderer
+
+CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
+VIEWS = {"line": (Format.text, False), "tree": (Format.text, True), "jsonl": (Format.jsonl, False)}
+
+
+def decode_all(path: Path, decoder: Decoder) -> tuple[list, ReadStats]:
+    stats = ReadStats()
+    return list(read_frames(path, decoder, [5552], stats)), stats
+
+
+def test_captures_are_committed() -> None:
+    names = {p.name for p in CAPTURE_FILES}
+    assert {"session.pcap", "session.pcapng", "subscribe_missing_stream.pcap"} <= names
+    for path in CAPTURE_FILES:
+        assert path.stat().st_size < 1_000_000, path
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
+def test_every_frame_decodes_without_expert_error(path: Path, decoder: Decoder) -> None:
+    frames, stats = decode_all(path, decoder)
+    assert frames, f"{path.name}: no frames"
+    problems = [(f.number, f.name, e) for f in frames for e in f.expert if e.severity in ("warn", "error")]
+    assert problems == []
+    assert [n for n in stats.notices if n.severity != "note"] == []
+    assert all(f.command for f in frames)
+
+
+def test_session_covers_the_protocol_walkthrough(decoder: Decoder) -> None:
+    frames, _ = decode_all(CAPTURES / "session.pcap", decoder)
+    seen = {(f.command, f.kind) for f in frames}
+    for expected in [
+        ("PeerProperties", "request"),
+        ("PeerProperties", "response"),
+        ("SaslHandshake", "response"),
+        ("SaslAuthenticate", "response"),
+        ("Tune", "command"),
+        ("Open", "response"),
+        ("Create", "response"),
+        ("DeclarePublisher", "response"),
+        ("QueryPublisherSequence", "response"),
+        ("Publish", "command"),
+        ("PublishConfirm", "command"),
+        ("Metadata", "response"),
+        ("Subscribe", "response"),
+        ("Deliver", "command"),
+        ("Credit", "command"),
+        ("StoreOffset", "command"),
+        ("QueryOffset", "response"),
+        ("Unsubscribe", "response"),
+        ("DeletePublisher", "response"),
+        ("Delete", "response"),
+        ("Close", "response"),
+    ]:
+        assert expected in seen, expected
+    published = [m["publishing_id"] for f in frames if f.command == "Publish" for m in f.fields["messages"]]
+    confirmed = [i for f in frames if f.command == "PublishConfirm" for i in f.fields["publishing_ids"]]
+    assert published and sorted(published) == sorted(confirmed)
+    delivered = sum(f.fields["chunk"]["num_records"] for f in frames if f.command == "Deliver")
+    assert delivered == len(published)
+
+
+def test_pcap_and_pcapng_give_the_same_frames(decoder: Decoder) -> None:
+    pcap, _ = decode_all(CAPTURES / "session.pcap", decoder)
+    ng, _ = decode_all(CAPTURES / "session.pcapng", decoder)
+    assert [(f.number, f.ts, f.data) for f in pcap] == [(f.number, f.ts, f.data) for f in ng]
+
+
+def test_missing_stream_error_response(decoder: Decoder) -> None:
+    frames, _ = decode_all(CAPTURES / "subscribe_missing_stream.pcap", decoder)
+    codes = [f.fields["response_code"] for f in frames if f.command == "Subscribe" and f.kind == "response"]
+    assert codes and set(codes) == {2}
+
+
+def render(path: Path, decoder: Decoder, view: str) -> str:
+    frames, _ = decode_all(path, decoder)
+    out = io.StringIO()
+    fmt, detail = VIEWS[view]
+    write_frames(frames, Renderer(decoder), fmt, detail, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
+def test_golden_output(path: Path, view: str, decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "dumb")
+    actual = render(path, decoder, view)
+    golden = GOLDEN / f"{path.name}.{view}.txt"
+    if os.environ.get("STREAMDUMP_UPDATE_GOLDEN"):
+        golden.write_text(actual, encoding="utf-8")
+    assert golden.exists(), f"missing {golden.name}: run with STREAMDUMP_UPDATE_GOLDEN=1"
+    assert actual == golden.read_text(encoding="utf-8")
+
+
+def test_json_lines_carry_the_documented_keys(decoder: Decoder) -> None:
+    lines = render(CAPTURES / "session.pcap", decoder, "jsonl").splitlines()
+    objects = [json.loads(line) for line in lines]
+    for obj in objects:
+        assert {
+            "frame",
+            "ts",
+            "src",
+            "dst",
+            "protocol",
+            "key",
+            "kind",
+            "command",
+            "version",
+            "fields",
+            "expert",
+        } <= set(obj)
+        assert obj["protocol"] == "rabbitmq_stream" and obj["key"] < 0x8000
+    publish = next(o for o in objects if o["command"] == "Publish")
+    assert {"publishing_id", "size"} <= set(publish["fields"]["messages"][0])
+    deliver = next(o for o in objects if o["command"] == "Deliver")
+    assert {"num_entries", "num_records", "chunk_id", "timestamp", "epoch"} <= set(deliver["fields"]["chunk"])
+    assert any(o["fields"].get("correlation_id") for o in objects)
