@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import CAPTURES, GOLDEN
+
 from streamdump.cli import Format, write_frames
 from streamdump.decoder import Decoder
 from streamdump.pipeline import ReadStats, read_frames

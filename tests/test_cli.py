@@ -9,9 +9,9 @@ from pathlib import Path
 
 import dpkt
 import pytest
+from conftest import CAPTURES, ROOT
 from typer.testing import CliRunner
 
-from conftest import CAPTURES, ROOT
 from streamdump.cli import app
 
 runner = CliRunner()

@@ -146,5 +146,5 @@ def test_garbage_with_a_real_header_never_raises(
     stack = list(nodes)
     while stack:
         node = stack.pop()
-        assert 0 <= node.offset and node.offset + node.length <= len(data), node
+        assert node.offset >= 0 and node.offset + node.length <= len(data), node
         stack.extend(node.children)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from spec_strategies import comparable, struct_strategy
+
 from streamdump.decoder import Decoder
 from streamdump.registry import default_registry
 
