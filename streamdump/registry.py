@@ -308,9 +308,9 @@ class _Builder:
             if not isinstance(item, Mapping) or len(item) != 1:
                 raise self.fail(where, f"field {item!r} must be a one-entry mapping 'name: type'")
             ((name, body),) = item.items()
-            spec = self._field(str(name), body, f"{where}.{name}", siblings=fields)
-            if spec.name in names:
+            if name in names:
                 raise self.fail(f"{where}.{name}", "duplicate field name")
+            spec = self._field(str(name), body, f"{where}.{name}", siblings=fields)
             if not allow_conditions and (spec.when or spec.optional):
                 raise self.fail(f"{where}.{name}", "conditions are not allowed here")
             names.add(spec.name)

@@ -1,0 +1,42 @@
+"""The wheel ships the specs: an installed streamdump decodes without the source tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from conftest import ROOT
+
+
+def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("streamdump-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "streamdump/dissectors/rabbitmq_stream.yaml" in names
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    probe = (
+        "import streamdump.registry as r, sys; print(r.spec_dir()); "
+        "sys.argv=['streamdump','decode','00000009000600010000000701','--brief']; "
+        "import streamdump.cli as c; c.main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    spec_path, line = proc.stdout.splitlines()
+    assert Path(spec_path).is_relative_to(target)
+    assert "DeletePublisher request 0x0006 corr=7 pub=1" in line

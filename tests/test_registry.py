@@ -1,0 +1,115 @@
+"""The registry loader: the shipped spec is complete, and a bad spec is refused with file and entry named."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from streamdump.registry import Protocol, SpecError, load_registry, load_spec, spec_dir
+
+MINIMAL = """
+protocol: demo
+title: Demo
+wiring: {ports: [1234], framing: {size: uint32}}
+header:
+  - key: uint16
+  - version: uint16
+enums:
+  code: {1: OK}
+structs:
+  pair:
+    - a: uint8
+    - b: string
+commands:
+  Ping:
+    key: 0x0001
+    request:
+      - correlation_id: uint32
+{extra}
+"""
+
+
+def spec(extra: str = "", replace: tuple[str, str] | None = None) -> str:
+    text = MINIMAL.replace("{extra}", textwrap.indent(textwrap.dedent(extra), "      ") if extra else "")
+    if replace:
+        text = text.replace(*replace)
+    return text
+
+
+def refuse(text: str, *fragments: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(Path("demo.yaml"), text)
+    message = str(info.value)
+    assert message.startswith("demo.yaml: "), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_minimal_spec_loads() -> None:
+    proto = load_spec(Path("demo.yaml"), spec("- pairs: {type: array, of: pair}"))
+    assert proto.commands["Ping"].layouts["request"].fields[1].of.struct == "pair"  # type: ignore[union-attr]
+
+
+def test_shipped_registry(protocol: Protocol) -> None:
+    assert protocol.wiring.ports == (5552,)
+    assert protocol.enums["response_code"][0x02] == "Stream does not exist"
+    assert protocol.enums["offset_type"] == {
+        0: "none",
+        1: "first",
+        2: "last",
+        3: "next",
+        4: "offset",
+        5: "timestamp",
+    }
+    assert protocol.commands["Publish"].versions == (1, 2)
+    assert protocol.commands["Deliver"].versions == (1, 2)
+    assert protocol.layout_for(0x8009).fields[0].name == "response_code"  # type: ignore[union-attr]
+    assert protocol.layout_for(0x0014).kind == "command"  # type: ignore[union-attr]
+    assert protocol.layout_for(0x8002) is None
+    names = {f.name for f in protocol.all_fields()}
+    assert {"correlation_id", "response_code", "stream", "publisher_id", "subscription_id"} <= names
+
+
+def test_specs_are_found_where_installed() -> None:
+    assert (spec_dir() / "rabbitmq_stream.yaml").is_file()
+
+
+BAD_SPECS = [
+    (spec(replace=("    key: 0x0001\n", "    key: 0x0001\n    key: 0x0002\n")), ["duplicate key 'key'"]),
+    (spec("- x: float32"), ["commands.Ping.request.x", "unknown type 'float32'"]),
+    (spec("- x: {type: raw, size: nope}"), ["commands.Ping.request.x", "size refers to 'nope'"]),
+    (spec("- x: {type: uint8, when: {missing: [1]}}"), ["'when' refers to 'missing'"]),
+    (spec("- x: {type: uint8, enum: colour}"), ["unknown enum 'colour'"]),
+    (spec("- x: {type: string, enum: code}"), ["an enum needs an integer field"]),
+    (spec("- x: {type: uint8, colour: red}"), ["unknown attribute(s) ['colour']"]),
+    (spec("- x: {type: uint8, since: 2}"), ["since 2 is not a version"]),
+    (spec("- correlation_id: uint8"), ["duplicate field name"]),
+    (spec("- b: uint8"), ["field 'b' is uint8 here but string at structs.pair.b"]),
+    (spec("- x: {type: array}"), ["an array needs 'of'"]),
+    (spec("- BadName: uint8"), ["must be snake_case"]),
+    (
+        spec(replace=("  Ping:\n", "  Pong:\n    key: 0x0001\n    command: []\n  Ping:\n")),
+        ["already used by Pong"],
+    ),
+    (spec(replace=("    - b: string\n", "    - b: pair\n")), ["struct 'pair' contains itself"]),
+    (spec(replace=("protocol: demo", "protocol: Demo")), ["must be snake_case"]),
+    (spec(replace=("header:", "headers:")), ["missing 'header'"]),
+    ("protocol: [unclosed", ["not valid YAML"]),
+    ("- just a list", ["top level must be a mapping"]),
+]
+
+
+@pytest.mark.parametrize(("text", "fragments"), BAD_SPECS, ids=[f[0] for _, f in BAD_SPECS])
+def test_bad_specs_are_refused(text: str, fragments: list[str]) -> None:
+    refuse(text, *fragments)
+
+
+def test_registry_refuses_a_protocol_defined_twice(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(spec())
+    (tmp_path / "b.yaml").write_text(spec())
+    with pytest.raises(SpecError, match=r"b.yaml: protocol 'demo' is also defined in a.yaml"):
+        load_registry(tmp_path)
+    with pytest.raises(SpecError, match="no protocol specs"):
+        load_registry(tmp_path / "nowhere")
