@@ -167,12 +167,9 @@ class ArrayCodec:
         return items, pos
 
     def write(self, buf: bytearray, value: Any) -> None:
-        if value is None:
-            buf += _I32.pack(-1)
-            return
-        buf += _I32.pack(len(value))
-        for item in value:
-            self.element.write(buf, item)
+        if _write_count(buf, value):
+            for item in value:
+                self.element.write(buf, item)
 
 
 class MapCodec:
@@ -208,13 +205,10 @@ class MapCodec:
         return items, pos
 
     def write(self, buf: bytearray, value: Any) -> None:
-        if value is None:
-            buf += _I32.pack(-1)
-            return
-        buf += _I32.pack(len(value))
-        for k, v in value.items():
-            self.key.write(buf, k)
-            self.value.write(buf, v)
+        if _write_count(buf, value):
+            for k, v in value.items():
+                self.key.write(buf, k)
+                self.value.write(buf, v)
 
 
 class StructCodec:
@@ -271,6 +265,12 @@ def _read_count(mv: memoryview, pos: int, end: int, name: str, element_min: int)
     if count * element_min > end - pos:
         raise Short(f"{name} ({count} entries)", pos, count * element_min, end - pos)
     return count, pos
+
+
+def _write_count(buf: bytearray, value: Any) -> bool:
+    """Write an array or map count (-1 for null); True when elements follow."""
+    buf += _I32.pack(-1 if value is None else len(value))
+    return value is not None
 
 
 def _read_element(
