@@ -26,6 +26,13 @@ class CaptureError(Exception):
 
 
 @dataclass(slots=True)
+class Tally:
+    """Counts every packet read, TCP or not, for reports."""
+
+    packets: int = 0
+
+
+@dataclass(slots=True)
 class Segment:
     number: int  # 1-based packet number in the file
     ts: float
@@ -133,8 +140,9 @@ def open_reader(fh: BinaryIO, name: str) -> tuple[Iterator[tuple[float, bytes]],
     raise CaptureError(f"{name}: not a pcap or pcapng file (starts with {head.hex()})")
 
 
-def read_segments(path: Path | str) -> Iterator[Segment]:
+def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segment]:
     """Every TCP segment of a capture file, in file order, numbered like Wireshark's frames."""
+    tally = tally if tally is not None else Tally()
     path = Path(path)
     try:
         fh = path.open("rb")
@@ -159,6 +167,7 @@ def read_segments(path: Path | str) -> Iterator[Segment]:
             if watch.short:
                 raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
+            tally.packets = number
             segment = _segment(link, number, float(ts), buf)
             if segment is not None:
                 yield segment

@@ -7,10 +7,12 @@ stderr; frames decoded before an error are already printed.
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TextIO
@@ -50,8 +52,27 @@ def _fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+@contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """Stop quietly with status 0 when the output pipe closes (e.g. `| head`), like other filters."""
+    try:
+        yield
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+
+
 def _decoder(protocol: str) -> Decoder:
     return Decoder(default_registry().get(protocol))
+
+
+class _FilterConsole(Console):
+    """rich exits with status 1 on a closed pipe; hand it back to _reader_may_leave instead."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detail: bool, out: TextIO) -> int:
@@ -62,7 +83,7 @@ def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detai
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
-        console = Console(file=out, highlight=False, width=width)
+        console = _FilterConsole(file=out, highlight=False, width=width)
     for frame in frames:
         if t0 is None:
             t0 = frame.ts
@@ -106,11 +127,12 @@ def read(
     stats = ReadStats()
     renderer = Renderer(decoder)
     error: str | None = None
-    try:
-        write_frames(read_frames(file, decoder, ports, stats), renderer, fmt, detail, sys.stdout)
-    except CaptureError as exc:
-        error = str(exc)
-    sys.stdout.flush()
+    with _reader_may_leave():
+        try:
+            write_frames(read_frames(file, decoder, ports, stats), renderer, fmt, detail, sys.stdout)
+        except CaptureError as exc:
+            error = str(exc)
+        sys.stdout.flush()
     for notice in stats.notices:
         print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
     if error is not None:
@@ -182,17 +204,15 @@ def decode(
         frame = decoder.decode(raw)
         frame.number = number
         frames.append(frame)
-    write_frames(frames, Renderer(decoder), fmt, detail, sys.stdout)
+    with _reader_may_leave():
+        write_frames(frames, Renderer(decoder), fmt, detail, sys.stdout)
+        sys.stdout.flush()
 
 
 def main() -> None:
     """Entry point: run the app with one-line errors and no tracebacks."""
     try:
         app()
-    except BrokenPipeError:
-        # The reader went away (e.g. | head); exit quietly like other filters.
-        sys.stderr.close()
-        sys.exit(0)
     except KeyboardInterrupt:
         sys.exit(130)
     except (struct.error, ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError) as exc:

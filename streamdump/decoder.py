@@ -72,7 +72,11 @@ class Decoder:
         if nodes is not None:
             nodes.append(Node(None, "Size", 0, size_len, size))
         header: dict[str, Any] = {}
-        pos = decode_ops(self.header_ops, mv, size_len, end, header, ctx)
+        try:
+            pos = decode_ops(self.header_ops, mv, size_len, end, header, ctx)
+        except Short as exc:
+            expert.append(Expert("error", f"frame too short for a header: {exc.message(0)}", exc.offset))
+            return self._frame(header.get("key", 0), "unknown", None, 0, size, fields, expert, data)
         wire_key, version = header["key"], header["version"]
         proto = self.protocol
         key = wire_key & ~proto.response_bit

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdump.capture import Segment, read_segments
+from streamdump.capture import Segment, Tally, read_segments
 from streamdump.decoder import Decoder
 from streamdump.frame import Endpoint, Frame
 from streamdump.reassembly import TCP_SYN, Direction, Framer, Notice
@@ -21,8 +21,7 @@ class Connection:
 
 
 @dataclass(slots=True)
-class ReadStats:
-    packets: int = 0
+class ReadStats(Tally):
     segments_matched: int = 0
     frames: int = 0
     connections: int = 0
@@ -33,7 +32,7 @@ def read_frames(
     path: Path | str, decoder: Decoder, ports: Iterable[int], stats: ReadStats
 ) -> Iterator[Frame]:
     """Decoded frames of the protocol on the given server ports, in capture order."""
-    return decode_segments(read_segments(path), decoder, ports, stats)
+    return decode_segments(read_segments(path, stats), decoder, ports, stats)
 
 
 def decode_segments(
@@ -47,7 +46,7 @@ def decode_segments(
         return Direction(Framer(decoder.size_st, wiring.max_size, decoder.plausible))
 
     for seg in segments:
-        stats.packets = seg.number
+        stats.packets = max(stats.packets, seg.number)
         if seg.dport in server_ports:
             key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
         elif seg.sport in server_ports:
@@ -58,6 +57,8 @@ def decode_segments(
         conn = connections.get(key)
         if conn is None or (seg.flags & TCP_SYN and not from_server and conn.to_server.next_seq is not None):
             # A client SYN on a known 4-tuple is port reuse: a new connection.
+            if conn is not None:
+                _report_pending(conn, stats, seg.number)
             conn = Connection(
                 Endpoint(key[0], key[1]), Endpoint(key[2], key[3]), new_direction(), new_direction()
             )
@@ -75,9 +76,17 @@ def decode_segments(
                     seg.number,
                 )
             )
-            direction.framer.reset()
-            direction.next_seq = None
+            direction.skip_gap(seg.seq)
             data = direction.accept(seq=seg.seq, flags=seg.flags, payload=seg.payload)
+        elif direction.late:
+            stats.notices.append(
+                Notice(
+                    "warn",
+                    f"{src} -> {dst}: packet {seg.number} arrived out of order into bytes already "
+                    "skipped; its bytes were not decoded",
+                    seg.number,
+                )
+            )
         if not data:
             continue
         for raw in direction.framer.feed(data, seg.number, stats.notices, f"{src} -> {dst}"):
@@ -89,16 +98,21 @@ def decode_segments(
             stats.frames += 1
             yield frame
     for conn in connections.values():
-        for direction, src, dst in (
-            (conn.to_server, conn.client, conn.server),
-            (conn.to_client, conn.server, conn.client),
-        ):
-            pending = len(direction.framer.buf)
-            if pending:
-                stats.notices.append(
-                    Notice(
-                        "note",
-                        f"{src} -> {dst}: capture ends inside a frame ({pending} bytes buffered)",
-                        stats.packets,
-                    )
+        _report_pending(conn, stats, stats.packets)
+
+
+def _report_pending(conn: Connection, stats: ReadStats, number: int) -> None:
+    """Say which directions of a finished connection stopped inside a frame."""
+    for direction, src, dst in (
+        (conn.to_server, conn.client, conn.server),
+        (conn.to_client, conn.server, conn.client),
+    ):
+        pending = len(direction.framer.buf)
+        if pending:
+            stats.notices.append(
+                Notice(
+                    "note",
+                    f"{src} -> {dst}: connection ends inside a frame ({pending} bytes buffered)",
+                    number,
                 )
+            )

@@ -73,9 +73,14 @@ class Framer:
 class Direction:
     framer: Framer
     next_seq: int | None = None
+    # Sequence ranges skipped after a gap: a segment arriving late into one of them
+    # carries bytes we never decoded, which the user must hear about.
+    holes: list[tuple[int, int]] = field(default_factory=list)
+    late: bool = False  # set by accept() when it dropped such bytes
 
     def accept(self, seq: int, flags: int, payload: bytes) -> bytes | None:
         """The new in-order bytes of a segment, or None when it leaves a hole."""
+        self.late = False
         if flags & TCP_SYN:
             self.next_seq = (seq + 1) % SEQ_MOD
             self.framer.reset()
@@ -94,7 +99,19 @@ class Direction:
         if delta < SEQ_MOD // 2:
             return None  # ahead of what we have: bytes are missing
         behind = SEQ_MOD - delta  # retransmission, possibly with new bytes at its end
+        if payload and self._in_hole(seq):
+            self.late = True
         if behind >= len(payload) + fin:
             return b""
         self.next_seq = (seq + len(payload) + fin) % SEQ_MOD
         return payload[behind:]
+
+    def skip_gap(self, seq: int) -> None:
+        """Give up on the bytes before seq: remember the hole and wait for a frame start."""
+        if self.next_seq is not None:
+            self.holes = [*self.holes[-15:], (self.next_seq, seq)]
+        self.framer.reset()
+        self.next_seq = None
+
+    def _in_hole(self, seq: int) -> bool:
+        return any((seq - start) % SEQ_MOD < (end - start) % SEQ_MOD for start, end in self.holes)

@@ -144,7 +144,27 @@ def test_other_port_traffic_is_an_empty_result(tmp_path: Path) -> None:
     write_pcap(other, 80, b"GET / HTTP/1.1\r\n\r\n")
     code, out, err = run("read", str(other))
     assert code == 0 and out == ""
-    assert "no RabbitMQ Streams frames on port(s) 5552" in err and "--port" in err
+    assert "no RabbitMQ Streams frames on port(s) 5552 in 1 packets" in err and "--port" in err
+
+
+def test_packet_count_includes_non_tcp_packets(tmp_path: Path) -> None:
+    capture = tmp_path / "udp.pcap"
+    udp = dpkt.udp.UDP(sport=1, dport=2, data=b"x")
+    ip = dpkt.ip.IP(src=bytes([1, 1, 1, 1]), dst=bytes([2, 2, 2, 2]), p=dpkt.ip.IP_PROTO_UDP, data=udp)
+    with capture.open("wb") as fh:
+        writer = dpkt.pcap.Writer(fh, linktype=dpkt.pcap.DLT_RAW)
+        for ts in (1.0, 2.0, 3.0):
+            writer.writepkt(bytes(ip), ts=ts)
+    code, _, err = run("read", str(capture))
+    assert code == 0 and "in 3 packets" in err
+
+
+@pytest.mark.parametrize("view", [[], ["--detail"], ["--format", "jsonl"]])
+def test_closed_pipe_exits_quietly(view: list[str]) -> None:
+    command = [sys.executable, "-m", "streamdump", "read", str(CAPTURES / "offset_specs.pcap"), *view]
+    shell = " ".join(f"'{c}'" for c in command) + ' | head -c 20 >/dev/null; exit "${PIPESTATUS[0]}"'
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stderr == ""
 
 
 def test_extra_port_and_raw_ip_link(tmp_path: Path) -> None:

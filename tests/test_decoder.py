@@ -148,3 +148,9 @@ def test_garbage_with_a_real_header_never_raises(
         node = stack.pop()
         assert node.offset >= 0 and node.offset + node.length <= len(data), node
         stack.extend(node.children)
+
+
+def test_size_field_shorter_than_the_header(decoder: Decoder) -> None:
+    frame = decoder.decode(bytes.fromhex("00000002001700010000"))
+    assert frame.kind == "unknown"
+    assert any(e.severity == "error" and "too short for a header" in e.message for e in frame.expert)

@@ -100,3 +100,30 @@ def test_mid_stream_start_waits_for_a_frame_boundary(decoder: Decoder) -> None:
     actual, _ = frames_of([cut, *no_handshake[start + 1 :]], decoder)
     assert actual and set(actual) <= set(expected)
     assert len(actual) == len(expected) - len(frames_of(no_handshake[: start + 1], decoder)[0])
+
+
+def test_late_segment_into_a_skipped_hole_is_reported(decoder: Decoder) -> None:
+    from_server = [i for i, s in enumerate(SESSION) if s.payload and s.sport == 5552]
+    a, b = from_server[5], from_server[6]
+    swapped = list(SESSION)
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    expected, _ = frames_of(SESSION, decoder)
+    actual, stats = frames_of(swapped, decoder)
+    # Reordering is not repaired yet (buffering out-of-order segments is the robust
+    # reassembly's job), but the user is told which packet's bytes were skipped.
+    assert len(actual) == len(expected) - 1
+    messages = [n.message for n in stats.notices]
+    assert len(messages) == 2 and "bytes missing" in messages[0]
+    assert f"packet {SESSION[a].number} arrived out of order" in messages[1]
+
+
+def test_port_reuse_reports_the_old_connection_unfinished_frame(decoder: Decoder) -> None:
+    syn = next(s for s in SESSION if s.flags & TCP_SYN and s.dport == 5552)
+    first = next(s for s in SESSION if s.payload and s.dport == 5552)
+    cut = replace(first, payload=first.payload[:5])
+    reuse = replace(syn, number=first.number + 1, seq=syn.seq + 100_000)
+    _, stats = frames_of([syn, cut, reuse], decoder)
+    assert stats.connections == 2
+    assert [n.message.split(": ", 1)[1] for n in stats.notices] == [
+        "connection ends inside a frame (5 bytes buffered)"
+    ]
