@@ -36,14 +36,14 @@ class Decoder:
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane size, a key with a layout, a known version."""
         size_len = self.size_st.size
-        if len(data) < size_len + 4:
+        if len(data) < size_len + self.header_size:
             return False
         (size,) = self.size_st.unpack_from(data, 0)
         if not self.header_size <= size <= self.protocol.wiring.max_size:
             return False
-        wire_key, version = struct.unpack_from(">HH", data, size_len)
-        layout = self.protocol.layout_for(wire_key)
-        return layout is not None and (wire_key, version) in self.compiled
+        header: dict[str, Any] = {}
+        decode_ops(self.header_ops, memoryview(data), size_len, len(data), header, Ctx([]))
+        return (header["key"], header["version"]) in self.compiled
 
     # ------------------------------------------------------------------ decode
 
@@ -75,7 +75,7 @@ class Decoder:
         try:
             pos = decode_ops(self.header_ops, mv, size_len, end, header, ctx)
         except Short as exc:
-            expert.append(Expert("error", f"frame too short for a header: {exc.message(0)}", exc.offset))
+            expert.append(Expert("error", f"frame too short for a header: {exc.message()}", exc.offset))
             return self._frame(header.get("key", 0), "unknown", None, 0, size, fields, expert, data)
         wire_key, version = header["key"], header["version"]
         proto = self.protocol
@@ -111,7 +111,7 @@ class Decoder:
         try:
             pos = decode_ops(ops, mv, pos, end, fields, ctx)
         except Short as exc:
-            expert.append(Expert("error", exc.message(0), exc.offset))
+            expert.append(Expert("error", exc.message(), exc.offset))
             pos = end
         except BadValue as exc:
             expert.append(Expert("error", exc.text, exc.offset))

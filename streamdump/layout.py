@@ -37,9 +37,9 @@ class Short(Exception):
         self.need = need
         self.have = have
 
-    def message(self, base: int) -> str:
+    def message(self) -> str:
         return (
-            f"frame too short: {self.field} needs {self.need} bytes at offset {self.offset - base}, "
+            f"frame too short: {self.field} needs {self.need} bytes at offset {self.offset}, "
             f"{max(self.have, 0)} left"
         )
 
@@ -60,7 +60,6 @@ class Ctx:
 
     expert: list[Expert]
     nodes: list[Node] | None = None
-    base: int = 0  # offset of the frame start in the buffer, for expert offsets
 
 
 class Op(Protocol):
@@ -125,7 +124,7 @@ class LengthPrefixed:
         try:
             return str(raw, "utf-8"), pos + length
         except UnicodeDecodeError:
-            ctx.expert.append(Expert("warn", f"{name} is not valid UTF-8", pos - ctx.base))
+            ctx.expert.append(Expert("warn", f"{name} is not valid UTF-8", pos))
             return str(raw, "utf-8", "replace"), pos + length
 
     def write(self, buf: bytearray, value: Any) -> None:
@@ -195,10 +194,10 @@ class MapCodec:
                 k, pos = self.key.read(mv, pos, end, ctx, None, f"{name} key")
                 v, pos = self.value.read(mv, pos, end, ctx, None, f"{name} value")
                 if k in items:
-                    ctx.expert.append(Expert("warn", f"{name}: duplicate key {k!r}", start - ctx.base))
+                    ctx.expert.append(Expert("warn", f"{name}: duplicate key {k!r}", start))
                 items[k] = v
                 if node is not None:
-                    node.children.append(Node(self.value_spec, str(k), start - ctx.base, pos - start, v))
+                    node.children.append(Node(self.value_spec, str(k), start, pos - start, v))
         except (Short, BadValue) as exc:
             exc.partial = items  # type: ignore[attr-defined]
             raise
@@ -287,7 +286,7 @@ def _read_element(
     child = None
     if parent is not None:
         label = f"{title(spec.struct)} [{index}]" if spec.struct else f"[{index}]"
-        child = Node(spec, label, pos - ctx.base, 0)
+        child = Node(spec, label, pos, 0)
         parent.children.append(child)
     try:
         value, new_pos = codec.read(mv, pos, end, ctx, child, spec.name)
@@ -331,9 +330,7 @@ class FixedRun:
             if ctx.nodes is not None:
                 for spec, off in zip(self.specs, self.offsets, strict=True):
                     width = INT_TYPES[spec.type][1]
-                    ctx.nodes.append(
-                        Node(spec, title(spec.name), pos + off - ctx.base, width, out[spec.name])
-                    )
+                    ctx.nodes.append(Node(spec, title(spec.name), pos + off, width, out[spec.name]))
             return pos + self.st.size
         # Short: decode what fits so the caller keeps every complete field.
         for spec, off in zip(self.specs, self.offsets, strict=True):
@@ -342,7 +339,7 @@ class FixedRun:
                 raise Short(spec.name, pos + off, width, end - (pos + off))
             (out[spec.name],) = struct.unpack_from(">" + INT_TYPES[spec.type][0], mv, pos + off)
             if ctx.nodes is not None:
-                ctx.nodes.append(Node(spec, title(spec.name), pos + off - ctx.base, width, out[spec.name]))
+                ctx.nodes.append(Node(spec, title(spec.name), pos + off, width, out[spec.name]))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def encode(self, buf: bytearray, values: dict[str, Any]) -> None:
@@ -374,7 +371,7 @@ class FieldOp:
         codec = self.codec
         node = None
         if ctx.nodes is not None:
-            node = Node(self.spec, title(self.name), pos - ctx.base, 0)
+            node = Node(self.spec, title(self.name), pos, 0)
             ctx.nodes.append(node)
         try:
             if isinstance(codec, RawCodec):

@@ -21,21 +21,18 @@ PREVIEW_BYTES = 24
 
 
 class Renderer:
-    """Views of one protocol's frames; info columns are precomputed per wire key."""
+    """Views of one protocol's frames."""
 
     def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
         self.protocol: Protocol = decoder.protocol
-        self.info_specs: dict[int, tuple[FieldSpec, ...]] = {}
-        for command in self.protocol.commands.values():
-            for layout in command.layouts.values():
-                self.info_specs[layout.key] = layout.fields
 
     # ------------------------------------------------------------ one line
 
     def info(self, frame: Frame) -> str:
         parts: list[str] = []
-        self._info_parts(self.info_specs.get(frame.wire_key, ()), frame.fields, parts)
+        layout = self.protocol.layout_for(frame.wire_key)
+        self._info_parts(layout.fields if layout else (), frame.fields, parts)
         worst = frame.worst_severity
         if worst in ("warn", "error"):
             first = next(e for e in frame.expert if e.severity == worst)
@@ -133,8 +130,6 @@ class Renderer:
             return _bytes_preview(value) if isinstance(value, bytes | memoryview) else str(value)
         if node.children and spec.type in ("array", "map"):
             return f"{len(node.children)} {'entries' if spec.type == 'map' else 'items'}"
-        if spec.type == "map" and isinstance(node.value, dict) and spec.value is None:
-            return "0 entries"
         return self.long_value(spec, value)
 
     def long_value(self, spec: FieldSpec, value: Any) -> str:
