@@ -1,24 +1,54 @@
-"""Reads capture files (pcap, pcapng) and yields the TCP segments in them.
+"""Reads capture files and yields the TCP segments in them.
 
-dpkt parses the file formats and the link, IP and TCP headers. This module
-picks the right reader, maps link types to dpkt classes, and turns every
-failure into a CaptureError with a one-line message; packets read before a
-failure are already yielded, so nothing decoded is lost.
+pcap files are read by dpkt, pcapng files by `streamdump.pcapng` (dpkt's reader
+keeps one interface per file), either of them optionally gzip-, zstd-, xz- or
+bzip2-compressed. Headers are parsed by `streamdump.packet`. Every failure becomes
+a CaptureError with a one-line message; packets read before a failure are already
+yielded, so nothing decoded is lost.
 """
 
 from __future__ import annotations
 
-import socket
+import bz2
+import gzip
+import lzma
 import struct
+import zlib
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import dpkt
+import zstandard
+
+from streamdump.packet import Segment, Skip, parse
+from streamdump.pcapng import PcapngError
+from streamdump.pcapng import read_packets as read_pcapng
+
+__all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_segments"]
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+XZ_MAGIC = b"\xfd7zXZ"
+BZIP2_MAGIC = b"BZh"
+
+# What decompressors and dpkt raise on damaged input.
+_DAMAGE = (
+    ValueError,
+    EOFError,
+    OSError,
+    zlib.error,
+    lzma.LZMAError,
+    zstandard.ZstdError,
+    dpkt.dpkt.NeedData,
+    dpkt.dpkt.UnpackError,
+    struct.error,
+    PcapngError,
+)
 
 
 class CaptureError(Exception):
@@ -27,117 +57,94 @@ class CaptureError(Exception):
 
 @dataclass(slots=True)
 class Tally:
-    """Counts every packet read, TCP or not, for reports."""
+    """Counts every packet read, TCP or not, and the ones that yielded no segment, for reports."""
 
     packets: int = 0
+    bytes_read: int = 0
+    compression: str | None = None
+    skipped: Counter[Skip] = field(default_factory=Counter)
+    first_skipped: dict[Skip, int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class Segment:
-    number: int  # 1-based packet number in the file
-    ts: float
-    src: str
-    dst: str
-    sport: int
-    dport: int
-    seq: int
-    flags: int
-    payload: bytes
+class _Exact:
+    """File wrapper whose read(n) returns n bytes unless the input ends, noting when it ended early.
 
+    Decompressor streams may return fewer bytes than asked before their end, and dpkt's
+    pcap reader yields a cut-off last packet silently; both are handled here.
+    """
 
-def _ethernet(buf: bytes) -> dpkt.Packet:
-    return dpkt.ethernet.Ethernet(buf)
-
-
-def _raw_ip(buf: bytes) -> dpkt.Packet | None:
-    if not buf:
-        return None
-    version = buf[0] >> 4
-    return dpkt.ip.IP(buf) if version == 4 else dpkt.ip6.IP6(buf) if version == 6 else None
-
-
-def _loopback(buf: bytes) -> dpkt.Packet:
-    return dpkt.loopback.Loopback(buf)
-
-
-def _sll(buf: bytes) -> dpkt.Packet:
-    return dpkt.sll.SLL(buf)
-
-
-def _sll2(buf: bytes) -> dpkt.Packet:
-    return dpkt.sll2.SLL2(buf)
-
-
-# Link types as numbered in pcap/pcapng (LINKTYPE_*).
-LINK_DECODERS = {
-    1: _ethernet,  # EN10MB
-    0: _loopback,  # BSD loopback (NULL)
-    108: _loopback,  # OpenBSD loopback
-    101: _raw_ip,  # RAW
-    12: _raw_ip,  # RAW on some systems
-    228: _raw_ip,  # IPV4
-    229: _raw_ip,  # IPV6
-    113: _sll,  # LINUX_SLL
-    276: _sll2,  # LINUX_SLL2
-}
-
-
-def _find_ip(pkt: dpkt.Packet | None) -> dpkt.Packet | None:
-    # Walk down encapsulations (VLAN tags are handled by dpkt's Ethernet) to IP.
-    for _ in range(4):
-        if pkt is None or isinstance(pkt, bytes):
-            return None
-        if isinstance(pkt, dpkt.ip.IP | dpkt.ip6.IP6):
-            return pkt
-        pkt = getattr(pkt, "data", None)
-    return None
-
-
-def _address(ip: dpkt.Packet, raw: bytes) -> str:
-    family = socket.AF_INET6 if isinstance(ip, dpkt.ip6.IP6) else socket.AF_INET
-    return socket.inet_ntop(family, raw)
-
-
-class _ShortReadWatch:
-    """File wrapper noting short reads: dpkt's pcap reader yields a cut-off last packet silently."""
-
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO, name: str) -> None:
         self.fh = fh
-        self.name = getattr(fh, "name", "<capture>")
+        self.name = name
         self.short = False
+        self.consumed = 0
 
     def read(self, size: int = -1) -> bytes:
         data = self.fh.read(size)
-        if 0 < len(data) < size:
-            self.short = True
+        if size > 0 and 0 < len(data) < size:
+            parts = [data]
+            got = len(data)
+            while got < size:
+                more = self.fh.read(size - got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+            if got < size:
+                self.short = True
+        self.consumed += len(data)
         return data
 
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.fh.seek(offset, whence)
 
-    def tell(self) -> int:
-        return self.fh.tell()
+def _decompressed(fh: BinaryIO, head: bytes) -> tuple[BinaryIO, str | None]:
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=fh), "gzip"  # type: ignore[return-value]
+    if head.startswith(ZSTD_MAGIC):
+        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True), "zstd"  # type: ignore[return-value]
+    if head.startswith(XZ_MAGIC):
+        return lzma.LZMAFile(fh), "xz"  # type: ignore[return-value]
+    if head.startswith(BZIP2_MAGIC):
+        return bz2.BZ2File(fh), "bzip2"  # type: ignore[return-value]
+    return fh, None
 
-    def fileno(self) -> int:
-        return self.fh.fileno()
 
-
-def open_reader(fh: BinaryIO, name: str) -> tuple[Iterator[tuple[float, bytes]], int]:
-    """A packet iterator and the link type of a pcap or pcapng file."""
-    head = fh.read(4)
-    fh.seek(0)
+def _packets(src: _Exact, name: str) -> Iterator[tuple[float, int, bytes]]:
+    head = src.read(4)
     if not head:
         raise CaptureError(f"{name}: empty file, not a capture")
+    if head == PCAPNG_MAGIC:
+        yield from read_pcapng(_Prefixed(head, src))  # type: ignore[arg-type]
+        return
+    if head not in PCAP_MAGICS:
+        raise CaptureError(f"{name}: not a pcap or pcapng file (starts with {head.hex()})")
     try:
-        if head in PCAP_MAGICS:
-            pcap = dpkt.pcap.Reader(fh)
-            return iter(pcap), pcap.datalink()
-        if head == PCAPNG_MAGIC:
-            ng = dpkt.pcapng.Reader(fh)
-            return iter(ng), ng.datalink()
-    except (ValueError, dpkt.dpkt.NeedData, dpkt.dpkt.UnpackError, struct.error) as exc:
+        pcap = dpkt.pcap.Reader(_Prefixed(head, src))
+    except _DAMAGE as exc:
         raise CaptureError(f"{name}: damaged capture header: {exc}") from None
-    raise CaptureError(f"{name}: not a pcap or pcapng file (starts with {head.hex()})")
+    linktype = pcap.datalink()
+    for ts, buf in pcap:
+        yield float(ts), linktype, buf
+
+
+class _Prefixed:
+    """Puts already-read bytes back in front of a stream (compressed input cannot seek)."""
+
+    def __init__(self, prefix: bytes, fh: _Exact) -> None:
+        self.prefix = prefix
+        self.fh = fh
+        self.name = fh.name
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.prefix:
+            return self.fh.read(size)
+        if size < 0:
+            data, self.prefix = self.prefix + self.fh.read(), b""
+            return data
+        data, self.prefix = self.prefix[:size], self.prefix[size:]
+        if len(data) < size:
+            data += self.fh.read(size - len(data))
+        return data
 
 
 def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segment]:
@@ -145,53 +152,41 @@ def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segm
     tally = tally if tally is not None else Tally()
     path = Path(path)
     try:
-        fh = path.open("rb")
+        raw = path.open("rb")
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
-    with fh:
-        watch = _ShortReadWatch(fh)
-        packets, linktype = open_reader(watch, str(path))  # type: ignore[arg-type]
-        link = LINK_DECODERS.get(linktype)
-        if link is None:
-            raise CaptureError(f"{path}: link type {linktype} is not supported")
+    with raw:
+        head = raw.read(6)
+        raw.seek(0)
+        fh, tally.compression = _decompressed(raw, head)
+        src = _Exact(fh, str(path))
+        packets = _packets(src, str(path))
         number = 0
         while True:
             try:
-                ts, buf = next(packets)
+                ts, linktype, buf = next(packets)
             except StopIteration:
+                if src.short:
+                    raise CaptureError(f"{path}: capture is cut short after packet {number}") from None
                 return
-            except (ValueError, dpkt.dpkt.NeedData, dpkt.dpkt.UnpackError, struct.error) as exc:
+            except _DAMAGE as exc:
+                what = f"{tally.compression} stream" if tally.compression else "capture"
                 raise CaptureError(
-                    f"{path}: capture is cut short or damaged after packet {number} ({exc})"
+                    f"{path}: {what} is cut short or damaged after packet {number} ({_reason(exc)})"
                 ) from None
-            if watch.short:
+            if src.short:
                 raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
             tally.packets = number
-            segment = _segment(link, number, float(ts), buf)
-            if segment is not None:
-                yield segment
+            tally.bytes_read = raw.tell()
+            got = parse(linktype, buf, number, ts)
+            if isinstance(got, Skip):
+                tally.skipped[got] += 1
+                tally.first_skipped.setdefault(got, number)
+                continue
+            yield got
 
 
-def _segment(link, number: int, ts: float, buf: bytes) -> Segment | None:  # type: ignore[no-untyped-def]
-    try:
-        ip = _find_ip(link(buf))
-    except (dpkt.dpkt.UnpackError, dpkt.dpkt.NeedData, struct.error, ValueError, IndexError):
-        return None
-    if ip is None:
-        return None
-    tcp = ip.data
-    if not isinstance(tcp, dpkt.tcp.TCP):
-        return None
-    payload = bytes(tcp.data)
-    return Segment(
-        number=number,
-        ts=ts,
-        src=_address(ip, ip.src),
-        dst=_address(ip, ip.dst),
-        sport=tcp.sport,
-        dport=tcp.dport,
-        seq=tcp.seq,
-        flags=tcp.flags,
-        payload=payload,
-    )
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

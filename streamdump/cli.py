@@ -129,12 +129,15 @@ def read(
     error: str | None = None
     with _reader_may_leave():
         try:
-            write_frames(read_frames(file, decoder, ports, stats), renderer, fmt, detail, sys.stdout)
+            frames = _telling_notices(read_frames(file, decoder, ports, stats), stats)
+            write_frames(frames, renderer, fmt, detail, sys.stdout)
         except CaptureError as exc:
             error = str(exc)
         sys.stdout.flush()
-    for notice in stats.notices:
-        print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
+    _print_notices(stats)
+    summary = _loss_summary(stats)
+    if summary:
+        print(f"streamdump: note: {summary}", file=sys.stderr)
     if error is not None:
         raise _fail(error)
     if stats.frames == 0:
@@ -144,6 +147,33 @@ def read(
             f"in {stats.packets} packets; add ports with --port",
             file=sys.stderr,
         )
+
+
+def _print_notices(stats: ReadStats) -> None:
+    for notice in stats.notices:
+        print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
+    stats.notices.clear()
+
+
+def _telling_notices(frames: Iterable[Frame], stats: ReadStats) -> Iterator[Frame]:
+    """Print capture notices as they happen, so a long read neither hides nor hoards them."""
+    for frame in frames:
+        if stats.notices:
+            sys.stdout.flush()
+            _print_notices(stats)
+        yield frame
+
+
+def _loss_summary(stats: ReadStats) -> str:
+    parts = []
+    if stats.gaps:
+        plural = "s" * (stats.gaps != 1)
+        parts.append(f"{stats.gaps} gap{plural} ({stats.gap_bytes} bytes not in the capture)")
+    if stats.incomplete:
+        parts.append(f"{stats.incomplete} incomplete frame{'s' * (stats.incomplete != 1)}")
+    if stats.skipped_bytes:
+        parts.append(f"{stats.skipped_bytes} bytes passed over outside any frame")
+    return "; ".join(parts)
 
 
 _HEX_NOISE = re.compile(r"0x|[\s:,\-]", re.IGNORECASE)

@@ -26,6 +26,10 @@ class Decoder:
         self.size_st = struct.Struct(">" + INT_TYPES[protocol.wiring.size_type][0])
         self.header_ops = compile_fields(protocol.header, 1)
         self.header_size = sum(op.min_size for op in self.header_ops)
+        key_spec = next(f for f in protocol.header if f.name == "key")
+        if protocol.header[0] is not key_spec:
+            raise ValueError(f"{protocol.source}: the header must start with its key")
+        self.key_struct = struct.Struct(">" + INT_TYPES[key_spec.type][0])
         # (wire key, version) -> (layout, ops); every version of every layout, compiled once.
         self.compiled: dict[tuple[int, int], tuple[Layout, tuple[Op, ...]]] = {}
         for command in protocol.commands.values():
@@ -47,8 +51,12 @@ class Decoder:
 
     # ------------------------------------------------------------------ decode
 
-    def decode(self, data: bytes, *, nodes: list[Node] | None = None) -> Frame:
-        """Decode one frame. With a nodes list, also fill it with the detail tree."""
+    def decode(self, data: bytes, *, nodes: list[Node] | None = None, partial: bool = False) -> Frame:
+        """Decode one frame. With a nodes list, also fill it with the detail tree.
+
+        partial: data is the captured start of a longer frame; decode what is there
+        without complaining that the size field promises more.
+        """
         mv = memoryview(data)
         expert: list[Expert] = []
         ctx = Ctx(expert, nodes)
@@ -65,7 +73,7 @@ class Decoder:
                     Expert("warn", f"{end - size - size_len} bytes beyond the frame size {size}", 0)
                 )
                 end = size + size_len
-            else:
+            elif not partial:
                 expert.append(
                     Expert("error", f"frame size says {size} bytes but only {end - size_len} present", 0)
                 )
@@ -122,7 +130,7 @@ class Decoder:
     def tree(self, frame: Frame) -> list[Node]:
         """The detail tree of a frame, built on demand by decoding it again with nodes on."""
         nodes: list[Node] = []
-        self.decode(frame.data, nodes=nodes)
+        self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None)
         return nodes
 
     def _trailing(

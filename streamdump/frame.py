@@ -64,6 +64,8 @@ class Frame:
     ts: float = 0.0
     src: Endpoint | None = None
     dst: Endpoint | None = None
+    seq: int | None = None  # TCP sequence number of the frame's first byte
+    incomplete: str | None = None  # why bytes of this frame are missing; data holds those present
 
     @property
     def name(self) -> str:

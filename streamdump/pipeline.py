@@ -1,118 +1,391 @@
-"""From a capture file to decoded frames: picks the protocol's traffic, reassembles, frames, decodes."""
+"""From TCP segments to decoded frames: connections, reassembly, framing, decoding, notices.
+
+A Reader owns the per-connection state and nothing else; it is fed segments in
+capture order and yields frames, so files, the live sniffer and Spark tasks share it.
+Everything the user must hear about that is not one frame (gaps, conflicting
+retransmissions, bytes passed over) becomes a Notice in `stats.notices`, in the
+order it happened; a caller may drain that list as it goes to keep memory flat.
+"""
 
 from __future__ import annotations
 
+import re
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdump.capture import Segment, Tally, read_segments
+from streamdump.capture import CaptureError, Segment, Skip, Tally, read_segments
 from streamdump.decoder import Decoder
-from streamdump.frame import Endpoint, Frame
-from streamdump.reassembly import TCP_SYN, Direction, Framer, Notice
+from streamdump.frame import Endpoint, Expert, Frame
+from streamdump.framing import FrameCheck, Framer, Piece
+from streamdump.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
+
+# Connections that ended are remembered (bounded) so stray late packets do not open new ones.
+CLOSED_MEMORY = 4096
 
 
-@dataclass(slots=True)
-class Connection:
-    client: Endpoint
-    server: Endpoint
-    to_server: Direction
-    to_client: Direction
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something about the capture (not a single frame) the user should know."""
+
+    severity: str
+    message: str
+    number: int  # packet number it relates to
+    kind: str = "note"  # gap, skipped, conflict, late, midstream, fragments, truncated, ended
+    src: Endpoint | None = None
+    dst: Endpoint | None = None
+    start: int | None = None  # TCP sequence numbers of the bytes concerned
+    end: int | None = None
+    length: int | None = None
 
 
 @dataclass(slots=True)
 class ReadStats(Tally):
     segments_matched: int = 0
     frames: int = 0
+    incomplete: int = 0
     connections: int = 0
+    gaps: int = 0
+    gap_bytes: int = 0
+    skipped_bytes: int = 0
     notices: list[Notice] = field(default_factory=list)
 
 
-def read_frames(
-    path: Path | str, decoder: Decoder, ports: Iterable[int], stats: ReadStats
-) -> Iterator[Frame]:
-    """Decoded frames of the protocol on the given server ports, in capture order."""
-    return decode_segments(read_segments(path, stats), decoder, ports, stats)
+@dataclass(slots=True)
+class Side:
+    """One direction of a connection: its byte stream and its framer."""
+
+    src: Endpoint
+    dst: Endpoint
+    stream: Stream
+    framer: Framer
+
+    @property
+    def where(self) -> str:
+        return f"{self.src} -> {self.dst}"
+
+
+@dataclass(slots=True)
+class Connection:
+    client: Endpoint
+    server: Endpoint
+    to_server: Side
+    to_client: Side
+    finished: bool = False
+
+
+def frame_check(decoder: Decoder) -> FrameCheck:
+    """The protocol knowledge hunting needs, derived from the decoder's spec."""
+    size_len = decoder.size_st.size
+    keys = sorted({key for key, _version in decoder.compiled})
+    key_st = decoder.key_struct
+    # A frame start shows a known key right after the size prefix; finding those with one
+    # regex keeps hunting at C speed even through megabytes of unsynced bytes.
+    alternatives = b"|".join(re.escape(key_st.pack(k)) for k in keys)
+    pattern = re.compile(b"(?=[\\x00-\\xff]{%d}(?:%s))" % (size_len, alternatives))
+
+    def candidates(buf: bytearray, start: int) -> list[int]:
+        # A list, not a generator: a live finditer would pin buf against resizing.
+        return [m.start() for m in pattern.finditer(buf, start)]
+
+    def clean(data: bytes) -> bool:
+        frame = decoder.decode(data)
+        return frame.command is not None and frame.worst_severity not in ("warn", "error")
+
+    return FrameCheck(
+        size_st=decoder.size_st,
+        min_size=decoder.header_size,
+        header_len=size_len + decoder.header_size,
+        candidates=candidates,
+        plausible=decoder.plausible,
+        clean=clean,
+    )
+
+
+class Reader:
+    """Per-capture state: turns segments into frames for the given server ports."""
+
+    def __init__(self, decoder: Decoder, ports: Iterable[int], stats: ReadStats) -> None:
+        self.decoder = decoder
+        self.ports = frozenset(ports)
+        self.stats = stats
+        self.check = frame_check(decoder)
+        self.connections: dict[tuple[str, int, str, int], Connection] = {}
+        self.closed: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
+        wiring = decoder.protocol.wiring
+        self.limit = wiring.max_size
+        self.frame_max = (wiring.frame_max_command, wiring.frame_max_field)
+        self.ts = 0.0  # time of the latest packet, for frames handed on at the end
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, seg: Segment) -> Iterator[Frame]:
+        self.ts = seg.ts
+        if seg.dport in self.ports:
+            key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
+        elif seg.sport in self.ports:
+            key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
+        else:
+            return
+        self.stats.segments_matched += 1
+        conn = self.connections.get(key)
+        syn = seg.flags & TCP_SYN
+        if conn is not None and syn and not from_server and self._reused(conn, seg.seq):
+            # A new client SYN on a known 4-tuple is port reuse: a new connection.
+            yield from self._end(key, conn, seg.number, "the port was reused")
+            conn = None
+        if conn is None:
+            if key in self.closed and not syn:
+                return  # a straggler of a connection that ended
+            if not syn and not seg.payload and seg.wire_len == 0:
+                return  # pure ACKs of a connection we never saw carry nothing to decode
+            self.closed.pop(key, None)
+            conn = self._open(key, seg)
+        side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
+        if seg.flags & TCP_ACK:
+            events = other.stream.acked(seg.ack, seg.number)
+            if events:
+                yield from self._events(conn, other, events, seg)
+        was_new = side.stream.next is None
+        events = side.stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number)
+        if was_new and not side.stream.syn_seen and side.stream.next is not None:
+            self._notice(
+                "note",
+                seg.number,
+                f"{side.where}: capture starts mid-stream at seq "
+                f"{side.stream.next % SEQ_MOD}; framing starts at the first frame boundary found",
+                "midstream",
+                side,
+                start=side.stream.next,
+            )
+        if events:
+            yield from self._events(conn, side, events, seg)
+        if seg.flags & TCP_RST:
+            yield from self._end(key, conn, seg.number, "the connection was reset")
+        elif conn.to_server.stream.closed and conn.to_client.stream.closed:
+            yield from self._end(key, conn, seg.number, "the connection closed")
+
+    def finish(self) -> Iterator[Frame]:
+        """Flush every connection still open when the capture ends."""
+        for key, conn in list(self.connections.items()):
+            yield from self._end(key, conn, self.stats.packets, "the capture ended")
+
+    # ------------------------------------------------------------------ connections
+
+    @staticmethod
+    def _reused(conn: Connection, seq: int) -> bool:
+        stream = conn.to_server.stream
+        return stream.next is not None and stream.position(seq) + 1 != stream.next  # not a repeated SYN
+
+    def _open(self, key: tuple[str, int, str, int], seg: Segment) -> Connection:
+        client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
+        conn = Connection(client, server, self._side(client, server), self._side(server, client))
+        self.connections[key] = conn
+        self.stats.connections += 1
+        return conn
+
+    def _side(self, src: Endpoint, dst: Endpoint) -> Side:
+        side = Side(src, dst, Stream(), Framer(self.check, self.limit))
+        side.stream.on_conflict = lambda c: self._conflict(side, c)
+        side.stream.on_late = lambda g, n: self._late(side, g, n)
+        return side
+
+    def _end(
+        self, key: tuple[str, int, str, int], conn: Connection, number: int, why: str
+    ) -> Iterator[Frame]:
+        if conn.finished:
+            return
+        conn.finished = True
+        for side in (conn.to_server, conn.to_client):
+            if side.stream.next is None:
+                continue
+            events = side.stream.finish(number)
+            if events:
+                yield from self._events(conn, side, events, None, number)
+            yield from self._pieces(side, side.framer.finish(why), None, number)
+        del self.connections[key]
+        self.closed[key] = None
+        if len(self.closed) > CLOSED_MEMORY:
+            self.closed.popitem(last=False)
+
+    # ------------------------------------------------------------------ events
+
+    def _events(
+        self, conn: Connection, side: Side, events: list, seg: Segment | None, number: int = 0
+    ) -> Iterator[Frame]:
+        for event in events:
+            if isinstance(event, Gap):
+                self._gap(side, event)
+                pieces = side.framer.gap(event)
+            else:
+                pos, data = event
+                if side.framer.pos is None and side.stream.syn_seen:
+                    side.framer.synced = True
+                elif side.framer.pos is None:
+                    side.framer.start_hunting("at the start of the capture")
+                pieces = side.framer.feed(pos, data)
+            if pieces:
+                yield from self._pieces(side, pieces, seg, number, conn)
+
+    def _pieces(
+        self,
+        side: Side,
+        pieces: list[Piece],
+        seg: Segment | None,
+        number: int,
+        conn: Connection | None = None,
+    ) -> Iterator[Frame]:
+        number = seg.number if seg is not None else number
+        for piece in pieces:
+            if piece.kind == "skipped":
+                self.stats.skipped_bytes += piece.length
+                self._notice(
+                    "warn",
+                    number,
+                    f"{side.where}: {piece.length} bytes from seq {piece.pos % SEQ_MOD} "
+                    f"passed over: {piece.reason}",
+                    "skipped",
+                    side,
+                    start=piece.pos,
+                    end=piece.pos + piece.length,
+                    length=piece.length,
+                )
+                continue
+            frame = self.decoder.decode(piece.data, partial=piece.kind == "incomplete")
+            frame.number = number
+            frame.ts = seg.ts if seg is not None else self.ts
+            frame.src = side.src
+            frame.dst = side.dst
+            frame.seq = piece.pos % SEQ_MOD
+            if piece.kind == "incomplete":
+                self.stats.incomplete += 1
+                have = len(piece.data)
+                whole = f" of {piece.length}" if piece.length >= 0 else ""
+                frame.incomplete = piece.reason
+                frame.expert.insert(
+                    0, Expert("error", f"incomplete frame ({have}{whole} bytes): {piece.reason}", 0)
+                )
+            else:
+                self.stats.frames += 1
+                if frame.command == self.frame_max[0] and conn is not None:
+                    self._tune(conn, frame)
+            yield frame
+
+    def _tune(self, conn: Connection, frame: Frame) -> None:
+        value = frame.fields.get(self.frame_max[1])  # type: ignore[arg-type]
+        if isinstance(value, int):
+            conn.to_server.framer.set_limit(value)
+            conn.to_client.framer.set_limit(value)
+
+    # ------------------------------------------------------------------ notices
+
+    def _notice(
+        self,
+        severity: str,
+        number: int,
+        message: str,
+        kind: str,
+        side: Side | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        length: int | None = None,
+    ) -> None:
+        self.stats.notices.append(
+            Notice(
+                severity,
+                message,
+                number,
+                kind,
+                side.src if side else None,
+                side.dst if side else None,
+                None if start is None else start % SEQ_MOD,
+                None if end is None else end % SEQ_MOD,
+                length,
+            )
+        )
+
+    def _gap(self, side: Side, gap: Gap) -> None:
+        self.stats.gaps += 1
+        self.stats.gap_bytes += gap.length
+        lo, hi = gap.seq_range
+        self._notice(
+            "warn",
+            gap.number,
+            f"{side.where}: {gap.length} bytes missing at seq {lo}..{hi} "
+            f"({gap.cause}), found at packet {gap.number}",
+            "gap",
+            side,
+            start=gap.start,
+            end=gap.end,
+            length=gap.length,
+        )
+
+    def _conflict(self, side: Side, c: Conflict) -> None:
+        self._notice(
+            "warn",
+            c.number,
+            f"{side.where}: packet {c.number} retransmits seq "
+            f"{c.start % SEQ_MOD}..{c.end % SEQ_MOD} with different bytes; the first copy was used",
+            "conflict",
+            side,
+            start=c.start,
+            end=c.end,
+            length=c.end - c.start,
+        )
+
+    def _late(self, side: Side, gap: Gap, number: int) -> None:
+        lo, hi = gap.seq_range
+        self._notice(
+            "warn",
+            number,
+            f"{side.where}: packet {number} brings bytes of the gap at seq {lo}..{hi} "
+            "after it was declared missing; they were not decoded",
+            "late",
+            side,
+            start=gap.start,
+            end=gap.end,
+            length=gap.length,
+        )
 
 
 def decode_segments(
     segments: Iterable[Segment], decoder: Decoder, ports: Iterable[int], stats: ReadStats
 ) -> Iterator[Frame]:
-    server_ports = frozenset(ports)
-    connections: dict[tuple[str, int, str, int], Connection] = {}
-    wiring = decoder.protocol.wiring
-
-    def new_direction() -> Direction:
-        return Direction(Framer(decoder.size_st, wiring.max_size, decoder.plausible))
-
-    for seg in segments:
-        stats.packets = max(stats.packets, seg.number)
-        if seg.dport in server_ports:
-            key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
-        elif seg.sport in server_ports:
-            key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
-        else:
-            continue
-        stats.segments_matched += 1
-        conn = connections.get(key)
-        if conn is None or (seg.flags & TCP_SYN and not from_server and conn.to_server.next_seq is not None):
-            # A client SYN on a known 4-tuple is port reuse: a new connection.
-            if conn is not None:
-                _report_pending(conn, stats, seg.number)
-            conn = Connection(
-                Endpoint(key[0], key[1]), Endpoint(key[2], key[3]), new_direction(), new_direction()
-            )
-            connections[key] = conn
-            stats.connections += 1
-        direction = conn.to_client if from_server else conn.to_server
-        src, dst = (conn.server, conn.client) if from_server else (conn.client, conn.server)
-        data = direction.accept(seq=seg.seq, flags=seg.flags, payload=seg.payload)
-        if data is None:
-            stats.notices.append(
-                Notice(
-                    "warn",
-                    f"{src} -> {dst}: bytes missing before packet {seg.number}; "
-                    "partial frame dropped, waiting for a frame start",
-                    seg.number,
-                )
-            )
-            direction.skip_gap(seg.seq)
-            data = direction.accept(seq=seg.seq, flags=seg.flags, payload=seg.payload)
-        elif direction.late:
-            stats.notices.append(
-                Notice(
-                    "warn",
-                    f"{src} -> {dst}: packet {seg.number} arrived out of order into bytes already "
-                    "skipped; its bytes were not decoded",
-                    seg.number,
-                )
-            )
-        if not data:
-            continue
-        for raw in direction.framer.feed(data, seg.number, stats.notices, f"{src} -> {dst}"):
-            frame = decoder.decode(raw)
-            frame.number = seg.number
-            frame.ts = seg.ts
-            frame.src = src
-            frame.dst = dst
-            stats.frames += 1
-            yield frame
-    for conn in connections.values():
-        _report_pending(conn, stats, stats.packets)
+    """Decoded frames of the protocol on the given server ports, in capture order."""
+    reader = Reader(decoder, ports, stats)
+    try:
+        for seg in segments:
+            stats.packets = max(stats.packets, seg.number)
+            yield from reader.feed(seg)
+    except CaptureError:
+        # The capture turned out damaged: what was buffered up to there is still shown.
+        yield from reader.finish()
+        _report_skips(stats)
+        raise
+    yield from reader.finish()
+    _report_skips(stats)
 
 
-def _report_pending(conn: Connection, stats: ReadStats, number: int) -> None:
-    """Say which directions of a finished connection stopped inside a frame."""
-    for direction, src, dst in (
-        (conn.to_server, conn.client, conn.server),
-        (conn.to_client, conn.server, conn.client),
+def read_frames(
+    path: Path | str, decoder: Decoder, ports: Iterable[int], stats: ReadStats
+) -> Iterator[Frame]:
+    return decode_segments(read_segments(path, stats), decoder, ports, stats)
+
+
+def _report_skips(stats: ReadStats) -> None:
+    for skip, what in (
+        (Skip.FRAGMENT, "IP fragments were not reassembled; their bytes show up as gaps"),
+        (Skip.TRUNCATED, "packets were cut short inside their headers"),
     ):
-        pending = len(direction.framer.buf)
-        if pending:
+        count = stats.skipped.get(skip)
+        if count:
+            first = stats.first_skipped[skip]
             stats.notices.append(
                 Notice(
                     "note",
-                    f"{src} -> {dst}: connection ends inside a frame ({pending} bytes buffered)",
-                    number,
+                    first,
+                    f"{count} {what} (first: packet {first})",
+                    "fragments" if skip is Skip.FRAGMENT else "truncated",
                 )
             )

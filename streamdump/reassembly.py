@@ -1,117 +1,241 @@
-"""In-order TCP reassembly per connection and direction, and size-prefixed framing.
+"""One direction of a TCP connection turned back into its byte stream.
 
-Retransmitted bytes (already seen) are dropped; a hole in the sequence space
-(bytes the capture lacks) discards the partial frame and waits for a segment
-that starts with a plausible frame header before decoding again. Every such
-event becomes a Notice, so the user learns what could not be decoded and why.
+Segments may come duplicated, overlapping, out of order, cut by the snap length or
+not at all. A Stream hands on each byte once, in order, and says exactly where bytes
+are missing. Sequence numbers are unwrapped into positions that only grow, so no
+arithmetic below has to care about the 2**32 wrap.
+
+Policy, chosen to match what the bytes can prove:
+- the first copy of a byte wins; a later copy that differs is reported (Wireshark's
+  "overlap conflict"), except for keep-alives, whose one byte is garbage by design;
+- a segment ahead of the next expected byte waits in a bounded buffer until the bytes
+  before it arrive;
+- bytes are declared missing (a Gap) as soon as that is certain: the receiver's ACK
+  covers them, the capture cut them (snap length), the connection ended, or the
+  reorder buffer is full.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Iterator
+import heapq
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TCP_FIN = 0x01
 TCP_SYN = 0x02
 TCP_RST = 0x04
+TCP_ACK = 0x10
 SEQ_MOD = 1 << 32
+HALF = 1 << 31
+
+DEFAULT_REORDER_CAP = 4 << 20  # bytes waiting for earlier bytes, per direction
+DEFAULT_HISTORY = 256 << 10  # delivered bytes kept to check retransmissions against
 
 
 @dataclass(frozen=True, slots=True)
-class Notice:
-    """Something about the capture (not a single frame) the user should know."""
+class Gap:
+    """Bytes of the stream the capture does not have: positions [start, end)."""
 
-    severity: str
-    message: str
-    number: int  # packet number it relates to
+    start: int
+    end: int
+    number: int  # packet at which the loss became certain
+    cause: str  # "not captured", "snap length", "reorder buffer full", "capture ended"
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    @property
+    def seq_range(self) -> tuple[int, int]:
+        """As TCP sequence numbers (what Wireshark and the capture show)."""
+        return self.start % SEQ_MOD, self.end % SEQ_MOD
 
 
-@dataclass(slots=True)
-class Framer:
-    """Cuts one direction's byte stream into whole frames."""
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A retransmitted copy that disagrees with the copy already used."""
 
-    size_st: struct.Struct
-    max_size: int
-    plausible: Callable[[bytes], bool]
-    buf: bytearray = field(default_factory=bytearray)
-    synced: bool = False
+    start: int
+    end: int
+    number: int
 
-    def feed(self, data: bytes, number: int, notices: list[Notice], where: str) -> Iterator[bytes]:
-        if not self.synced:
-            # Only start where a frame header is believable: mid-stream starts and
-            # post-gap segments rarely begin on a frame boundary.
-            if not self.plausible(data):
-                return
-            self.synced = True
-        self.buf += data
-        size_len = self.size_st.size
-        buf = self.buf
-        start = 0
-        while len(buf) - start >= size_len:
-            (size,) = self.size_st.unpack_from(buf, start)
-            if size > self.max_size:
-                notices.append(
-                    Notice("error", f"{where}: frame size {size} exceeds {self.max_size}; lost sync", number)
-                )
-                self.reset()
-                return
-            total = size_len + size
-            if len(buf) - start < total:
-                break
-            yield bytes(buf[start : start + total])
-            start += total
-        if start:
-            del buf[:start]
 
-    def reset(self) -> None:
-        self.buf.clear()
-        self.synced = False
+Event = tuple[int, bytes] | Gap  # (position, in-order bytes) or a gap
 
 
 @dataclass(slots=True)
-class Direction:
-    framer: Framer
-    next_seq: int | None = None
-    # Sequence ranges skipped after a gap: a segment arriving late into one of them
-    # carries bytes we never decoded, which the user must hear about.
-    holes: list[tuple[int, int]] = field(default_factory=list)
-    late: bool = False  # set by accept() when it dropped such bytes
+class Stream:
+    reorder_cap: int = DEFAULT_REORDER_CAP
+    history_cap: int = DEFAULT_HISTORY
+    on_conflict: Callable[[Conflict], None] | None = None
+    on_late: Callable[[Gap, int], None] | None = None  # (gap it falls into, packet number)
+    next: int | None = None  # position of the next byte to hand on
+    syn_seen: bool = False
+    fin: int | None = None  # position of the FIN, once seen
+    closed: bool = False  # every byte before the FIN has been handed on
+    pending: dict[int, bytes] = field(default_factory=dict)
+    pending_heap: list[int] = field(default_factory=list)
+    pending_bytes: int = 0
+    lost: list[tuple[int, int]] = field(default_factory=list)  # cut by snaplen, ahead of next
+    history: deque[tuple[int, bytes]] = field(default_factory=deque)
+    history_bytes: int = 0
+    recent_gaps: deque[Gap] = field(default_factory=lambda: deque(maxlen=16))
 
-    def accept(self, seq: int, flags: int, payload: bytes) -> bytes | None:
-        """The new in-order bytes of a segment, or None when it leaves a hole."""
-        self.late = False
-        if flags & TCP_SYN:
-            self.next_seq = (seq + 1) % SEQ_MOD
-            self.framer.reset()
-            self.framer.synced = True
-            return b""
+    def position(self, seq: int) -> int:
+        """The position of a sequence number near the current one."""
+        assert self.next is not None
+        return self.next + ((seq - self.next + HALF) % SEQ_MOD) - HALF
+
+    def accept(self, seq: int, flags: int, payload: bytes, wire_len: int, number: int) -> list[Event]:
+        """The in-order bytes and gaps this segment makes known."""
         if flags & TCP_RST:
-            return b""  # a reset's sequence number says nothing about the byte stream
-        if self.next_seq is None:
-            self.next_seq = seq
-        # FIN occupies one sequence number after the segment's payload.
-        fin = 1 if flags & TCP_FIN else 0
-        delta = (seq - self.next_seq) % SEQ_MOD
-        if delta == 0:
-            self.next_seq = (seq + len(payload) + fin) % SEQ_MOD
-            return payload
-        if delta < SEQ_MOD // 2:
-            return None  # ahead of what we have: bytes are missing
-        behind = SEQ_MOD - delta  # retransmission, possibly with new bytes at its end
-        if payload and self._in_hole(seq):
-            self.late = True
-        if behind >= len(payload) + fin:
-            return b""
-        self.next_seq = (seq + len(payload) + fin) % SEQ_MOD
-        return payload[behind:]
+            return []  # a reset's sequence number says nothing about the byte stream
+        events: list[Event] = []
+        if flags & TCP_SYN:
+            if self.next is not None and self.syn_seen and self.position(seq) + 1 == self.next:
+                return []  # a retransmitted SYN
+            self.next = (seq + 1) % SEQ_MOD if self.next is None else self.position(seq) + 1
+            self.syn_seen = True
+            seq = (seq + 1) % SEQ_MOD  # data on a SYN (TCP Fast Open) follows the ISN
+        elif self.next is None:
+            self.next = seq  # mid-stream start: the first byte seen is where the stream begins
+        pos = self.position(seq)
+        if wire_len > len(payload):
+            self._add_lost(pos + len(payload), pos + wire_len)
+        if flags & TCP_FIN:
+            self.fin = pos + wire_len
+        if payload:
+            self._take(pos, payload, number, events)
+        self._settle(number, events)
+        return events
 
-    def skip_gap(self, seq: int) -> None:
-        """Give up on the bytes before seq: remember the hole and wait for a frame start."""
-        if self.next_seq is not None:
-            self.holes = [*self.holes[-15:], (self.next_seq, seq)]
-        self.framer.reset()
-        self.next_seq = None
+    def acked(self, ack: int, number: int) -> list[Event]:
+        """The peer acknowledged up to ack: bytes before it that never came are not in the capture."""
+        if self.next is None or self.closed:
+            return []
+        upto = self.position(ack)
+        if self.fin is not None and upto > self.fin:
+            upto = self.fin  # the FIN's own sequence number is not a byte
+        if upto <= self.next:
+            return []
+        events: list[Event] = []
+        while self.next < upto:
+            first = self.pending_heap[0] if self.pending_heap else upto
+            if first > self.next:
+                events.append(self._gap(min(first, upto), number, "not captured"))
+            self._settle(number, events)
+        return events
 
-    def _in_hole(self, seq: int) -> bool:
-        return any((seq - start) % SEQ_MOD < (end - start) % SEQ_MOD for start, end in self.holes)
+    def finish(self, number: int, cause: str = "not captured") -> list[Event]:
+        """Everything still waiting, with the holes between it reported; called at the end."""
+        events: list[Event] = []
+        while self.pending_heap:
+            first = self.pending_heap[0]
+            if first > self.next:  # type: ignore[operator]
+                events.append(self._gap(first, number, cause))
+            self._settle(number, events)
+        if self.fin is not None and self.next is not None and self.next < self.fin:
+            events.append(self._gap(self.fin, number, cause))  # the bytes before a FIN we saw
+        return events
+
+    # ------------------------------------------------------------------ internals
+
+    def _take(self, pos: int, data: bytes, number: int, events: list[Event]) -> None:
+        nxt = self.next
+        assert nxt is not None
+        end = pos + len(data)
+        if pos < nxt:
+            self._late(pos, min(end, nxt), number)
+        if end <= nxt:
+            # Old bytes. A keep-alive repeats the last byte (or none) with garbage in it.
+            if not (pos == nxt - 1 and len(data) == 1):
+                self._check(pos, data, number)
+            return
+        if pos < nxt:
+            self._check(pos, data[: nxt - pos], number)
+            data = data[nxt - pos :]
+            pos = nxt
+        if pos == nxt:
+            events.append((pos, data))
+            self.next = end
+            self._remember(pos, data)
+            return
+        old = self.pending.get(pos)
+        if old is not None:
+            if len(old) >= len(data):
+                if old[: len(data)] != data:
+                    self._conflict(pos, end, number)
+                return
+            if data[: len(old)] != old:
+                self._conflict(pos, pos + len(old), number)
+                data = old + data[len(old) :]
+            self.pending_bytes -= len(old)
+        else:
+            heapq.heappush(self.pending_heap, pos)
+        self.pending[pos] = data
+        self.pending_bytes += len(data)
+        if self.pending_bytes > self.reorder_cap:
+            events.append(self._gap(self.pending_heap[0], number, "reorder buffer full"))
+
+    def _settle(self, number: int, events: list[Event]) -> None:
+        """Hand on waiting segments that have become in-order; declare snap-length holes."""
+        while True:
+            heap = self.pending_heap
+            if heap and heap[0] <= self.next:  # type: ignore[operator]
+                pos = heapq.heappop(heap)
+                data = self.pending.pop(pos)
+                self.pending_bytes -= len(data)
+                self._take(pos, data, number, events)
+                continue
+            if self.lost and self.lost[0][0] <= self.next:  # type: ignore[operator]
+                _start, end = self.lost.pop(0)
+                if end > self.next:  # type: ignore[operator]
+                    events.append(self._gap(end, number, "snap length"))
+                continue
+            break
+        if self.fin is not None and self.next == self.fin:
+            self.closed = True
+
+    def _gap(self, end: int, number: int, cause: str) -> Gap:
+        gap = Gap(self.next, end, number, cause)  # type: ignore[arg-type]
+        self.next = end
+        self.recent_gaps.append(gap)
+        return gap
+
+    def _add_lost(self, start: int, end: int) -> None:
+        self.lost.append((start, end))
+        self.lost.sort()
+
+    def _remember(self, pos: int, data: bytes) -> None:
+        self.history.append((pos, data))
+        self.history_bytes += len(data)
+        while self.history_bytes > self.history_cap and len(self.history) > 1:
+            self.history_bytes -= len(self.history.popleft()[1])
+
+    def _check(self, pos: int, data: bytes, number: int) -> None:
+        """Compare a retransmitted copy with what was handed on, where the history still has it."""
+        end = pos + len(data)
+        for hpos, hdata in reversed(self.history):
+            hend = hpos + len(hdata)
+            if hend <= pos:
+                break
+            lo, hi = max(pos, hpos), min(end, hend)
+            mine, theirs = data[lo - pos : hi - pos], hdata[lo - hpos : hi - hpos]
+            if lo < hi and mine != theirs:
+                differ = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b]
+                self._conflict(lo + differ[0], lo + differ[-1] + 1, number)
+                return
+
+    def _late(self, start: int, end: int, number: int) -> None:
+        # Bytes arriving after they were declared missing (e.g. a segment captured after its ACK).
+        if self.on_late is None:
+            return
+        for gap in self.recent_gaps:
+            if gap.start < end and start < gap.end:
+                self.on_late(gap, number)
+                return
+
+    def _conflict(self, start: int, end: int, number: int) -> None:
+        if self.on_conflict is not None:
+            self.on_conflict(Conflict(start, end, number))

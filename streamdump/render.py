@@ -88,7 +88,7 @@ class Renderer:
             "size": frame.size,
             "fields": frame.fields,
             "expert": [e.as_dict() for e in frame.expert],
-        }
+        } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
 
     def json_line(self, frame: Frame) -> str:
         return json.dumps(

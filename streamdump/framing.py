@@ -1,0 +1,261 @@
+"""Cuts one direction's byte stream into size-prefixed frames, and finds frames again after a loss.
+
+While in sync, a frame is its size prefix plus that many bytes. When bytes go missing
+(a Gap), the frame they cut is handed on as incomplete with the bytes present, and
+framing goes on at once if that frame's size says where the next one starts beyond
+the gap. Otherwise the framer hunts: it looks for an offset where a plausible header
+starts a frame that decodes cleanly and is followed by another plausible header (or
+by the clean end of the connection), and resumes there. Bytes passed over are
+reported, never decoded from garbage. Buffered bytes are bounded by the frame limit.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamdump.reassembly import Gap
+
+# How much of a frame too large to buffer is kept to show its header and first fields.
+OVERSIZED_PREVIEW = 64 << 10
+# Hunting keeps at most this much unsynced data that holds no candidate start.
+HUNT_WINDOW = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """What the framer found: a frame, an incomplete frame, or bytes it had to pass over."""
+
+    kind: str  # "frame", "incomplete" or "skipped"
+    pos: int  # stream position of the first byte
+    data: bytes  # the frame (size prefix included), or the part present of an incomplete one
+    length: int  # whole frame length for frames (-1 when unknown), byte count for skipped
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class FrameCheck:
+    """What the framer needs to know about the protocol to hunt for frame starts."""
+
+    size_st: struct.Struct
+    min_size: int  # smallest legal value of the size field
+    header_len: int  # size prefix plus the fixed header a candidate must show
+    candidates: Callable[[bytearray, int], list[int]]  # offsets that may start a frame
+    plausible: Callable[[bytes], bool]  # header check on the first header_len bytes
+    clean: Callable[[bytes], bool]  # whole frame decodes without errors
+
+
+class Framer:
+    def __init__(self, check: FrameCheck, limit: int, *, synced: bool = False) -> None:
+        self.check = check
+        self.hard_limit = limit
+        self.limit = limit
+        self.synced = synced
+        self.buf = bytearray()
+        self.pos: int | None = None  # stream position of buf[0]
+        self.skip_until: int | None = None  # in sync: bytes before this belong to a reported frame
+        self.scan = 0  # hunting: offset in buf where the search resumes
+        self.passed = 0  # hunting: bytes passed over so far and already dropped from buf
+        self.passed_from: int | None = None
+        self.hunt_reason = ""
+        self.need = 0  # in sync: bytes buf must hold before the next frame can be cut
+
+    @property
+    def buffered(self) -> int:
+        return len(self.buf)
+
+    def set_limit(self, frame_max: int) -> None:
+        """Apply a negotiated maximum frame size (0 = none)."""
+        self.limit = min(frame_max, self.hard_limit) if frame_max > 0 else self.hard_limit
+
+    def start_hunting(self, reason: str) -> None:
+        self.synced = False
+        self.hunt_reason = reason
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, pos: int, data: bytes) -> list[Piece]:
+        out: list[Piece] = []
+        if self.pos is None or not self.buf:
+            self.pos = pos
+        if self.skip_until is not None:
+            n = min(len(data), self.skip_until - pos)
+            data = data[n:]
+            pos += n
+            self.pos = pos
+            if pos < self.skip_until:
+                return out
+            self.skip_until = None
+        if not data:
+            return out
+        if not self.synced:
+            self.buf += data
+            self._hunt(out, at_end=False)
+        elif not self.buf:
+            self._cut(data, pos, out)  # the common case: whole frames straight from the segment
+        else:
+            self.buf += data
+            if len(self.buf) >= self.need:  # a frame spread over many segments is joined once
+                buf, self.buf = bytes(self.buf), bytearray()
+                self._cut(buf, self.pos, out)  # type: ignore[arg-type]
+        return out
+
+    def gap(self, gap: Gap) -> list[Piece]:
+        out: list[Piece] = []
+        size_len = self.check.size_st.size
+        if not self.synced and self.buf:
+            # A frame that ends exactly where the bytes stop is still found.
+            self._hunt(out, at_end=True)
+        if not self.synced:
+            self.passed += len(self.buf)
+            if self.passed_from is None and self.buf:
+                self.passed_from = self.pos
+            self.buf.clear()
+            self.pos = gap.end
+            self.scan = 0
+            return out
+        if self.skip_until is not None:
+            if self.skip_until >= gap.end:
+                self.pos = gap.end
+                if self.skip_until == gap.end:
+                    self.skip_until = None
+                return out
+            self.skip_until = None
+        elif self.buf:
+            missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
+            if len(self.buf) >= size_len:
+                (size,) = self.check.size_st.unpack_from(self.buf, 0)
+                total = size_len + size
+                end = self.pos + total  # type: ignore[operator]
+                out.append(Piece("incomplete", self.pos, bytes(self.buf), total, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
+                self.buf.clear()
+                if end >= gap.end:
+                    # The frame's own size says where the next one starts: no hunting needed.
+                    self.pos = gap.end
+                    self.skip_until = end if end > gap.end else None
+                    return out
+            else:
+                out.append(Piece("incomplete", self.pos, bytes(self.buf), -1, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
+                self.buf.clear()
+        self.pos = gap.end
+        self.start_hunting(f"after the gap at seq {gap.seq_range[0]}")
+        return out
+
+    def finish(self, reason: str) -> list[Piece]:
+        """What is left when the stream ends: an unfinished frame or unsynced bytes."""
+        out: list[Piece] = []
+        if self.synced:
+            if self.buf:
+                size_len = self.check.size_st.size
+                total = -1
+                if len(self.buf) >= size_len:
+                    total = size_len + self.check.size_st.unpack_from(self.buf, 0)[0]
+                out.append(Piece("incomplete", self.pos, bytes(self.buf), total, reason))  # type: ignore[arg-type]
+                self.buf.clear()
+            return out
+        self._hunt(out, at_end=True)
+        if self.synced:
+            out.extend(self.finish(reason))
+        elif self.buf or self.passed:
+            self._pass_over(len(self.buf), out, f"no frame boundary found before the stream ended ({reason})")
+        return out
+
+    # ------------------------------------------------------------------ in sync
+
+    def _cut(self, data: bytes, pos: int, out: list[Piece]) -> None:
+        check = self.check
+        size_st = check.size_st
+        size_len = size_st.size
+        limit = self.limit
+        n = len(data)
+        start = 0
+        while n - start >= size_len:
+            (size,) = size_st.unpack_from(data, start)
+            total = size_len + size
+            if size < check.min_size or size > self.hard_limit:
+                self.buf = bytearray(data[start:])
+                self.pos = pos + start
+                self.start_hunting(f"a frame size of {size} at seq {(pos + start) % (1 << 32)} is impossible")
+                self._hunt(out, at_end=False)
+                return
+            if n - start < total:
+                if size > limit:
+                    # Too large to buffer: show its start, skip the rest by its size, stay in sync.
+                    keep = data[start : start + min(n - start, OVERSIZED_PREVIEW)]
+                    out.append(
+                        Piece(
+                            "incomplete",
+                            pos + start,
+                            bytes(keep),
+                            total,
+                            f"frame of {size} bytes exceeds the frame limit {limit}; not buffered",
+                        )
+                    )
+                    self.skip_until = pos + start + total
+                    self.pos = pos + n
+                    return
+                break
+            out.append(Piece("frame", pos + start, data[start : start + total], total))
+            start += total
+        self.buf = bytearray(data[start:])
+        self.pos = pos + start
+        self.need = size_len + size_st.unpack_from(data, start)[0] if n - start >= size_len else size_len
+
+    # ------------------------------------------------------------------ hunting
+
+    def _hunt(self, out: list[Piece], *, at_end: bool) -> None:
+        check = self.check
+        buf = self.buf
+        size_st = check.size_st
+        size_len = size_st.size
+        for o in check.candidates(buf, self.scan):
+            if len(buf) - o < check.header_len:
+                break
+            (size,) = size_st.unpack_from(buf, o)
+            if size < check.min_size or size > self.limit:
+                continue
+            end = o + size_len + size
+            if len(buf) < end + check.header_len:
+                # At the end of the bytes there is no next header to confirm a candidate; a clean
+                # decode of a whole frame (known key, every field consumed exactly) has to do.
+                if at_end and len(buf) >= end and check.clean(bytes(buf[o:end])):
+                    self._sync_at(o, out)
+                    return
+                if at_end or len(buf) - o > self.limit + check.header_len:
+                    continue
+                self.scan = o  # wait for the bytes that decide this candidate
+                return
+            if not check.clean(bytes(buf[o:end])):
+                continue
+            if not check.plausible(bytes(buf[end : end + check.header_len])):
+                continue
+            self._sync_at(o, out)
+            return
+        # No start in what we have; keep only the tail a header could still begin in.
+        self.scan = max(0, len(buf) - check.header_len + 1)
+        if self.scan > HUNT_WINDOW:
+            self.passed += self.scan
+            if self.passed_from is None:
+                self.passed_from = self.pos
+            del buf[: self.scan]
+            self.pos += self.scan  # type: ignore[operator]
+            self.scan = 0
+
+    def _sync_at(self, o: int, out: list[Piece]) -> None:
+        if o or self.passed:
+            self._pass_over(o, out, f"no frame boundary {self.hunt_reason}".rstrip())
+        rest = bytes(self.buf)
+        self.buf = bytearray()
+        self.synced = True
+        self.scan = 0
+        self._cut(rest, self.pos, out)  # type: ignore[arg-type]
+
+    def _pass_over(self, n: int, out: list[Piece], reason: str) -> None:
+        start = self.passed_from if self.passed_from is not None else self.pos
+        total = self.passed + n
+        out.append(Piece("skipped", start, b"", total, reason))  # type: ignore[arg-type]
+        del self.buf[:n]
+        self.pos += n  # type: ignore[operator]
+        self.passed = 0
+        self.passed_from = None

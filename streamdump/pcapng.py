@@ -1,0 +1,133 @@
+"""Packets of a pcapng file, each with its own interface's link type and time resolution.
+
+dpkt's pcapng reader takes the link type and time resolution of the first interface
+for every packet and skips later section headers, so captures from several
+interfaces (`dumpcap -i eth0 -i lo`) or of several sections (files joined with
+`mergecap -a` or `cat`, possibly of different byte orders) come out wrong. This
+block reader keeps one interface table per section instead.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+SHB = 0x0A0D0D0A
+IDB = 0x00000001
+PB = 0x00000002  # obsolete Packet Block, still written by old tools
+SPB = 0x00000003
+EPB = 0x00000006
+BYTE_ORDER_MAGIC = 0x1A2B3C4D
+
+OPT_END = 0
+OPT_IF_TSRESOL = 9
+OPT_IF_TSOFFSET = 14
+
+MAX_BLOCK = 256 * 1024 * 1024  # a block this large is damage, not a packet
+
+
+class PcapngError(Exception):
+    """The file stops being valid pcapng; str() says where and why."""
+
+
+@dataclass(slots=True)
+class Interface:
+    linktype: int
+    snaplen: int
+    units_per_second: int = 1_000_000
+    offset_s: int = 0
+
+
+def _read(fh: BinaryIO, size: int, what: str) -> bytes:
+    data = fh.read(size)
+    if len(data) != size:
+        raise PcapngError(f"file ends inside {what}")
+    return data
+
+
+def _options(body: bytes, pos: int, order: str) -> Iterator[tuple[int, bytes]]:
+    opt = struct.Struct(order + "HH")
+    while pos + 4 <= len(body):
+        code, length = opt.unpack_from(body, pos)
+        if code == OPT_END:
+            return
+        yield code, body[pos + 4 : pos + 4 + length]
+        pos += 4 + length + (-length % 4)
+
+
+def _interface(body: bytes, order: str) -> Interface:
+    linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", body, 0)
+    iface = Interface(linktype, snaplen)
+    for code, value in _options(body, 8, order):
+        if code == OPT_IF_TSRESOL and value:
+            exp = value[0] & 0x7F
+            iface.units_per_second = 2**exp if value[0] & 0x80 else 10**exp
+        elif code == OPT_IF_TSOFFSET and len(value) == 8:
+            (iface.offset_s,) = struct.unpack(order + "q", value)
+    return iface
+
+
+def read_packets(fh: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
+    """(timestamp, link type, packet bytes) for every packet block, in file order."""
+    order = "<"
+    interfaces: list[Interface] = []
+    first = True
+    while True:
+        head = fh.read(8)
+        if not head:
+            return
+        if len(head) < 8:
+            raise PcapngError("file ends inside a block header")
+        if head[:4] == b"\x0a\x0d\x0d\x0a":
+            # A section header sets the byte order of everything up to the next one.
+            magic = _read(fh, 4, "a section header")
+            if magic == b"\x1a\x2b\x3c\x4d":
+                order = ">"
+            elif magic == b"\x4d\x3c\x2b\x1a":
+                order = "<"
+            else:
+                raise PcapngError(f"section header with a bad byte-order magic {magic.hex()}")
+            (length,) = struct.unpack(order + "I", head[4:])
+            _check_length(length)
+            _read(fh, length - 12, "a section header")
+            interfaces = []
+            first = False
+            continue
+        if first:
+            raise PcapngError("does not start with a section header")
+        btype, length = struct.unpack(order + "II", head)
+        _check_length(length)
+        body = _read(fh, length - 8, f"a block of type 0x{btype:x}")[:-4]
+        if btype == IDB:
+            interfaces.append(_interface(body, order))
+        elif btype == EPB:
+            iface_id, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "IIIII", body, 0)
+            iface = _lookup(interfaces, iface_id)
+            yield _time(iface, ts_hi, ts_lo), iface.linktype, body[20 : 20 + caplen]
+        elif btype == SPB:
+            iface = _lookup(interfaces, 0)
+            (origlen,) = struct.unpack_from(order + "I", body, 0)
+            caplen = min(origlen, len(body) - 4, iface.snaplen or origlen)
+            yield 0.0, iface.linktype, body[4 : 4 + caplen]
+        elif btype == PB:
+            iface_id, _drops, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "HHIIII", body, 0)
+            iface = _lookup(interfaces, iface_id)
+            yield _time(iface, ts_hi, ts_lo), iface.linktype, body[20 : 20 + caplen]
+        # Name resolution, statistics, custom and decryption-secrets blocks carry no packets.
+
+
+def _check_length(length: int) -> None:
+    if length < 12 or length % 4 or length > MAX_BLOCK:
+        raise PcapngError(f"block length {length} is impossible")
+
+
+def _lookup(interfaces: list[Interface], iface_id: int) -> Interface:
+    if iface_id >= len(interfaces):
+        raise PcapngError(f"packet names interface {iface_id}, but the section describes {len(interfaces)}")
+    return interfaces[iface_id]
+
+
+def _time(iface: Interface, hi: int, lo: int) -> float:
+    return iface.offset_s + ((hi << 32) | lo) / iface.units_per_second
