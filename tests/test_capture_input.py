@@ -1,0 +1,141 @@
+"""Capture files in the forms users have them: compressed, pcapng, and damaged ones."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import struct
+from pathlib import Path
+
+import pytest
+import zstandard
+from conftest import CAPTURES
+from typer.testing import CliRunner
+
+from streamdump.capture import CaptureError, Skip, Tally, read_segments
+from streamdump.cli import app
+from streamdump.packet import Segment, parse
+from streamdump.pcapng import PcapngError, read_packets
+
+SESSION = CAPTURES / "session.pcap"
+COMPRESSORS = {
+    "gz": gzip.compress,
+    "zst": lambda data: zstandard.ZstdCompressor().compress(data),
+    "xz": lzma.compress,
+    "bz2": bz2.compress,
+}
+
+
+def payloads(path: Path) -> list[tuple[int, bytes]]:
+    return [(s.number, s.payload) for s in read_segments(path)]
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESSORS))
+def test_compressed_captures_read_directly(tmp_path: Path, ext: str) -> None:
+    path = tmp_path / f"session.pcap.{ext}"
+    path.write_bytes(COMPRESSORS[ext](SESSION.read_bytes()))
+    tally = Tally()
+    assert list(read_segments(path, tally)) == list(read_segments(SESSION))
+    assert tally.compression == {"gz": "gzip", "zst": "zstd", "xz": "xz", "bz2": "bzip2"}[ext]
+
+
+def test_zstd_stream_of_several_frames(tmp_path: Path) -> None:
+    # zstd files written in pieces (e.g. by a rotating logger) hold several frames.
+    data = SESSION.read_bytes()
+    cctx = zstandard.ZstdCompressor()
+    path = tmp_path / "session.pcap.zst"
+    path.write_bytes(cctx.compress(data[:5000]) + cctx.compress(data[5000:]))
+    assert payloads(path) == payloads(SESSION)
+
+
+@pytest.mark.parametrize("ext", ["gz", "zst"])
+def test_cut_short_compressed_capture_keeps_what_was_read(tmp_path: Path, ext: str) -> None:
+    # Large enough to span several zstd blocks: a decompressor yields nothing of a cut block.
+    whole = COMPRESSORS[ext]((CAPTURES / "bulk.pcap").read_bytes())
+    path = tmp_path / f"cut.pcap.{ext}"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    result = CliRunner().invoke(app, ["read", str(path)])
+    assert result.exit_code == 1
+    assert result.stdout.count("\n") > 10  # frames before the damage are printed
+    (line,) = [ln for ln in result.stderr.splitlines() if "error" in ln]
+    assert "cut short" in line and "Traceback" not in result.stderr
+
+
+def test_pcap_cut_inside_a_record_header(tmp_path: Path) -> None:
+    data = SESSION.read_bytes()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data + data[24:30])  # six bytes of a 16-byte record header
+    with pytest.raises(CaptureError, match="cut short"):
+        list(read_segments(path))
+
+
+def pcapng_block(order: str, btype: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    length = 12 + len(body)
+    return struct.pack(order + "II", btype, length) + body + struct.pack(order + "I", length)
+
+
+def shb(order: str) -> bytes:
+    body = struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1)
+    length = 12 + len(body)
+    return struct.pack(order + "II", 0x0A0D0D0A, length) + body + struct.pack(order + "I", length)
+
+
+def test_pcapng_block_reader_rejects_damage(tmp_path: Path) -> None:
+    good = shb("<") + pcapng_block("<", 1, struct.pack("<HHI", 1, 0, 65535))
+    with pytest.raises(PcapngError, match="interface 3"):
+        epb = struct.pack("<IIIII", 3, 0, 0, 4, 4) + b"abcd"
+        list(read_packets(_stream(good + pcapng_block("<", 6, epb))))
+    with pytest.raises(PcapngError, match="block length"):
+        list(read_packets(_stream(good + struct.pack("<II", 6, 13))))
+    with pytest.raises(PcapngError, match="ends inside"):
+        list(read_packets(_stream(good + pcapng_block("<", 6, b"x" * 40)[:-6])))
+
+
+def test_pcapng_time_resolution_and_sections() -> None:
+    iface_ms = struct.pack("<HHI", 101, 0, 65535) + struct.pack("<HHB3x", 9, 1, 3) + b"\0" * 4
+    epb = struct.pack("<IIIII", 0, 0, 1_500, 1, 1) + b"\x45"
+    big_iface = struct.pack(">HHI", 1, 0, 65535)
+    big_epb = struct.pack(">IIIII", 0, 0, 2_000_000, 1, 1) + b"\x60"
+    data = shb("<") + pcapng_block("<", 1, iface_ms) + pcapng_block("<", 6, epb)
+    data += shb(">") + pcapng_block(">", 1, big_iface) + pcapng_block(">", 6, big_epb)
+    got = list(read_packets(_stream(data)))
+    assert got == [(1.5, 101, b"\x45"), (2.0, 1, b"\x60")]
+
+
+def _stream(data: bytes):  # type: ignore[no-untyped-def]
+    import io
+
+    return io.BytesIO(data)
+
+
+def test_packet_parser_reports_why_a_packet_has_no_segment() -> None:
+    ipv4_udp = bytes([0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1]) + bytes(8)
+    frag = bytearray(ipv4_udp)
+    frag[9] = 6
+    frag[6] = 0x20  # more fragments
+    assert parse(101, ipv4_udp, 1, 0.0) is Skip.NOT_TCP
+    assert parse(101, bytes(frag), 1, 0.0) is Skip.FRAGMENT
+    assert parse(101, bytes([0x45, 0, 0, 40]), 1, 0.0) is Skip.TRUNCATED
+    assert parse(999, ipv4_udp, 1, 0.0) is Skip.UNKNOWN_LINK
+
+
+def test_snaplen_cut_payload_keeps_its_wire_length() -> None:
+    tcp = struct.pack("!HHIIBBHHH", 40000, 5552, 7, 9, 0x50, 0x18, 0, 0, 0)
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + 20 + 1000,
+        0,
+        0x4000,
+        64,
+        6,
+        0,
+        bytes([127, 0, 0, 1]),
+        bytes([127, 0, 0, 1]),
+    )
+    seg = parse(101, ip + tcp + b"x" * 100, 5, 1.0)
+    assert isinstance(seg, Segment)
+    assert (seg.seq, seg.ack, len(seg.payload), seg.wire_len) == (7, 9, 100, 1000)
