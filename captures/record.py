@@ -1,14 +1,18 @@
 """Record the RabbitMQ Streams test captures that live in captures/.
 
 This module owns the capture tooling and nothing else: it makes sure the broker's stream
-plugin listens on 127.0.0.1:5552, wraps each scenario in a tcpdump recording of the
-loopback interface, drives a real rstream client (asyncio) against the real broker, and
-finally converts session.pcap to session.pcapng. The decoder under streamdump/ never
-imports it; the captures it writes are test inputs for that decoder.
+plugin listens on 127.0.0.1:5552, wraps each scenario in a tcpdump recording (of `lo`,
+or of `any` for the Linux cooked-mode files), drives a real rstream client (asyncio)
+against the real broker, and finally converts session.pcap to session.pcapng. Some
+recordings run with lo's MTU at 1500 and its offloads off, so that large frames span
+many TCP segments; lo is always put back as it was. The decoder under streamdump/ never
+imports it; the captures it writes are test inputs for that decoder. bench/record_flood.py
+imports it to record a large benchmark capture.
 
-Usage (needs root for tcpdump):
+Usage (needs root for tcpdump, ip and ethtool):
 
     python captures/record.py [--scenario NAME ...] [--outdir DIR]
+    python captures/record.py --restore-lo    # only undo a killed run's lo changes
 
 Leftover streams from earlier runs are deleted by a separate connection *before* tcpdump
 starts, so that cleanup traffic never appears in a capture.
@@ -19,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
+import json
 import logging
 import os
 import re
@@ -26,12 +32,15 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import rstream
 from rstream import AMQPMessage, OffsetType, Properties, schema
@@ -50,7 +59,11 @@ WRONG_PASSWORD = "not-the-password"
 SESSION_STREAM = "streamdump-demo"
 OFFSETS_STREAM = "streamdump-offsets"
 MISSING_STREAM = "streamdump-missing"
-ALL_STREAMS = (SESSION_STREAM, OFFSETS_STREAM, MISSING_STREAM)
+BULK_STREAM = "streamdump-bulk"
+# bench/record_flood.py's stream: listed here so an aborted flood (500k messages) does not
+# stay on the broker until someone notices.
+FLOOD_STREAM = "streamdump-flood"
+ALL_STREAMS = (SESSION_STREAM, OFFSETS_STREAM, MISSING_STREAM, BULK_STREAM, FLOOD_STREAM)
 
 PUBLISHER_REFERENCE = "streamdump-publisher"
 CONSUMER_REFERENCE = "streamdump-consumer"
@@ -154,14 +167,297 @@ async def delete_leftover_streams() -> None:
         await client.close()
 
 
+# --------------------------------------------------------------------------- loopback MTU
+
+
+# lo's defaults (MTU 65536, TSO/GSO on) let one send() reach tcpdump as a single segment of
+# up to 64 KB, so nothing in a capture would ever span segments. With MTU 1500 and the
+# offloads off the kernel cuts TCP into real 1448-byte segments (MSS 1460 minus the 12-byte
+# timestamp option), as on an Ethernet link.
+LOOPBACK = "lo"
+WIRE_MTU = 1500
+WIRE_MSS = 1448
+# Short names as `ethtool -K` takes them; each switches off a family of features.
+OFFLOADS_OFF = ("tso", "gso", "gro")
+# The family lines `ethtool -k` prints for those, to check they really went off.
+OFFLOAD_FAMILIES = ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
+# /run is a tmpfs, emptied at boot, which is exactly when lo's settings are reset anyway.
+# Changing lo needs root, so these need no fallback.
+LO_LOCK = Path("/run/streamdump-record-lo.lock")
+LO_SAVED = Path("/run/streamdump-record-lo.json")
+IPV6_LO_MTU = Path(f"/proc/sys/net/ipv6/conf/{LOOPBACK}/mtu")
+# These end the process without unwinding Python unless handled; while lo is changed they
+# raise SystemExit instead, so the finally block that restores lo runs.
+FATAL_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Blocked while lo is being restored, so that a second Ctrl-C cannot leave it half done.
+RESTORE_MASK = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@dataclass
+class Feature:
+    on: bool
+    fixed: bool
+    # False for a family line (e.g. tcp-segmentation-offload), whose value follows from the
+    # indented lines under it; only leaves are set back one by one.
+    leaf: bool
+
+
+@dataclass
+class LoopbackState:
+    mtu: int
+    ipv6_mtu: int | None
+    features: dict[str, Feature]
+
+    def to_json(self) -> str:
+        features = {name: [f.on, f.fixed, f.leaf] for name, f in self.features.items()}
+        return json.dumps(
+            {"pid": os.getpid(), "mtu": self.mtu, "ipv6_mtu": self.ipv6_mtu, "features": features}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LoopbackState:
+        raw = json.loads(text)
+        features = {name: Feature(*values) for name, values in raw["features"].items()}
+        return cls(raw["mtu"], raw["ipv6_mtu"], features)
+
+    def differences(self, other: LoopbackState) -> list[str]:
+        diffs = []
+        if self.mtu != other.mtu:
+            diffs.append(f"mtu {other.mtu} (was {self.mtu})")
+        if self.ipv6_mtu is not None and self.ipv6_mtu != other.ipv6_mtu:
+            diffs.append(f"ipv6 mtu {other.ipv6_mtu} (was {self.ipv6_mtu})")
+        for name, f in self.features.items():
+            now = other.features.get(name)
+            if not f.fixed and now is not None and now.on != f.on:
+                diffs.append(f"{name} {'on' if now.on else 'off'} (was {'on' if f.on else 'off'})")
+        return diffs
+
+
+def _which_admin(name: str) -> str | None:
+    # /usr/sbin and /sbin are often missing from a non-login PATH (sudo, CI steps).
+    candidates = (shutil.which(name), f"/usr/sbin/{name}", f"/sbin/{name}")
+    return next((p for p in candidates if p and os.access(p, os.X_OK)), None)
+
+
+def admin_tool(name: str, package: str) -> str:
+    """Path of `name`; installs `package` with apt-get when it is missing and we are root."""
+    found = _which_admin(name)
+    apt = shutil.which("apt-get")
+    if found is None and apt and os.geteuid() == 0:
+        log.info("%s is missing: apt-get install %s", name, package)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = [apt, "install", "-y", "-qq", package]
+        if subprocess.run(install, env=env, check=False).returncode != 0:
+            # A fresh container has no package lists yet: fetch them once and retry.
+            subprocess.run([apt, "update", "-qq"], env=env, check=False)
+            subprocess.run(install, env=env, check=False)
+        found = _which_admin(name)
+    if found is None:
+        raise RuntimeError(
+            f"{name} is missing and could not be installed; run `apt-get install {package}` as root. "
+            f"It is needed to record with lo at MTU {WIRE_MTU} and offloads off."
+        )
+    return found
+
+
+def _run(cmd: list[str]) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _read_features(ethtool: str) -> dict[str, Feature]:
+    features: dict[str, Feature] = {}
+    family: str | None = None
+    for line in _run([ethtool, "-k", LOOPBACK]).splitlines():
+        m = re.match(r"^(\t?)([\w-]+): (on|off)(.*)$", line)
+        if not m:
+            continue
+        indented, name, value, note = m.groups()
+        if not indented:
+            family = name
+        elif family is not None:
+            features[family].leaf = False
+        features[name] = Feature(on=value == "on", fixed="[fixed]" in note, leaf=True)
+    if not features:
+        raise RuntimeError(f"`{ethtool} -k {LOOPBACK}` listed no features")
+    return features
+
+
+def read_loopback(ip: str, ethtool: str) -> LoopbackState:
+    (link,) = json.loads(_run([ip, "-j", "link", "show", LOOPBACK]))
+    ipv6_mtu = int(IPV6_LO_MTU.read_text()) if IPV6_LO_MTU.exists() else None
+    return LoopbackState(mtu=int(link["mtu"]), ipv6_mtu=ipv6_mtu, features=_read_features(ethtool))
+
+
+def _restore_loopback(ip: str, ethtool: str, saved: LoopbackState) -> None:
+    now = read_loopback(ip, ethtool)
+    if now.mtu != saved.mtu:
+        _run([ip, "link", "set", "dev", LOOPBACK, "mtu", str(saved.mtu)])
+    # The kernel follows the device MTU for IPv6 too; only a sysctl set by hand would differ.
+    if saved.ipv6_mtu is not None and IPV6_LO_MTU.exists() and int(IPV6_LO_MTU.read_text()) != saved.ipv6_mtu:
+        IPV6_LO_MTU.write_text(str(saved.ipv6_mtu))
+    # Leaf by leaf, not `tso on`: that would also switch on sub-features that were off before.
+    changes = [
+        word
+        for name, f in saved.features.items()
+        if f.leaf and not f.fixed and name in now.features and now.features[name].on != f.on
+        for word in (name, "on" if f.on else "off")
+    ]
+    if changes:
+        _run([ethtool, "-K", LOOPBACK, *changes])
+    left = saved.differences(read_loopback(ip, ethtool))
+    if left:
+        raise RuntimeError(
+            f"{LOOPBACK} is NOT back as it was: {', '.join(left)}. The saved settings stay in {LO_SAVED}; "
+            "retry with `python captures/record.py --restore-lo`."
+        )
+    log.info(
+        "%s restored: mtu %d, %d offload feature(s) switched back", LOOPBACK, saved.mtu, len(changes) // 2
+    )
+
+
+@contextlib.contextmanager
+def _loopback_lock() -> Iterator[None]:
+    # Two recordings changing lo at once would restore each other's settings.
+    fd = os.open(LO_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another recording is changing {LOOPBACK} right now ({LO_LOCK} is locked)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, RESTORE_MASK)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def _fatal_signals_unwind() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def unwind(signum: int, _frame: FrameType | None) -> None:
+        # SystemExit, not a custom exception: asyncio re-raises only SystemExit and
+        # KeyboardInterrupt out of a task, anything else would die inside rstream's tasks.
+        log.warning("%s: restoring %s before exiting", signal.Signals(signum).name, LOOPBACK)
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, unwind) for sig in FATAL_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def restore_saved_loopback() -> bool:
+    """Put lo back from the settings a killed run saved; False when there was nothing to do."""
+    ip, ethtool = admin_tool("ip", "iproute2"), admin_tool("ethtool", "ethtool")
+    with _loopback_lock():
+        return _restore_saved(ip, ethtool)
+
+
+def _restore_saved(ip: str, ethtool: str) -> bool:
+    if not LO_SAVED.exists():
+        return False
+    log.warning("%s: an earlier run ended before restoring %s; restoring it now", LO_SAVED, LOOPBACK)
+    with _signals_blocked():
+        _restore_loopback(ip, ethtool, LoopbackState.from_json(LO_SAVED.read_text()))
+        LO_SAVED.unlink()
+    return True
+
+
+@contextlib.contextmanager
+def wire_mtu(mtu: int = WIRE_MTU) -> Iterator[None]:
+    """Run the block with lo at `mtu` and TSO/GSO/GRO off, then put lo back as it was.
+
+    Other services on this machine talk over lo, so the previous settings are restored on
+    any exit: exceptions, Ctrl-C, SIGTERM and SIGHUP. They are also saved in /run first, so
+    that after a SIGKILL the next run (or `record.py --restore-lo`) restores them.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeError(f"setting {LOOPBACK}'s MTU and offloads needs root")
+    ip, ethtool = admin_tool("ip", "iproute2"), admin_tool("ethtool", "ethtool")
+    with _loopback_lock():
+        _restore_saved(ip, ethtool)
+        saved = read_loopback(ip, ethtool)
+        # Written before the first change, so there is no moment when lo is changed and
+        # nothing on disk says how to undo it.
+        LO_SAVED.write_text(saved.to_json())
+        with _fatal_signals_unwind():
+            try:
+                _run([ethtool, "-K", LOOPBACK, *(w for name in OFFLOADS_OFF for w in (name, "off"))])
+                _run([ip, "link", "set", "dev", LOOPBACK, "mtu", str(mtu)])
+                changed = read_loopback(ip, ethtool)
+                still_on = [name for name in OFFLOAD_FAMILIES if changed.features[name].on]
+                if changed.mtu != mtu or still_on:
+                    raise RuntimeError(f"{LOOPBACK}: mtu {changed.mtu}, still on: {still_on}")
+                log.info("%s: mtu %d (was %d), %s off", LOOPBACK, mtu, saved.mtu, "/".join(OFFLOADS_OFF))
+                yield
+            finally:
+                with _signals_blocked():
+                    _restore_loopback(ip, ethtool, saved)
+                    LO_SAVED.unlink()
+
+
 # --------------------------------------------------------------------------- tcpdump
+
+
+# tcpdump on port 5552 sees every client of the broker, so two recordings at once (say
+# tests/test_live.py and a re-recording) would each capture the other's connections.
+RECORDING_LOCK = Path("/run" if os.access("/run", os.W_OK) else "/tmp") / "streamdump-record.lock"
+RECORDING_LOCK_WAIT_S = 600.0
+
+
+@contextlib.contextmanager
+def recording_lock(wait_s: float = RECORDING_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the machine-wide recording lock for the block, waiting up to `wait_s` for it."""
+    fd = os.open(RECORDING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"pid {holder} has held {RECORDING_LOCK} for over {wait_s:.0f} s"
+                    ) from None
+                if not waited:
+                    log.info("waiting for another recording (pid %s, %s)", holder, RECORDING_LOCK)
+                    waited = True
+                time.sleep(0.5)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclass
 class CaptureStats:
+    """tcpdump's closing report; -1 where it printed no such line."""
+
     captured: int
     received: int
-    dropped: int
+    dropped: int  # by the kernel: the capture ring overflowed
+    dropped_by_interface: int = 0
 
 
 def _read_stderr_until(proc: subprocess.Popen[bytes], pattern: str, timeout: float) -> str:
@@ -184,9 +480,20 @@ def _read_stderr_until(proc: subprocess.Popen[bytes], pattern: str, timeout: flo
 
 
 @contextlib.contextmanager
-def tcpdump(out: Path) -> Iterator[list[CaptureStats]]:
-    """Capture port 5552 on lo into `out` for the duration of the block.
+def tcpdump(
+    out: Path,
+    interface: str = LOOPBACK,
+    linktype: str | None = None,
+    buffer_kib: int | None = None,
+    packet_buffered: bool = True,
+    allow_drops: bool = False,
+) -> Iterator[list[CaptureStats]]:
+    """Capture port 5552 on `interface` into `out` for the duration of the block.
 
+    `linktype` is passed as `-y` (e.g. LINUX_SLL for `any`), `buffer_kib` as `-B` (the
+    kernel ring, which is what overflows when tcpdump falls behind). `packet_buffered`
+    (`-U`) flushes the file after every packet; large captures go faster without it.
+    Drops fail the recording unless `allow_drops`, for callers that report them instead.
     Yields a list that holds the capture statistics once the block has ended.
     """
     tcpdump_bin = shutil.which("tcpdump") or "/usr/bin/tcpdump"
@@ -194,7 +501,10 @@ def tcpdump(out: Path) -> Iterator[list[CaptureStats]]:
     # --immediate-mode: without it libpcap's TPACKET_V3 ring hands packets over one block
     # at a time (1 s timeout) and SIGINT discards the unfinished block, which silently cut
     # the Close/FIN off every capture and left short scenarios empty.
-    cmd = [tcpdump_bin, "-i", "lo", "-U", "--immediate-mode", "-w", str(out), f"tcp port {PORT}"]
+    cmd = [tcpdump_bin, "-i", interface, *(["-U"] if packet_buffered else []), "--immediate-mode"]
+    cmd += ["-y", linktype] if linktype else []
+    cmd += ["-B", str(buffer_kib)] if buffer_kib else []
+    cmd += ["-w", str(out), f"tcp port {PORT}"]
     log.info("starting: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stats: list[CaptureStats] = []
@@ -211,11 +521,19 @@ def tcpdump(out: Path) -> Iterator[list[CaptureStats]]:
     text = err.decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"tcpdump exited with {proc.returncode}: {text}")
-    counts = {m[2]: int(m[1]) for m in re.finditer(r"(\d+) packets? (captured|received|dropped)", text)}
-    stats.append(
-        CaptureStats(counts.get("captured", -1), counts.get("received", -1), counts.get("dropped", -1))
+    found = re.finditer(
+        r"(\d+) packets? (captured|received by filter|dropped by kernel|dropped by interface)", text
     )
-    if stats[0].dropped != 0:
+    counts = {m[2]: int(m[1]) for m in found}
+    stats.append(
+        CaptureStats(
+            counts.get("captured", -1),
+            counts.get("received by filter", -1),
+            counts.get("dropped by kernel", -1),
+            counts.get("dropped by interface", 0),
+        )
+    )
+    if not allow_drops and (stats[0].dropped != 0 or stats[0].dropped_by_interface != 0):
         raise RuntimeError(f"tcpdump dropped packets: {text}")
     # Debian's tcpdump drops root and chowns the file to "tcpdump"; hand it back to whoever
     # owns the output directory so developers can overwrite it without root.
@@ -297,6 +615,7 @@ class Subscription:
     offsets: list[int] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
     chunks: int = 0
+    chunk_entries: list[int] = field(default_factory=list)
     _changed: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     async def start(
@@ -323,6 +642,7 @@ class Subscription:
         if frame.subscription_id != self.subscription_id:
             return
         self.chunks += 1
+        self.chunk_entries.append(frame.num_entries)
         for i, message in enumerate(frame.get_messages()):
             self.offsets.append(frame.chunk_first_offset + i)
             self.bodies.append(bytes(message))
@@ -497,6 +817,62 @@ async def scenario_offset_specs() -> None:
         await client.close()
 
 
+# Body sizes for `bulk`, cycled: mostly small with a few large ones up to 4 KB, so that
+# Publish/Deliver frames are tens of KB while the whole file stays around 300 KB.
+BULK_SIZES = (
+    *(100, 4096, 100, 110, 120, 130, 140, 150, 170, 190),
+    *(210, 230, 1448, 260, 290, 320, 360, 400, 450, 500),
+)
+BULK_MESSAGES = 300
+BULK_BATCH = 50
+
+
+def bulk_body(index: int) -> bytes:
+    """`bulk NNN size S ` then letters that shift with the index, S bytes in all."""
+    size = BULK_SIZES[index % len(BULK_SIZES)]
+    head = f"bulk {index:03d} size {size} ".encode()
+    # A filler that differs per message makes a wrongly spliced reassembly visible.
+    filler = bytes(0x61 + (index + k) % 26 for k in range(size - len(head)))
+    return head + filler
+
+
+async def scenario_bulk() -> None:
+    """Large Publish and Deliver frames; recorded at MTU 1500 so each spans many segments."""
+    publisher_id = 0
+    subscription_id = 1
+    client = await connect("streamdump-bulk")
+    try:
+        await client.create_stream(BULK_STREAM)
+        await client.declare_publisher(BULK_STREAM, reference=None, publisher_id=publisher_id)
+        tracker = ConfirmTracker(client, publisher_id)
+
+        messages = [(i, AMQPMessage(body=bulk_body(i))) for i in range(BULK_MESSAGES)]
+        # Waiting for each batch's confirm keeps the batches apart. The broker still cuts a
+        # 50-message batch into chunks of its own choosing (mostly 32 + 18, once 20 + 30),
+        # so the chunk layout is logged, not checked.
+        for start in range(0, BULK_MESSAGES, BULK_BATCH):
+            await publish(client, tracker, publisher_id, messages[start : start + BULK_BATCH])
+
+        sub = Subscription(client, subscription_id, credit_each_chunk=False)
+        # Credit is counted in chunks; one per message is enough whatever the chunk layout,
+        # so no Credit frames are needed and the broker sends the Deliver frames back to back.
+        await sub.start(
+            BULK_STREAM, schema.OffsetSpec.from_params(OffsetType.FIRST, None), initial_credit=BULK_MESSAGES
+        )
+        await sub.wait_for(BULK_MESSAGES)
+        expect(sub.offsets == list(range(BULK_MESSAGES)), f"offsets 0..299 delivered, got {sub.offsets}")
+        log.info("bulk chunk layout: %s", sub.chunk_entries)
+        expect(sub.bodies == [bytes(m) for _, m in messages], "delivered bodies equal published bodies")
+        for i, body in enumerate(sub.bodies):
+            expect(body.endswith(bulk_body(i)), f"message {i} carries bulk body {i}")
+
+        await sub.stop()
+        await client.delete_publisher(publisher_id)
+        await client.delete_stream(BULK_STREAM)
+    finally:
+        await client.close()
+
+
 async def scenario_auth_failure() -> None:
     client = StreamClient("streamdump-auth-failure")
     await client.start()
@@ -510,11 +886,52 @@ async def scenario_auth_failure() -> None:
         await client.close()
 
 
-SCENARIOS: dict[str, Callable[[], Awaitable[None]]] = {
-    "session": scenario_session,
-    "subscribe_missing_stream": scenario_subscribe_missing_stream,
-    "offset_specs": scenario_offset_specs,
-    "auth_failure": scenario_auth_failure,
+# pcap link types (DLT_*) as written in the file header.
+LINKTYPE_ETHERNET = 1
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_LINUX_SLL2 = 276
+BIG_RING_KIB = 65536
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One output file `<name>.pcap`: which scenario, and how tcpdump and lo are set up."""
+
+    scenario: Callable[[], Awaitable[None]]
+    interface: str = LOOPBACK
+    # tcpdump -y; None keeps the interface's default.
+    linktype_name: str | None = None
+    # What the file header must say; a different tcpdump/libpcap default fails the recording.
+    linktype: int = LINKTYPE_ETHERNET
+    # lo's MTU (offloads off) during the recording; None leaves lo alone.
+    mtu: int | None = None
+    # tcpdump -B (KiB). With the default 2 MiB ring, `-i any --immediate-mode` reported 10-34
+    # of 48 packets "dropped by kernel" in a 3-connection probe on this machine (`any` also
+    # sees lo's outgoing copy of every packet); with -B 65536 it dropped none.
+    buffer_kib: int | None = None
+    # TCP connections the scenario opens; more in the file means some other client used
+    # the broker during the recording, and the file must not be used.
+    connections: int = 1
+
+
+RECORDINGS: dict[str, Recording] = {
+    "session": Recording(scenario_session),
+    "subscribe_missing_stream": Recording(scenario_subscribe_missing_stream),
+    "offset_specs": Recording(scenario_offset_specs),
+    "auth_failure": Recording(scenario_auth_failure),
+    "bulk": Recording(scenario_bulk, mtu=WIRE_MTU, buffer_kib=BIG_RING_KIB),
+    # Debian 12's tcpdump 4.99.3 / libpcap 1.10.3 writes LINUX_SLL2 for `-i any` by
+    # default; the v1 cooked header needs an explicit -y.
+    "session_any": Recording(
+        scenario_session, interface="any", linktype=LINKTYPE_LINUX_SLL2, buffer_kib=BIG_RING_KIB
+    ),
+    "session_sll": Recording(
+        scenario_session,
+        interface="any",
+        linktype_name="LINUX_SLL",
+        linktype=LINKTYPE_LINUX_SLL,
+        buffer_kib=BIG_RING_KIB,
+    ),
 }
 
 
@@ -537,30 +954,57 @@ def _raw_packets(path: Path) -> list[tuple[int, int, bytes]]:
     return packets
 
 
-def check_capture(pcap: Path) -> tuple[int, int]:
-    """Return (packets, TCP connections); fail unless every connection is whole.
+def pcap_linktype(path: Path) -> int:
+    """Link type from a classic pcap file header (either byte order)."""
+    with path.open("rb") as fh:
+        header = fh.read(24)
+    order = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    return struct.unpack(order + "IHHiIII", header)[6]
+
+
+@dataclass
+class CaptureSummary:
+    packets: int
+    connections: int
+    linktype: int
+    # TCP payload bytes: the largest segment, and how many segments had exactly WIRE_MSS.
+    max_payload: int
+    mss_segments: int
+    syn_mss: list[int]
+
+
+def check_capture(pcap: Path) -> CaptureSummary:
+    """Summarise `pcap`; fail unless every connection is whole.
 
     Whole means its SYN and a FIN or RST are in the file: a capture cut short at either
     end is useless as a decoder test even when tcpdump itself reported no error.
     """
-    from scapy.layers.inet import TCP
+    from scapy.layers.inet import IP, TCP
     from scapy.utils import rdpcap
 
     packets = rdpcap(str(pcap))
     opened: set[int] = set()
     closed: set[int] = set()
+    max_payload = mss_segments = 0
+    syn_mss: list[int] = []
     for pkt in packets:
         if TCP not in pkt:
             continue
         tcp = pkt[TCP]
         client_port = tcp.dport if tcp.sport == PORT else tcp.sport
-        if tcp.flags.S and not tcp.flags.A:
-            opened.add(client_port)
+        if tcp.flags.S:
+            syn_mss += [value for kind, value in tcp.options if kind == "MSS"]
+            if not tcp.flags.A:
+                opened.add(client_port)
         if tcp.flags.F or tcp.flags.R:
             closed.add(client_port)
+        # From the IP total length, not len(tcp.payload), which would count link padding.
+        payload = pkt[IP].len - pkt[IP].ihl * 4 - tcp.dataofs * 4
+        max_payload = max(max_payload, payload)
+        mss_segments += payload == WIRE_MSS
     if not opened or opened != closed:
         raise RuntimeError(f"{pcap}: connections opened {sorted(opened)}, closed {sorted(closed)}")
-    return len(packets), len(opened)
+    return CaptureSummary(len(packets), len(opened), pcap_linktype(pcap), max_payload, mss_segments, syn_mss)
 
 
 def write_pcapng(pcap: Path, pcapng: Path) -> int:
@@ -593,16 +1037,48 @@ def write_pcapng(pcap: Path, pcapng: Path) -> int:
 # --------------------------------------------------------------------------- main
 
 
-def record(name: str, outdir: Path) -> CaptureStats:
-    asyncio.run(delete_leftover_streams())
+def record(name: str, outdir: Path) -> CaptureSummary:
+    """Record `name` into outdir and check the file; the caller holds recording_lock()."""
+    recording = RECORDINGS[name]
     out = outdir / f"{name}.pcap"
-    with tcpdump(out) as stats:
-        asyncio.run(SCENARIOS[name]())
-    packets, connections = check_capture(out)
-    if packets != stats[0].captured:
-        raise RuntimeError(f"{out}: tcpdump reported {stats[0].captured} packets, file holds {packets}")
-    log.info("%s: %d packets, %d TCP connection(s)", out, packets, connections)
-    return stats[0]
+    asyncio.run(delete_leftover_streams())
+    with contextlib.ExitStack() as stack:
+        # Entered before tcpdump, left after it: lo is back only once tcpdump has stopped.
+        if recording.mtu is not None:
+            stack.enter_context(wire_mtu(recording.mtu))
+        stats = stack.enter_context(
+            tcpdump(out, recording.interface, recording.linktype_name, recording.buffer_kib)
+        )
+        asyncio.run(recording.scenario())
+    summary = check_capture(out)
+    if summary.packets != stats[0].captured:
+        raise RuntimeError(
+            f"{out}: tcpdump reported {stats[0].captured} packets, file holds {summary.packets}"
+        )
+    if summary.connections != recording.connections:
+        raise RuntimeError(
+            f"{out}: {summary.connections} TCP connections, expected {recording.connections}; "
+            f"another client used {HOST}:{PORT} during the recording"
+        )
+    if summary.linktype != recording.linktype:
+        raise RuntimeError(f"{out}: link type {summary.linktype}, expected {recording.linktype}")
+    # Proves the kernel really cut the stream at the MSS: with TSO/GSO still on, tcpdump
+    # would see segments far larger than the MTU even at MTU 1500.
+    if recording.mtu is not None and (summary.mss_segments == 0 or summary.max_payload != WIRE_MSS):
+        raise RuntimeError(
+            f"{out}: expected full {WIRE_MSS}-byte segments and none larger, got "
+            f"{summary.mss_segments} full segments, largest {summary.max_payload}"
+        )
+    log.info(
+        "%s: %d packets, %d TCP connection(s), link type %d, largest segment %d B, SYN MSS %s",
+        out,
+        summary.packets,
+        summary.connections,
+        summary.linktype,
+        summary.max_payload,
+        sorted(set(summary.syn_mss)),
+    )
+    return summary
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -610,24 +1086,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=sorted(SCENARIOS),
-        help="scenario to record (repeatable; default: all)",
+        choices=sorted(RECORDINGS),
+        help="recording to make, written as NAME.pcap (repeatable; default: all)",
     )
     parser.add_argument("--outdir", type=Path, default=DEFAULT_OUTDIR, help="where the captures go")
+    parser.add_argument(
+        "--restore-lo",
+        action="store_true",
+        help=f"only put lo back from {LO_SAVED}, left by a run that was killed (SIGKILL)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    names: list[str] = args.scenario or list(SCENARIOS)
+    if args.restore_lo:
+        if not restore_saved_loopback():
+            log.info("nothing to restore: %s does not exist", LO_SAVED)
+        return 0
+    names: list[str] = args.scenario or list(RECORDINGS)
     outdir: Path = args.outdir.resolve()
     outdir.mkdir(parents=True, exist_ok=True)
     log.info("rstream %s, outdir %s", rstream.__version__, outdir)
 
-    ensure_stream_plugin()
-    for name in names:
-        record(name, outdir)
+    # Held for the whole run: even the plugin check's connection to 5552 would show up in
+    # a capture that another process is recording at that moment.
+    with recording_lock():
+        ensure_stream_plugin()
+        for name in names:
+            record(name, outdir)
     if "session" in names:
         count = write_pcapng(outdir / "session.pcap", outdir / "session.pcapng")
         log.info("%s: %d packets", outdir / "session.pcapng", count)

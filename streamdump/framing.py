@@ -32,6 +32,7 @@ class Piece:
     data: bytes  # the frame (size prefix included), or the part present of an incomplete one
     length: int  # whole frame length for frames (-1 when unknown), byte count for skipped
     reason: str = ""
+    tail: bytes = b""  # incomplete frames: the bytes after the last gap, up to the frame's end
 
 
 @dataclass(slots=True)
@@ -60,6 +61,10 @@ class Framer:
         self.passed_from: int | None = None
         self.hunt_reason = ""
         self.need = 0  # in sync: bytes buf must hold before the next frame can be cut
+        # In sync, a frame cut by a gap waits here until its end: (start, bytes before the gap,
+        # length, reason); the bytes after the last gap collect in tail.
+        self.cut: tuple[int, bytes, int, str] | None = None
+        self.tail = bytearray()
 
     @property
     def buffered(self) -> int:
@@ -81,12 +86,15 @@ class Framer:
             self.pos = pos
         if self.skip_until is not None:
             n = min(len(data), self.skip_until - pos)
+            if self.cut is not None:
+                self.tail += data[:n]
             data = data[n:]
             pos += n
             self.pos = pos
             if pos < self.skip_until:
                 return out
             self.skip_until = None
+            self._release_cut(out, with_tail=True)
         if not data:
             return out
         if not self.synced:
@@ -115,25 +123,39 @@ class Framer:
             self.pos = gap.end
             self.scan = 0
             return out
+        missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
         if self.skip_until is not None:
-            if self.skip_until >= gap.end:
+            if self.skip_until > gap.end:
                 self.pos = gap.end
-                if self.skip_until == gap.end:
-                    self.skip_until = None
+                if self.cut is not None:  # only the bytes after the last gap can be a tail
+                    start, head, total, reason = self.cut
+                    self.cut = (start, head, total, f"{reason}; {missing}")
+                    self.tail.clear()
+                return out
+            self._release_cut(out, with_tail=False)
+            if self.skip_until == gap.end:
+                self.skip_until = None
+                self.pos = gap.end
                 return out
             self.skip_until = None
         elif self.buf:
-            missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
             if len(self.buf) >= size_len:
                 (size,) = self.check.size_st.unpack_from(self.buf, 0)
                 total = size_len + size
                 end = self.pos + total  # type: ignore[operator]
-                out.append(Piece("incomplete", self.pos, bytes(self.buf), total, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
+                head = bytes(self.buf)
                 self.buf.clear()
-                if end >= gap.end:
-                    # The frame's own size says where the next one starts: no hunting needed.
+                if end > gap.end:
+                    # The frame's own size says where the next one starts: no hunting needed,
+                    # and the bytes up to there are the frame's tail.
+                    self.cut = (self.pos, head, total, f"cut by a gap: {missing}")  # type: ignore[assignment]
+                    self.tail.clear()
                     self.pos = gap.end
-                    self.skip_until = end if end > gap.end else None
+                    self.skip_until = end
+                    return out
+                out.append(Piece("incomplete", self.pos, head, total, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
+                if end == gap.end:
+                    self.pos = gap.end
                     return out
             else:
                 out.append(Piece("incomplete", self.pos, bytes(self.buf), -1, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
@@ -145,6 +167,7 @@ class Framer:
     def finish(self, reason: str) -> list[Piece]:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
         out: list[Piece] = []
+        self._release_cut(out, with_tail=False)
         if self.synced:
             if self.buf:
                 size_len = self.check.size_st.size
@@ -162,6 +185,14 @@ class Framer:
         return out
 
     # ------------------------------------------------------------------ in sync
+
+    def _release_cut(self, out: list[Piece], *, with_tail: bool) -> None:
+        if self.cut is None:
+            return
+        start, head, total, reason = self.cut
+        out.append(Piece("incomplete", start, head, total, reason, bytes(self.tail) if with_tail else b""))
+        self.cut = None
+        self.tail.clear()
 
     def _cut(self, data: bytes, pos: int, out: list[Piece]) -> None:
         check = self.check

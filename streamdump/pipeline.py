@@ -20,6 +20,7 @@ from streamdump.decoder import Decoder
 from streamdump.frame import Endpoint, Expert, Frame
 from streamdump.framing import FrameCheck, Framer, Piece
 from streamdump.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
+from streamdump.tail import TailRule, recover, tail_rule
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
@@ -117,6 +118,7 @@ class Reader:
         self.limit = wiring.max_size
         self.frame_max = (wiring.frame_max_command, wiring.frame_max_field)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
+        self.tail_rules: dict[int, TailRule | None] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -154,10 +156,10 @@ class Reader:
                 "note",
                 seg.number,
                 f"{side.where}: capture starts mid-stream at seq "
-                f"{side.stream.next % SEQ_MOD}; framing starts at the first frame boundary found",
+                f"{seg.seq}; framing starts at the first frame boundary found",
                 "midstream",
                 side,
-                start=side.stream.next,
+                start=seg.seq,
             )
         if events:
             yield from self._events(conn, side, events, seg)
@@ -259,6 +261,8 @@ class Reader:
             frame.dst = side.dst
             frame.seq = piece.pos % SEQ_MOD
             if piece.kind == "incomplete":
+                if piece.tail:
+                    self._recover_tail(frame, piece)
                 self.stats.incomplete += 1
                 have = len(piece.data)
                 whole = f" of {piece.length}" if piece.length >= 0 else ""
@@ -271,6 +275,32 @@ class Reader:
                 if frame.command == self.frame_max[0] and conn is not None:
                     self._tune(conn, frame)
             yield frame
+
+    def _recover_tail(self, frame: Frame, piece: Piece) -> None:
+        """Add the whole elements found after the gap to the frame's last array, and say so."""
+        compiled = self.decoder.compiled_for(frame)
+        if compiled is None:
+            return
+        rule = self.tail_rules.get(id(compiled))
+        if rule is None and id(compiled) not in self.tail_rules:
+            rule = self.tail_rules[id(compiled)] = tail_rule(compiled)
+        if rule is None:
+            return
+        before = frame.fields.get(rule.array)
+        if not isinstance(before, list):
+            return
+        items, lost = recover(rule, piece.tail, before)
+        if items:
+            before.extend(items)
+            frame.expert.insert(
+                1,
+                Expert(
+                    "note",
+                    f"{len(items)} whole {rule.array} recovered from the {len(piece.tail)} bytes "
+                    f"after the gap ({lost} bytes of a cut element before them)",
+                    0,
+                ),
+            )
 
     def _tune(self, conn: Connection, frame: Frame) -> None:
         value = frame.fields.get(self.frame_max[1])  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ FIELD_ATTRS = {
     "key",
     "value",
     "size",
+    "increasing",
 }
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -70,6 +71,9 @@ class FieldSpec:
     value: FieldSpec | None = None  # map value
     struct: str | None = None  # struct name when type == "struct"
     fields: tuple[FieldSpec, ...] = ()  # struct members
+    # Grows from one array element to the next (e.g. publishing ids); lets elements found
+    # after a gap be told from bytes that only look like elements.
+    increasing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +405,9 @@ class _Builder:
             if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
                 raise self.fail(where, "'when' values must be a list of integers")
             when = (ref_name, tuple(values))
+        increasing = attrs.get("increasing", False)
+        if increasing is not False and (increasing is not True or type_name not in INT_TYPES):
+            raise self.fail(where, "'increasing: true' applies to integer fields only")
         since = attrs.get("since", 1)
         if not isinstance(since, int) or since < 1:
             raise self.fail(where, f"since {since!r} must be a positive integer")
@@ -414,6 +421,7 @@ class _Builder:
             since=since,
             when=when,
             optional=bool(attrs.get("optional", False)),
+            increasing=increasing,
             **kw,
         )
         if not element:
