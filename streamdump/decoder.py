@@ -66,6 +66,8 @@ class Decoder:
             expert.append(Expert("error", f"frame too short for a header: {len(data)} bytes", 0))
             return self._frame(0, "unknown", None, 0, len(data), fields, expert, data)
         (size,) = self.size_st.unpack_from(mv, 0)
+        if partial:
+            ctx.declared_end = size_len + size
         end = len(data)
         if size + size_len != end:
             if size + size_len < end:

@@ -29,10 +29,15 @@ class Piece:
 
     kind: str  # "frame", "incomplete" or "skipped"
     pos: int  # stream position of the first byte
-    data: bytes  # the frame (size prefix included), or the part present of an incomplete one
+    # The frame (size prefix included), the part present of an incomplete one, or for skipped
+    # bytes that end where a frame was found, those bytes (the tail of a frame whose start is lost).
+    data: bytes
     length: int  # whole frame length for frames (-1 when unknown), byte count for skipped
     reason: str = ""
-    tail: bytes = b""  # incomplete frames: the bytes after the last gap, up to the frame's end
+    # Incomplete frames: the runs of bytes present after each gap inside the frame, and whether
+    # the last run reaches the frame's end (its size says where that is).
+    islands: tuple[bytes, ...] = ()
+    anchored: bool = False
 
 
 @dataclass(slots=True)
@@ -59,12 +64,15 @@ class Framer:
         self.scan = 0  # hunting: offset in buf where the search resumes
         self.passed = 0  # hunting: bytes passed over so far and already dropped from buf
         self.passed_from: int | None = None
+        # Hunting: the bytes passed over since the last gap, while they are one run that a found
+        # frame start could close (bounded by the frame limit); None once that cannot hold.
+        self.orphan: bytearray | None = bytearray()
         self.hunt_reason = ""
         self.need = 0  # in sync: bytes buf must hold before the next frame can be cut
         # In sync, a frame cut by a gap waits here until its end: (start, bytes before the gap,
-        # length, reason); the bytes after the last gap collect in tail.
+        # length, reason); the bytes after each later gap collect in islands.
         self.cut: tuple[int, bytes, int, str] | None = None
-        self.tail = bytearray()
+        self.islands: list[bytearray] = []
 
     @property
     def buffered(self) -> int:
@@ -77,6 +85,7 @@ class Framer:
     def start_hunting(self, reason: str) -> None:
         self.synced = False
         self.hunt_reason = reason
+        self.orphan = bytearray()
 
     # ------------------------------------------------------------------ input
 
@@ -87,14 +96,14 @@ class Framer:
         if self.skip_until is not None:
             n = min(len(data), self.skip_until - pos)
             if self.cut is not None:
-                self.tail += data[:n]
+                self.islands[-1] += data[:n]
             data = data[n:]
             pos += n
             self.pos = pos
             if pos < self.skip_until:
                 return out
             self.skip_until = None
-            self._release_cut(out, with_tail=True)
+            self._release_cut(out, anchored=True)
         if not data:
             return out
         if not self.synced:
@@ -122,17 +131,18 @@ class Framer:
             self.buf.clear()
             self.pos = gap.end
             self.scan = 0
+            self.orphan = bytearray()  # what comes after this gap is a new run
             return out
         missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
         if self.skip_until is not None:
             if self.skip_until > gap.end:
                 self.pos = gap.end
-                if self.cut is not None:  # only the bytes after the last gap can be a tail
+                if self.cut is not None:
                     start, head, total, reason = self.cut
                     self.cut = (start, head, total, f"{reason}; {missing}")
-                    self.tail.clear()
+                    self.islands.append(bytearray())
                 return out
-            self._release_cut(out, with_tail=False)
+            self._release_cut(out, anchored=False)
             if self.skip_until == gap.end:
                 self.skip_until = None
                 self.pos = gap.end
@@ -149,7 +159,7 @@ class Framer:
                     # The frame's own size says where the next one starts: no hunting needed,
                     # and the bytes up to there are the frame's tail.
                     self.cut = (self.pos, head, total, f"cut by a gap: {missing}")  # type: ignore[assignment]
-                    self.tail.clear()
+                    self.islands = [bytearray()]
                     self.pos = gap.end
                     self.skip_until = end
                     return out
@@ -167,7 +177,7 @@ class Framer:
     def finish(self, reason: str) -> list[Piece]:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
         out: list[Piece] = []
-        self._release_cut(out, with_tail=False)
+        self._release_cut(out, anchored=False)
         if self.synced:
             if self.buf:
                 size_len = self.check.size_st.size
@@ -186,13 +196,15 @@ class Framer:
 
     # ------------------------------------------------------------------ in sync
 
-    def _release_cut(self, out: list[Piece], *, with_tail: bool) -> None:
+    def _release_cut(self, out: list[Piece], *, anchored: bool) -> None:
         if self.cut is None:
             return
         start, head, total, reason = self.cut
-        out.append(Piece("incomplete", start, head, total, reason, bytes(self.tail) if with_tail else b""))
+        islands = tuple(bytes(i) for i in self.islands if i)
+        anchored = anchored and bool(self.islands and self.islands[-1])
+        out.append(Piece("incomplete", start, head, total, reason, islands, anchored))
         self.cut = None
-        self.tail.clear()
+        self.islands = []
 
     def _cut(self, data: bytes, pos: int, out: list[Piece]) -> None:
         check = self.check
@@ -266,6 +278,10 @@ class Framer:
         # No start in what we have; keep only the tail a header could still begin in.
         self.scan = max(0, len(buf) - check.header_len + 1)
         if self.scan > HUNT_WINDOW:
+            if self.orphan is not None:
+                self.orphan += buf[: self.scan]
+                if len(self.orphan) > self.limit:
+                    self.orphan = None
             self.passed += self.scan
             if self.passed_from is None:
                 self.passed_from = self.pos
@@ -275,17 +291,20 @@ class Framer:
 
     def _sync_at(self, o: int, out: list[Piece]) -> None:
         if o or self.passed:
-            self._pass_over(o, out, f"no frame boundary {self.hunt_reason}".rstrip())
+            # The bytes before the frame found end where it starts: a frame's tail, perhaps.
+            run = bytes(self.orphan + self.buf[:o]) if self.orphan is not None else b""
+            self._pass_over(o, out, f"no frame boundary {self.hunt_reason}".rstrip(), run)
         rest = bytes(self.buf)
         self.buf = bytearray()
         self.synced = True
         self.scan = 0
         self._cut(rest, self.pos, out)  # type: ignore[arg-type]
 
-    def _pass_over(self, n: int, out: list[Piece], reason: str) -> None:
+    def _pass_over(self, n: int, out: list[Piece], reason: str, run: bytes = b"") -> None:
         start = self.passed_from if self.passed_from is not None else self.pos
         total = self.passed + n
-        out.append(Piece("skipped", start, b"", total, reason))  # type: ignore[arg-type]
+        out.append(Piece("skipped", start, run, total, reason))  # type: ignore[arg-type]
+        self.orphan = bytearray()
         del self.buf[:n]
         self.pos += n  # type: ignore[operator]
         self.passed = 0

@@ -60,6 +60,9 @@ class Ctx:
 
     expert: list[Expert]
     nodes: list[Node] | None = None
+    # Partial frames: where the frame's size says it ends, beyond the captured bytes. Counts
+    # are checked against it, so an array cut by a gap still yields its elements up to the cut.
+    declared_end: int | None = None
 
 
 class Op(Protocol):
@@ -150,11 +153,11 @@ class ArrayCodec:
     def read(
         self, mv: memoryview, pos: int, end: int, ctx: Ctx, node: Node | None, name: str
     ) -> tuple[Any, int]:
-        count, pos = _read_count(mv, pos, end, name, self.element.min_size)
+        count, pos = _read_count(mv, pos, end, name, self.element.min_size, ctx.declared_end)
         if count is None:
             return None, pos
         items: list[Any] = []
-        if self.fixed_code and node is None:
+        if self.fixed_code and node is None and count * self.element.min_size <= end - pos:
             items.extend(struct.unpack_from(f">{count}{self.fixed_code}", mv, pos))
             return items, pos + count * self.element.min_size
         try:
@@ -184,7 +187,9 @@ class MapCodec:
     def read(
         self, mv: memoryview, pos: int, end: int, ctx: Ctx, node: Node | None, name: str
     ) -> tuple[Any, int]:
-        count, pos = _read_count(mv, pos, end, name, self.key.min_size + self.value.min_size)
+        count, pos = _read_count(
+            mv, pos, end, name, self.key.min_size + self.value.min_size, ctx.declared_end
+        )
         if count is None:
             return None, pos
         items: dict[Any, Any] = {}
@@ -251,7 +256,9 @@ class RawCodec:
         return self.fixed if self.ref is None else out.get(self.ref)
 
 
-def _read_count(mv: memoryview, pos: int, end: int, name: str, element_min: int) -> tuple[int | None, int]:
+def _read_count(
+    mv: memoryview, pos: int, end: int, name: str, element_min: int, declared_end: int | None
+) -> tuple[int | None, int]:
     if end - pos < 4:
         raise Short(name, pos, 4, end - pos)
     (count,) = _I32.unpack_from(mv, pos)
@@ -261,7 +268,8 @@ def _read_count(mv: memoryview, pos: int, end: int, name: str, element_min: int)
     if count < 0:
         raise BadValue(name, pos - 4, f"{name} has negative count {count}")
     # Refuse counts that cannot fit before allocating anything for them.
-    if count * element_min > end - pos:
+    room = max(end, declared_end or 0) - pos
+    if count * element_min > room:
         raise Short(f"{name} ({count} entries)", pos, count * element_min, end - pos)
     return count, pos
 

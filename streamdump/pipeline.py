@@ -14,13 +14,14 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streamdump.capture import CaptureError, Segment, Skip, Tally, read_segments
 from streamdump.decoder import Decoder
 from streamdump.frame import Endpoint, Expert, Frame
 from streamdump.framing import FrameCheck, Framer, Piece
 from streamdump.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
-from streamdump.tail import TailRule, recover, tail_rule
+from streamdump.tail import TailRule, last_value, recover, tail_rule
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
@@ -61,6 +62,7 @@ class Side:
     dst: Endpoint
     stream: Stream
     framer: Framer
+    floors: dict[int, int] = field(default_factory=dict)  # wire key -> last increasing value
 
     @property
     def where(self) -> str:
@@ -242,17 +244,24 @@ class Reader:
         for piece in pieces:
             if piece.kind == "skipped":
                 self.stats.skipped_bytes += piece.length
+                orphan = self._orphan(side, piece) if piece.data else None
+                found = f"; {orphan.expert[1].message}" if orphan is not None else ""
                 self._notice(
                     "warn",
                     number,
                     f"{side.where}: {piece.length} bytes from seq {piece.pos % SEQ_MOD} "
-                    f"passed over: {piece.reason}",
+                    f"passed over: {piece.reason}{found}",
                     "skipped",
                     side,
                     start=piece.pos,
                     end=piece.pos + piece.length,
                     length=piece.length,
                 )
+                if orphan is not None:
+                    orphan.number = number
+                    orphan.ts = seg.ts if seg is not None else self.ts
+                    self.stats.incomplete += 1
+                    yield orphan
                 continue
             frame = self.decoder.decode(piece.data, partial=piece.kind == "incomplete")
             frame.number = number
@@ -261,7 +270,7 @@ class Reader:
             frame.dst = side.dst
             frame.seq = piece.pos % SEQ_MOD
             if piece.kind == "incomplete":
-                if piece.tail:
+                if piece.islands:
                     self._recover_tail(frame, piece)
                 self.stats.incomplete += 1
                 have = len(piece.data)
@@ -274,30 +283,89 @@ class Reader:
                 self.stats.frames += 1
                 if frame.command == self.frame_max[0] and conn is not None:
                     self._tune(conn, frame)
+            self._note_floor(side, frame)
             yield frame
+
+    def _rule(self, compiled: tuple[Any, ...] | None) -> TailRule | None:
+        if compiled is None:
+            return None
+        key = id(compiled)
+        if key not in self.tail_rules:
+            self.tail_rules[key] = tail_rule(compiled)
+        return self.tail_rules[key]
+
+    def _note_floor(self, side: Side, frame: Frame) -> None:
+        """Remember the last increasing value (e.g. publishing id) each layout had in this direction."""
+        rule = self._rule(self.decoder.compiled_for(frame)) if frame.command is not None else None
+        if rule is None:
+            return
+        items = frame.fields.get(rule.array)
+        value = last_value(items, rule.increasing) if isinstance(items, list) else None
+        if value is not None:
+            side.floors[frame.wire_key] = value
+
+    def _orphan(self, side: Side, piece: Piece) -> Frame | None:
+        """Whole elements in bytes that end where a found frame starts: the tail of a frame whose
+        start a gap took. Tried only for layouts seen before in this direction, whose last value
+        bounds the chain from below; the command is inferred, and the frame says so."""
+        for (wire_key, version), (layout, ops) in self.decoder.compiled.items():
+            floor = side.floors.get(wire_key)
+            rule = self._rule(ops) if floor is not None else None
+            if rule is None:
+                continue
+            items, unused = recover(rule, (piece.data,), True, [], floor)
+            if not items:
+                continue
+            command = self.decoder.protocol.commands[layout.command]
+            return Frame(
+                protocol=self.decoder.protocol.name,
+                wire_key=wire_key,
+                key=command.key,
+                kind=layout.kind,
+                command=command.name,
+                version=version,
+                size=0,
+                fields={rule.array: items},
+                expert=[
+                    Expert(
+                        "error",
+                        "incomplete frame: its start was lost in a gap; the command is "
+                        f"inferred from the {rule.array} chained to the next frame",
+                        0,
+                    ),
+                    Expert(
+                        "note",
+                        f"{len(items)} whole {rule.array} recovered from {len(piece.data)} bytes "
+                        f"({unused} bytes belong to an element the gap cut)",
+                        0,
+                    ),
+                ],
+                data=b"",
+                src=side.src,
+                dst=side.dst,
+                seq=piece.pos % SEQ_MOD,
+                incomplete="start lost in a gap",
+            )
+        return None
 
     def _recover_tail(self, frame: Frame, piece: Piece) -> None:
         """Add the whole elements found after the gap to the frame's last array, and say so."""
-        compiled = self.decoder.compiled_for(frame)
-        if compiled is None:
-            return
-        rule = self.tail_rules.get(id(compiled))
-        if rule is None and id(compiled) not in self.tail_rules:
-            rule = self.tail_rules[id(compiled)] = tail_rule(compiled)
+        rule = self._rule(self.decoder.compiled_for(frame))
         if rule is None:
             return
         before = frame.fields.get(rule.array)
         if not isinstance(before, list):
             return
-        items, lost = recover(rule, piece.tail, before)
+        items, unused = recover(rule, piece.islands, piece.anchored, before)
         if items:
             before.extend(items)
+            present = sum(map(len, piece.islands))
             frame.expert.insert(
                 1,
                 Expert(
                     "note",
-                    f"{len(items)} whole {rule.array} recovered from the {len(piece.tail)} bytes "
-                    f"after the gap ({lost} bytes of a cut element before them)",
+                    f"{len(items)} whole {rule.array} recovered from the {present} bytes present after "
+                    f"the gap ({unused} bytes belong to elements the gap cut)",
                     0,
                 ),
             )

@@ -42,39 +42,90 @@ def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
     return TailRule(last.spec.name, codec.element, increasing)
 
 
-def recover(rule: TailRule, tail: bytes, before: list[Any]) -> tuple[list[dict[str, Any]], int]:
-    """The elements at the end of tail, and how many bytes before them belong to the cut element."""
-    n = len(tail)
-    mv = memoryview(tail)
+def recover(
+    rule: TailRule, islands: tuple[bytes, ...], anchored: bool, before: list[Any], floor: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The whole elements in the runs of bytes after each gap, and how many bytes held none.
+
+    The last run, when anchored, ends where the frame ends: its elements must chain to
+    exactly there. Other runs end inside an element the next gap cut: their chain must
+    run until too few bytes are left for one more element.
+    """
+    key = rule.increasing
+    known = last_value(before, key)
+    floor = known if known is not None else floor
+    chains: list[list[dict[str, Any]]] = []
+    unused = 0
+    ceiling: int | None = None
+    # From the last run backwards: the anchored run's chain is the strongest evidence, and its
+    # first value bounds the runs before it from above, as the elements before the gap do from below.
+    for i in reversed(range(len(islands))):
+        island = islands[i]
+        exact = anchored and i == len(islands) - 1
+        chain: list[dict[str, Any]] = []
+        start = len(island)
+        if exact or (floor is not None and ceiling is not None):
+            chain, start = _island(rule, island, floor, ceiling, exact_end=exact)
+        chains.append(chain)
+        unused += len(island) - sum(_sizes(rule, island, start, len(chain)))
+        if chain:
+            ceiling = chain[0][key]
+    return [item for chain in reversed(chains) for item in chain], unused
+
+
+def _island(
+    rule: TailRule, data: bytes, floor: int | None, ceiling: int | None, *, exact_end: bool
+) -> tuple[list[dict[str, Any]], int]:
+    n = len(data)
+    mv = memoryview(data)
     ctx = Ctx([])
     ends: dict[int, tuple[dict[str, Any], int]] = {}
-    for start in range(n):
+    cut_here: set[int] = set()  # starts where only the end of the bytes stopped an element
+    for start in range(n + 1):
         try:
             value, end = rule.element.read(mv, start, n, ctx, None, rule.array)
-        except (Short, BadValue):
+        except Short:
+            cut_here.add(start)
+            continue
+        except BadValue:
             continue
         if end > start:
             ends[start] = (value, end)
-    reaches_end = {n}
+    finish = {n} if exact_end else cut_here
+    reaches = set(finish)
     for start in sorted(ends, reverse=True):
-        if ends[start][1] in reaches_end:
-            reaches_end.add(start)
-    floor = _last_value(before, rule.increasing)
+        if ends[start][1] in reaches:
+            reaches.add(start)
     key = rule.increasing
-    for start in sorted(reaches_end - {n}):
+    for start in sorted(reaches - finish):
         chain: list[dict[str, Any]] = []
         pos = start
-        while pos != n:
+        while pos in ends and pos not in (finish if exact_end else ()):
             value, pos = ends[pos]
             chain.append(value)
         values = [item.get(key) for item in chain]
         grows = all(isinstance(v, int) for v in values) and all(a < b for a, b in pairwise(values))
-        if grows and (floor is None or values[0] > floor):
+        if (
+            chain
+            and grows
+            and (floor is None or values[0] > floor)
+            and (ceiling is None or values[-1] < ceiling)
+        ):
             return chain, start
     return [], n
 
 
-def _last_value(items: list[Any], key: str) -> int | None:
+def _sizes(rule: TailRule, data: bytes, start: int, count: int) -> list[int]:
+    mv = memoryview(data)
+    sizes = []
+    for _ in range(count):
+        _, end = rule.element.read(mv, start, len(data), Ctx([]), None, rule.array)
+        sizes.append(end - start)
+        start = end
+    return sizes
+
+
+def last_value(items: list[Any], key: str) -> int | None:
     for item in reversed(items):
         if isinstance(item, dict) and isinstance(item.get(key), int):
             return item[key]

@@ -1,0 +1,203 @@
+"""Are all published messages whose bytes are in a capture recovered, and is every loss accounted for?
+
+Checks a large real recording (from bench/record_flood.py) twice:
+
+1. as recorded: every message the client sent (its .sent.json sidecar) must be
+   recovered from the Publish frames, minus messages whose bytes tcpdump did not
+   capture, and those must lie in reported gaps;
+2. with segments dropped at random (seeded) from a copy of the file, as a lossy
+   capture would have them: the message byte ranges of the intact capture say
+   exactly which messages lost bytes; everything else must still be recovered,
+   whether it sits in a frame cut by a gap or not, and every lost message must lie
+   in a reported gap.
+
+Prints the figures and exits non-zero on any mismatch.
+
+    python bench/record_flood.py --messages 500000 --out /tmp/flood.pcap
+    python bench/recovery_check.py /tmp/flood.pcap [--drop-rate 0.002] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import struct
+import sys
+import time
+from bisect import bisect_right
+from pathlib import Path
+
+from streamdump.decoder import Decoder
+from streamdump.frame import Frame
+from streamdump.packet import Segment, parse
+from streamdump.pipeline import ReadStats, read_frames
+from streamdump.registry import default_registry
+
+PCAP_RECORD = struct.Struct("<IIII")
+SEQ_MOD = 1 << 32
+
+Message = tuple[int, int]  # (publisher id, publishing id)
+
+
+def recovered(frames: list[Frame], sole_publisher: int | None = None) -> set[Message]:
+    """Messages present whole in Publish frames, complete or incomplete ones.
+
+    A frame whose start a gap took has no publisher id; the recording has one publisher,
+    so its messages are that publisher's.
+    """
+    out: set[Message] = set()
+    for frame in frames:
+        if frame.command != "Publish":
+            continue
+        publisher = frame.fields.get("publisher_id", sole_publisher)
+        for m in frame.fields.get("messages") or []:
+            body = m.get("message")
+            if body is not None and len(body) == m.get("size"):
+                out.add((publisher, m["publishing_id"]))
+    return out
+
+
+def message_ranges(frames: list[Frame], decoder: Decoder) -> dict[str, list[tuple[int, int, Message]]]:
+    """Each message's stream position range [start, end) per direction, from the intact capture."""
+    out: dict[str, list[tuple[int, int, Message]]] = {}
+    for frame in frames:
+        if frame.command != "Publish" or frame.incomplete is not None:
+            continue
+        publisher = frame.fields["publisher_id"]
+        (array,) = [n for n in decoder.tree(frame) if n.spec is not None and n.spec.name == "messages"]
+        rows = out.setdefault(f"{frame.src}->{frame.dst}", [])
+        for node, m in zip(array.children, frame.fields["messages"], strict=True):
+            start = frame.seq + node.offset  # type: ignore[operator]
+            rows.append((start, start + node.length, (publisher, m["publishing_id"])))
+    return out
+
+
+def drop_segments(src: Path, dst: Path, rate: float, seed: int) -> dict[str, list[tuple[int, int]]]:
+    """Copy a little-endian microsecond pcap without a random share of its data segments."""
+    rng = random.Random(seed)
+    dropped: dict[str, list[tuple[int, int]]] = {}
+    with src.open("rb") as fh, dst.open("wb") as out:
+        header = fh.read(24)
+        if header[:4] != b"\xd4\xc3\xb2\xa1":
+            raise SystemExit(f"{src}: expected a little-endian microsecond pcap (as tcpdump writes)")
+        (linktype,) = struct.unpack_from("<I", header, 20)
+        out.write(header)
+        number = 0
+        while rec := fh.read(16):
+            ts_s, ts_us, caplen, _wire = PCAP_RECORD.unpack(rec)
+            data = fh.read(caplen)
+            number += 1
+            seg = parse(linktype, data, number, ts_s + ts_us / 1e6)
+            if isinstance(seg, Segment) and seg.payload and rng.random() < rate:
+                key = f"{seg.src}:{seg.sport}->{seg.dst}:{seg.dport}"
+                dropped.setdefault(key, []).append((seg.seq, seg.seq + len(seg.payload)))
+                continue
+            out.write(rec + data)
+    return dropped
+
+
+def unwrap_near(value: int, ref: int) -> int:
+    return ref + ((value - ref + (1 << 31)) % SEQ_MOD) - (1 << 31)
+
+
+def lost_messages(
+    ranges: dict[str, list[tuple[int, int, Message]]], holes: dict[str, list[tuple[int, int]]]
+) -> set[Message]:
+    lost: set[Message] = set()
+    for key, rows in ranges.items():
+        starts = [r[0] for r in rows]
+        for hole_start, hole_end in holes.get(key, []):
+            start = unwrap_near(hole_start, rows[0][0])
+            end = start + ((hole_end - hole_start) % SEQ_MOD)
+            i = max(0, bisect_right(starts, start) - 1)
+            while i < len(rows) and rows[i][0] < end:
+                if rows[i][1] > start:
+                    lost.add(rows[i][2])
+                i += 1
+    return lost
+
+
+def gap_holes(stats: ReadStats) -> dict[str, list[tuple[int, int]]]:
+    holes: dict[str, list[tuple[int, int]]] = {}
+    for n in stats.notices:
+        if n.kind == "gap":
+            holes.setdefault(f"{n.src}->{n.dst}", []).append((n.start, n.start + n.length))  # type: ignore[operator]
+    return holes
+
+
+def decode(path: Path, decoder: Decoder) -> tuple[list[Frame], ReadStats, float]:
+    stats = ReadStats()
+    start = time.perf_counter()
+    frames = [f for f in read_frames(path, decoder, [5552], stats) if f.command == "Publish"]
+    return frames, stats, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("capture", type=Path)
+    parser.add_argument("--drop-rate", type=float, default=0.002, help="share of data segments dropped")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    sidecar = json.loads(Path(f"{args.capture}.sent.json").read_text())
+    decoder = Decoder(default_registry().get("rabbitmq_stream"))
+    publisher = sidecar["publisher_id"]
+    sent = {(publisher, i) for i in range(sidecar["first_publishing_id"], sidecar["last_publishing_id"] + 1)}
+    ok = True
+
+    frames, stats, took = decode(args.capture, decoder)
+    got = recovered(frames, publisher)
+    ranges = message_ranges(frames, decoder)
+    lost = lost_messages(ranges, gap_holes(stats))
+    print(f"capture: {args.capture} ({args.capture.stat().st_size / 1e6:.1f} MB, {stats.packets} packets)")
+    print(f"  tcpdump: {sidecar['tcpdump']}")
+    print(
+        f"  as recorded: sent {len(sent)}, recovered {len(got & sent)}, in reported gaps {len(lost)}, "
+        f"gaps {stats.gaps} ({stats.gap_bytes} bytes), decode {took:.1f} s"
+    )
+    if got != sent - lost or got - sent:
+        missing = len(sent - got - lost)
+        print(f"  MISMATCH: {missing} messages missing outside gaps, {len(got - sent)} unknown")
+        ok = False
+
+    lossy = args.capture.with_suffix(".lossy.pcap")
+    try:
+        holes = drop_segments(args.capture, lossy, args.drop_rate, args.seed)
+        dropped_bytes = sum((e - s) % SEQ_MOD for rows in holes.values() for s, e in rows)
+        expected_lost = lost_messages(ranges, holes)
+        lossy_frames, lossy_stats, took = decode(lossy, decoder)
+        lossy_got = recovered(lossy_frames, publisher)
+        reported = lost_messages(ranges, gap_holes(lossy_stats))
+        in_cut_frames = len(recovered([f for f in lossy_frames if f.incomplete is not None], publisher))
+        print(
+            f"  lossy copy (drop rate {args.drop_rate}, seed {args.seed}): "
+            f"{sum(map(len, holes.values()))} segments / {dropped_bytes} bytes dropped"
+        )
+        print(
+            f"    messages whose bytes are missing: {len(expected_lost)}; recovered {len(lossy_got)} of "
+            f"{len(sent)} (expected {len(sent - expected_lost)}), {in_cut_frames} of them from "
+            f"{lossy_stats.incomplete} incomplete frames"
+        )
+        print(
+            f"    gap report: {lossy_stats.gaps} gaps, {lossy_stats.gap_bytes} bytes; lost messages inside "
+            f"reported gaps: {len(reported & expected_lost)} of {len(expected_lost)}; decode {took:.1f} s"
+        )
+        if lossy_got != sent - expected_lost:
+            print(
+                f"    MISMATCH: {len(sent - expected_lost - lossy_got)} messages with all bytes present "
+                f"not recovered; {len(lossy_got & expected_lost)} recovered despite missing bytes"
+            )
+            ok = False
+        if reported != expected_lost or lossy_stats.gap_bytes != dropped_bytes:
+            print("    MISMATCH: the gap report does not account for exactly the dropped bytes")
+            ok = False
+    finally:
+        lossy.unlink(missing_ok=True)
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
