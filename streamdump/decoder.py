@@ -121,7 +121,7 @@ class Decoder:
         try:
             pos = decode_ops(ops, mv, pos, end, fields, ctx)
         except Short as exc:
-            expert.append(Expert("error", exc.message(), exc.offset))
+            expert.append(Expert("error", exc.message(), exc.offset, cut=partial))
             pos = end
         except BadValue as exc:
             expert.append(Expert("error", exc.text, exc.offset))

@@ -17,6 +17,7 @@ class Expert:
     severity: str
     message: str
     offset: int | None = None  # byte offset in the frame (size prefix included)
+    cut: bool = False  # a partial frame's bytes ran out here, as expected of an incomplete frame
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"severity": self.severity, "message": self.message}

@@ -21,6 +21,9 @@ from streamdump.reassembly import Gap
 OVERSIZED_PREVIEW = 64 << 10
 # Hunting keeps at most this much unsynced data that holds no candidate start.
 HUNT_WINDOW = 64 << 10
+# A frame start found just before a gap must show this many bytes past its header, so that a
+# clean partial decode means something.
+MIN_CUT_PREFIX = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,7 @@ class FrameCheck:
     candidates: Callable[[bytearray, int], list[int]]  # offsets that may start a frame
     plausible: Callable[[bytes], bool]  # header check on the first header_len bytes
     clean: Callable[[bytes], bool]  # whole frame decodes without errors
+    clean_prefix: Callable[[bytes], bool]  # the start of a frame decodes without errors up to its end
 
 
 class Framer:
@@ -67,6 +71,7 @@ class Framer:
         # Hunting: the bytes passed over since the last gap, while they are one run that a found
         # frame start could close (bounded by the frame limit); None once that cannot hold.
         self.orphan: bytearray | None = bytearray()
+        self.runs: list[bytes] = []  # hunting: earlier runs, each ended by a gap (bounded by the limit)
         self.hunt_reason = ""
         self.need = 0  # in sync: bytes buf must hold before the next frame can be cut
         # In sync, a frame cut by a gap waits here until its end: (start, bytes before the gap,
@@ -86,6 +91,7 @@ class Framer:
         self.synced = False
         self.hunt_reason = reason
         self.orphan = bytearray()
+        self.runs = []
 
     # ------------------------------------------------------------------ input
 
@@ -122,12 +128,19 @@ class Framer:
         out: list[Piece] = []
         size_len = self.check.size_st.size
         if not self.synced and self.buf:
-            # A frame that ends exactly where the bytes stop is still found.
+            # A frame that ends exactly where the bytes stop is still found, and so is one that
+            # this gap cuts, when the part present decodes cleanly.
             self._hunt(out, at_end=True)
+            if not self.synced:
+                self._hunt_cut(out)
         if not self.synced:
             self.passed += len(self.buf)
             if self.passed_from is None and self.buf:
                 self.passed_from = self.pos
+            if self.orphan is not None and (self.orphan or self.buf):
+                self.runs.append(bytes(self.orphan + self.buf))
+                while sum(map(len, self.runs)) > self.limit:
+                    self.runs.pop(0)
             self.buf.clear()
             self.pos = gap.end
             self.scan = 0
@@ -275,9 +288,10 @@ class Framer:
                 continue
             self._sync_at(o, out)
             return
-        # No start in what we have; keep only the tail a header could still begin in.
+        # No start in what we have; keep only the tail a header could still begin in. (At the
+        # end of the bytes the caller still needs them all, to look for a frame the end cuts.)
         self.scan = max(0, len(buf) - check.header_len + 1)
-        if self.scan > HUNT_WINDOW:
+        if self.scan > HUNT_WINDOW and not at_end:
             if self.orphan is not None:
                 self.orphan += buf[: self.scan]
                 if len(self.orphan) > self.limit:
@@ -289,11 +303,27 @@ class Framer:
             self.pos += self.scan  # type: ignore[operator]
             self.scan = 0
 
+    def _hunt_cut(self, out: list[Piece]) -> None:
+        """Find a frame start whose frame runs past the end of the bytes (a gap follows)."""
+        check = self.check
+        buf = self.buf
+        size_len = check.size_st.size
+        for o in check.candidates(buf, 0):
+            if len(buf) - o < check.header_len + MIN_CUT_PREFIX:
+                break
+            (size,) = check.size_st.unpack_from(buf, o)
+            if not check.min_size <= size <= self.limit or o + size_len + size <= len(buf):
+                continue
+            if check.plausible(bytes(buf[o : o + check.header_len])) and check.clean_prefix(bytes(buf[o:])):
+                self._sync_at(o, out)
+                return
+
     def _sync_at(self, o: int, out: list[Piece]) -> None:
         if o or self.passed:
             # The bytes before the frame found end where it starts: a frame's tail, perhaps.
             run = bytes(self.orphan + self.buf[:o]) if self.orphan is not None else b""
             self._pass_over(o, out, f"no frame boundary {self.hunt_reason}".rstrip(), run)
+        self.runs = []
         rest = bytes(self.buf)
         self.buf = bytearray()
         self.synced = True
@@ -303,7 +333,9 @@ class Framer:
     def _pass_over(self, n: int, out: list[Piece], reason: str, run: bytes = b"") -> None:
         start = self.passed_from if self.passed_from is not None else self.pos
         total = self.passed + n
-        out.append(Piece("skipped", start, run, total, reason))  # type: ignore[arg-type]
+        # Earlier runs ride along as islands: their whole elements may be recovered too.
+        islands = (*self.runs, run) if run else ()
+        out.append(Piece("skipped", start, run, total, reason, islands, bool(run)))  # type: ignore[arg-type]
         self.orphan = bytearray()
         del self.buf[:n]
         self.pos += n  # type: ignore[operator]

@@ -96,6 +96,12 @@ def frame_check(decoder: Decoder) -> FrameCheck:
         frame = decoder.decode(data)
         return frame.command is not None and frame.worst_severity not in ("warn", "error")
 
+    def clean_prefix(data: bytes) -> bool:
+        frame = decoder.decode(data, partial=True)
+        return frame.command is not None and all(
+            e.cut or e.severity not in ("warn", "error") for e in frame.expert
+        )
+
     return FrameCheck(
         size_st=decoder.size_st,
         min_size=decoder.header_size,
@@ -103,6 +109,7 @@ def frame_check(decoder: Decoder) -> FrameCheck:
         candidates=candidates,
         plausible=decoder.plausible,
         clean=clean,
+        clean_prefix=clean_prefix,
     )
 
 
@@ -313,7 +320,7 @@ class Reader:
             rule = self._rule(ops) if floor is not None else None
             if rule is None:
                 continue
-            items, unused = recover(rule, (piece.data,), True, [], floor)
+            items, unused = recover(rule, piece.islands, True, [], floor)
             if not items:
                 continue
             command = self.decoder.protocol.commands[layout.command]
@@ -335,8 +342,8 @@ class Reader:
                     ),
                     Expert(
                         "note",
-                        f"{len(items)} whole {rule.array} recovered from {len(piece.data)} bytes "
-                        f"({unused} bytes belong to an element the gap cut)",
+                        f"{len(items)} whole {rule.array} recovered from {sum(map(len, piece.islands))} "
+                        f"bytes ({unused} bytes belong to elements a gap cut)",
                         0,
                     ),
                 ],
