@@ -15,6 +15,17 @@ CAPTURES = ROOT / "captures"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
+def merged(ranges: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Byte ranges per direction, (direction, start, end), with touching ones joined."""
+    out: list[tuple[str, int, int]] = []
+    for key, start, end in sorted(ranges):
+        if out and out[-1][0] == key and out[-1][2] >= start:
+            out[-1] = (key, out[-1][1], max(out[-1][2], end))
+        else:
+            out.append((key, start, end))
+    return out
+
+
 def need(condition: bool, why: str) -> None:
     """Skip on a laptop when a real service or tool is missing; fail in CI, where .ci/run provides it."""
     if condition:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from conftest import CAPTURES
+from conftest import CAPTURES, merged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,16 +78,6 @@ def endpoint(seg: Segment) -> str:
 def overlaps(t: Truth, ranges: list[tuple[str, int, int]]) -> bool:
     end = t.seq + len(t.data)
     return any(src == t.src and start < end and t.seq < stop for src, start, stop in ranges)
-
-
-def merged(ranges: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-    out: list[tuple[str, int, int]] = []
-    for src, start, end in sorted(ranges):
-        if out and out[-1][0] == src and out[-1][2] >= start:
-            out[-1] = (src, out[-1][1], max(out[-1][2], end))
-        else:
-            out.append((src, start, end))
-    return out
 
 
 # ---------------------------------------------------------------------------- clean input
