@@ -363,7 +363,7 @@ class Reader:
         before = frame.fields.get(rule.array)
         if not isinstance(before, list):
             return
-        items, unused = recover(rule, piece.islands, piece.anchored, before)
+        items, unused = recover(rule, piece.islands, piece.anchored, before, span=piece.length)
         if items:
             before.extend(items)
             present = sum(map(len, piece.islands))

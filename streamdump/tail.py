@@ -43,13 +43,21 @@ def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
 
 
 def recover(
-    rule: TailRule, islands: tuple[bytes, ...], anchored: bool, before: list[Any], floor: int | None = None
+    rule: TailRule,
+    islands: tuple[bytes, ...],
+    anchored: bool,
+    before: list[Any],
+    floor: int | None = None,
+    span: int | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The whole elements in the runs of bytes after each gap, and how many bytes held none.
 
     The last run, when anchored, ends where the frame ends: its elements must chain to
     exactly there. Other runs end inside an element the next gap cut: their chain must
-    run until too few bytes are left for one more element.
+    run until too few bytes are left for one more element, and its values must lie
+    between the elements before and after it. span (the frame's length) bounds how many
+    elements can follow the floor, which serves as that upper bound when no later
+    element is known; values that skip more than that are not recovered.
     """
     key = rule.increasing
     known = last_value(before, key)
@@ -57,6 +65,8 @@ def recover(
     chains: list[list[dict[str, Any]]] = []
     unused = 0
     ceiling: int | None = None
+    if floor is not None and span is not None:
+        ceiling = floor + span // max(1, rule.element.min_size) + 1
     # From the last run backwards: the anchored run's chain is the strongest evidence, and its
     # first value bounds the runs before it from above, as the elements before the gap do from below.
     for i in reversed(range(len(islands))):
