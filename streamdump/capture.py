@@ -60,7 +60,6 @@ class Tally:
     """Counts every packet read, TCP or not, and the ones that yielded no segment, for reports."""
 
     packets: int = 0
-    bytes_read: int = 0
     compression: str | None = None
     skipped: Counter[Skip] = field(default_factory=Counter)
     first_skipped: dict[Skip, int] = field(default_factory=dict)
@@ -178,7 +177,6 @@ def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segm
                 raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
             tally.packets = number
-            tally.bytes_read = raw.tell()
             got = parse(linktype, buf, number, ts)
             if isinstance(got, Skip):
                 tally.skipped[got] += 1
