@@ -129,17 +129,6 @@ class Decoder:
         self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
         return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
 
-    def compiled_for(self, frame: Frame) -> tuple[Op, ...] | None:
-        """The compiled fields a frame was decoded with (its version, or the nearest lower one)."""
-        command = self.protocol.by_key.get(frame.key)
-        if command is None:
-            return None
-        version = frame.version
-        if version not in command.versions:
-            version = max((v for v in command.versions if v <= version), default=command.versions[0])
-        found = self.compiled.get((frame.wire_key, version))
-        return found[1] if found else None
-
     def tree(self, frame: Frame) -> list[Node]:
         """The detail tree of a frame, built on demand by decoding it again with nodes on."""
         nodes: list[Node] = []

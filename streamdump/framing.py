@@ -32,13 +32,13 @@ class Piece:
 
     kind: str  # "frame", "incomplete" or "skipped"
     pos: int  # stream position of the first byte
-    # The frame (size prefix included), the part present of an incomplete one, or for skipped
-    # bytes that end where a frame was found, those bytes (the tail of a frame whose start is lost).
-    data: bytes
+    data: bytes  # the frame (size prefix included), or the part present of an incomplete one
     length: int  # whole frame length for frames (-1 when unknown), byte count for skipped
     reason: str = ""
     # Incomplete frames: the runs of bytes present after each gap inside the frame, and whether
-    # the last run reaches the frame's end (its size says where that is).
+    # the last run reaches the frame's end (its size says where that is). Skipped bytes that end
+    # where a frame was found: the runs since hunting began, the last one ending at that frame
+    # (the tail of a frame whose start a gap took).
     islands: tuple[bytes, ...] = ()
     anchored: bool = False
 
@@ -78,10 +78,6 @@ class Framer:
         # length, reason); the bytes after each later gap collect in islands.
         self.cut: tuple[int, bytes, int, str] | None = None
         self.islands: list[bytearray] = []
-
-    @property
-    def buffered(self) -> int:
-        return len(self.buf)
 
     def set_limit(self, frame_max: int) -> None:
         """Apply a negotiated maximum frame size (0 = none)."""
@@ -335,7 +331,7 @@ class Framer:
         total = self.passed + n
         # Earlier runs ride along as islands: their whole elements may be recovered too.
         islands = (*self.runs, run) if run else ()
-        out.append(Piece("skipped", start, run, total, reason, islands, bool(run)))  # type: ignore[arg-type]
+        out.append(Piece("skipped", start, b"", total, reason, islands, bool(run)))  # type: ignore[arg-type]
         self.orphan = bytearray()
         del self.buf[:n]
         self.pos += n  # type: ignore[operator]

@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from streamdump.capture import CaptureError, Segment, Skip, Tally, read_segments
 from streamdump.decoder import Decoder
@@ -127,7 +126,10 @@ class Reader:
         self.limit = wiring.max_size
         self.frame_max = (wiring.frame_max_command, wiring.frame_max_field)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
-        self.tail_rules: dict[int, TailRule | None] = {}
+        # Layouts whose last array can be recovered after a gap, by (wire key, version).
+        self.tail_rules: dict[tuple[int, int], TailRule] = {
+            key: rule for key, (_, ops) in decoder.compiled.items() if (rule := tail_rule(ops)) is not None
+        }
 
     # ------------------------------------------------------------------ input
 
@@ -251,7 +253,7 @@ class Reader:
         for piece in pieces:
             if piece.kind == "skipped":
                 self.stats.skipped_bytes += piece.length
-                orphan = self._orphan(side, piece) if piece.data else None
+                orphan = self._orphan(side, piece) if piece.islands else None
                 found = f"; {orphan.expert[1].message}" if orphan is not None else ""
                 self._notice(
                     "warn",
@@ -293,17 +295,9 @@ class Reader:
             self._note_floor(side, frame)
             yield frame
 
-    def _rule(self, compiled: tuple[Any, ...] | None) -> TailRule | None:
-        if compiled is None:
-            return None
-        key = id(compiled)
-        if key not in self.tail_rules:
-            self.tail_rules[key] = tail_rule(compiled)
-        return self.tail_rules[key]
-
     def _note_floor(self, side: Side, frame: Frame) -> None:
         """Remember the last increasing value (e.g. publishing id) each layout had in this direction."""
-        rule = self._rule(self.decoder.compiled_for(frame)) if frame.command is not None else None
+        rule = self.tail_rules.get((frame.wire_key, frame.version))
         if rule is None:
             return
         items = frame.fields.get(rule.array)
@@ -315,14 +309,14 @@ class Reader:
         """Whole elements in bytes that end where a found frame starts: the tail of a frame whose
         start a gap took. Tried only for layouts seen before in this direction, whose last value
         bounds the chain from below; the command is inferred, and the frame says so."""
-        for (wire_key, version), (layout, ops) in self.decoder.compiled.items():
+        for (wire_key, version), rule in self.tail_rules.items():
             floor = side.floors.get(wire_key)
-            rule = self._rule(ops) if floor is not None else None
-            if rule is None:
+            if floor is None:
                 continue
             items, unused = recover(rule, piece.islands, True, [], floor)
             if not items:
                 continue
+            layout = self.decoder.compiled[wire_key, version][0]
             command = self.decoder.protocol.commands[layout.command]
             return Frame(
                 protocol=self.decoder.protocol.name,
@@ -357,7 +351,7 @@ class Reader:
 
     def _recover_tail(self, frame: Frame, piece: Piece) -> None:
         """Add the whole elements found after the gap to the frame's last array, and say so."""
-        rule = self._rule(self.decoder.compiled_for(frame))
+        rule = self.tail_rules.get((frame.wire_key, frame.version))
         if rule is None:
             return
         before = frame.fields.get(rule.array)
