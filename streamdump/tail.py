@@ -73,11 +73,11 @@ def recover(
         island = islands[i]
         exact = anchored and i == len(islands) - 1
         chain: list[dict[str, Any]] = []
-        start = len(island)
+        used = 0
         if exact or (floor is not None and ceiling is not None):
-            chain, start = _island(rule, island, floor, ceiling, exact_end=exact)
+            chain, used = _island(rule, island, floor, ceiling, exact_end=exact)
         chains.append(chain)
-        unused += len(island) - sum(_sizes(rule, island, start, len(chain)))
+        unused += len(island) - used
         if chain:
             ceiling = chain[0][key]
     return [item for chain in reversed(chains) for item in chain], unused
@@ -86,6 +86,7 @@ def recover(
 def _island(
     rule: TailRule, data: bytes, floor: int | None, ceiling: int | None, *, exact_end: bool
 ) -> tuple[list[dict[str, Any]], int]:
+    """The first chain of elements in data that passes the checks, and the bytes it covers."""
     n = len(data)
     mv = memoryview(data)
     ctx = Ctx([])
@@ -110,7 +111,7 @@ def _island(
     for start in sorted(reaches - finish):
         chain: list[dict[str, Any]] = []
         pos = start
-        while pos in ends and pos not in (finish if exact_end else ()):
+        while pos in ends:
             value, pos = ends[pos]
             chain.append(value)
         values = [item.get(key) for item in chain]
@@ -121,18 +122,8 @@ def _island(
             and (floor is None or values[0] > floor)
             and (ceiling is None or values[-1] < ceiling)
         ):
-            return chain, start
-    return [], n
-
-
-def _sizes(rule: TailRule, data: bytes, start: int, count: int) -> list[int]:
-    mv = memoryview(data)
-    sizes = []
-    for _ in range(count):
-        _, end = rule.element.read(mv, start, len(data), Ctx([]), None, rule.array)
-        sizes.append(end - start)
-        start = end
-    return sizes
+            return chain, pos - start
+    return [], 0
 
 
 def last_value(items: list[Any], key: str) -> int | None:
