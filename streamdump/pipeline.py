@@ -154,7 +154,7 @@ class Reader:
             if not syn and not seg.payload and seg.wire_len == 0:
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
-            conn = self._open(key, seg)
+            conn = self._open(key)
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
         if seg.flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
@@ -191,7 +191,7 @@ class Reader:
         stream = conn.to_server.stream
         return stream.next is not None and stream.position(seq) + 1 != stream.next  # not a repeated SYN
 
-    def _open(self, key: tuple[str, int, str, int], seg: Segment) -> Connection:
+    def _open(self, key: tuple[str, int, str, int]) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
         conn = Connection(client, server, self._side(client, server), self._side(server, client))
         self.connections[key] = conn
