@@ -5,7 +5,9 @@ plugin listens on 127.0.0.1:5552, wraps each scenario in a tcpdump recording (of
 or of `any` for the Linux cooked-mode files), drives a real rstream client (asyncio)
 against the real broker, and finally converts session.pcap to session.pcapng. Some
 recordings run with lo's MTU at 1500 and its offloads off, so that large frames span
-many TCP segments; lo is always put back as it was. The decoder under streamdump/ never
+many TCP segments; lo is always put back as it was. Two scenarios also write files beside
+their capture: compression.sent.json (what was published, record by record) and chunks/
+(Osiris chunks cut out of the broker's own segment files). The decoder under streamdump/ never
 imports it; the captures it writes are test inputs for that decoder. bench/record_flood.py
 imports it to record a large benchmark capture.
 
@@ -22,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import calendar
 import contextlib
 import fcntl
+import gzip
 import json
 import logging
 import os
@@ -35,16 +39,28 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+import cramjam
 import rstream
 from rstream import AMQPMessage, OffsetType, Properties, schema
 from rstream.client import Client
+from rstream.compression import (
+    CompressionHelper,
+    CompressionType,
+    ICompressionCodec,
+    StreamCompressionCodecs,
+)
 from rstream.exceptions import AuthenticationFailure, StreamDoesNotExist
 
 log = logging.getLogger("record")
@@ -60,10 +76,20 @@ SESSION_STREAM = "streamdump-demo"
 OFFSETS_STREAM = "streamdump-offsets"
 MISSING_STREAM = "streamdump-missing"
 BULK_STREAM = "streamdump-bulk"
+COMPRESSION_STREAM = "streamdump-compression"
+TRACKING_STREAM = "streamdump-tracking"
 # bench/record_flood.py's stream: listed here so an aborted flood (500k messages) does not
 # stay on the broker until someone notices.
 FLOOD_STREAM = "streamdump-flood"
-ALL_STREAMS = (SESSION_STREAM, OFFSETS_STREAM, MISSING_STREAM, BULK_STREAM, FLOOD_STREAM)
+ALL_STREAMS = (
+    SESSION_STREAM,
+    OFFSETS_STREAM,
+    MISSING_STREAM,
+    BULK_STREAM,
+    COMPRESSION_STREAM,
+    TRACKING_STREAM,
+    FLOOD_STREAM,
+)
 
 PUBLISHER_REFERENCE = "streamdump-publisher"
 CONSUMER_REFERENCE = "streamdump-consumer"
@@ -597,9 +623,12 @@ async def publish(
     client: Client,
     tracker: ConfirmTracker,
     publisher_id: int,
-    batch: list[tuple[int, AMQPMessage]],
+    batch: list[tuple[int, AMQPMessage | bytes]],
 ) -> None:
-    """Send one Publish frame holding `batch` and wait until every id in it is confirmed."""
+    """Send one Publish frame holding `batch` and wait until every id in it is confirmed.
+
+    A message given as bytes goes out as it is: a record that is not AMQP.
+    """
     messages = [schema.Message(publishing_id=pid, filter_value=None, data=bytes(msg)) for pid, msg in batch]
     await client.publish(messages, publisher_id=publisher_id)
     await tracker.wait({pid for pid, _ in batch})
@@ -886,6 +915,825 @@ async def scenario_auth_failure() -> None:
         await client.close()
 
 
+# --------------------------------------------------------------------------- compression
+
+# Files a scenario writes besides its capture, by path relative to the output directory.
+Outputs = dict[str, bytes]
+
+SNAPPY_STREAM_ID = bytes.fromhex("ff060000734e61507059")  # snappy framing format's first chunk
+LZ4_FRAME_MAGIC = bytes.fromhex("04224d18")
+ZSTD_MAGIC = bytes.fromhex("28b52ffd")
+GZIP_MAGIC = bytes.fromhex("1f8b")
+
+
+def lz4_block_size_prefixed(run: bytes) -> bytes:
+    """python-lz4's `lz4.block.compress` default: u32 little-endian uncompressed size, then the block."""
+    return len(run).to_bytes(4, "little") + bytes(cramjam.lz4.compress_block(run, store_size=False))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of compressing a sub-batch body, as some client does it."""
+
+    name: str
+    # The compression code in the entry type byte (rstream's CompressionType value).
+    code: int
+    decompress: Callable[[bytes], bytes]
+    # None: rstream's own codec for this code (none, gzip) compresses.
+    compress: Callable[[bytes], bytes] | None
+    # How the compressed body starts; empty for the variant its code falls back to.
+    magic: bytes
+    records: int
+
+
+VARIANTS = (
+    Variant("none", 0, bytes, None, b"", 3),
+    Variant("gzip", 1, gzip.decompress, None, GZIP_MAGIC, 4),
+    # The Java and Go clients' snappy: the framing format, starting with the stream identifier.
+    Variant(
+        "snappy-framed",
+        2,
+        lambda b: bytes(cramjam.snappy.decompress(b)),
+        lambda b: bytes(cramjam.snappy.compress(b)),
+        SNAPPY_STREAM_ID,
+        5,
+    ),
+    # python-snappy's snappy.compress: one raw block, starting with the varint length.
+    Variant(
+        "snappy-raw",
+        2,
+        lambda b: bytes(cramjam.snappy.decompress_raw(b)),
+        lambda b: bytes(cramjam.snappy.compress_raw(b)),
+        b"",
+        6,
+    ),
+    # The Java and Go clients' lz4: the frame format.
+    Variant(
+        "lz4-frame",
+        3,
+        lambda b: bytes(cramjam.lz4.decompress(b)),
+        lambda b: bytes(cramjam.lz4.compress(b)),
+        LZ4_FRAME_MAGIC,
+        7,
+    ),
+    # cramjam reads the size prefix the same way python-lz4 writes it.
+    Variant(
+        "lz4-block-size-prefixed",
+        3,
+        lambda b: bytes(cramjam.lz4.decompress_block(b)),
+        lz4_block_size_prefixed,
+        b"",
+        4,
+    ),
+    Variant(
+        "zstd",
+        4,
+        lambda b: bytes(cramjam.zstd.decompress(b)),
+        lambda b: bytes(cramjam.zstd.compress(b)),
+        ZSTD_MAGIC,
+        5,
+    ),
+)
+
+
+def variant_of(code: int, body: bytes) -> Variant:
+    """The variant of compression `code` that produced `body`, told by its first bytes."""
+    same = [v for v in VARIANTS if v.code == code]
+    for variant in same:
+        if variant.magic and body.startswith(variant.magic):
+            return variant
+    fallback = [v for v in same if not v.magic]
+    if not fallback:
+        raise ValueError(f"compression {code}: body starts {body[:10].hex()}, no known variant")
+    return fallback[0]
+
+
+def sub_batch_run(records: Sequence[bytes]) -> bytes:
+    """A sub-batch's uncompressed body: [u32 size][record] per record."""
+    return b"".join(len(r).to_bytes(4, "big") + r for r in records)
+
+
+class VariantCodec(ICompressionCodec):
+    """rstream codec that compresses with one variant and uncompresses any variant of its code.
+
+    rstream holds one codec per compression code, and the two snappy and two lz4 variants
+    share a code, so the consumer side recognises the variant by the body's first bytes.
+    """
+
+    def __init__(self, variant: Variant) -> None:
+        assert variant.compress is not None
+        self.variant = variant
+        self.run = b""
+        self.body = b""
+        self.count = 0
+
+    def compress(self, messages: Sequence[Any]) -> None:
+        assert self.variant.compress is not None
+        self.run = sub_batch_run([bytes(m) for m in messages])
+        self.body = self.variant.compress(self.run)
+        self.count = len(messages)
+
+    def uncompress(self, compressed_data: bytes, uncompressed_data_size: int) -> bytes:
+        run = variant_of(self.variant.code, compressed_data).decompress(compressed_data)
+        if len(run) != uncompressed_data_size:
+            raise ValueError(f"uncompressed {len(run)} bytes, the entry says {uncompressed_data_size}")
+        return run
+
+    def compressed_size(self) -> int:
+        return len(self.body)
+
+    def uncompressed_size(self) -> int:
+        return len(self.run)
+
+    def messages_count(self) -> int:
+        return self.count
+
+    def compression_type(self) -> int:
+        return self.variant.code
+
+    def data(self) -> bytes:
+        return self.body
+
+
+# Fixed instants (ms since the epoch), so that the record bytes are the same in every run.
+CREATION_MS = 1_795_000_000_000
+EXPIRY_MS = CREATION_MS + 86_400_000
+APP_TIMESTAMP = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
+MESSAGE_UUID = uuid.UUID("6f1c2a52-8d3e-4b7a-9c10-5e2f7d4a8b91")
+FILLER_TEXT = "the quick brown fox jumps over the lazy dog"
+
+
+def compression_simple_messages() -> list[AMQPMessage | bytes]:
+    """The plain entries: AMQP messages with every kind of section content, then two raw ones."""
+    return [
+        AMQPMessage(
+            body=b'{"order": 1, "item": "widget", "qty": 3}',
+            properties=Properties(
+                message_id="cmp-1",
+                user_id=b"guest",
+                to="/queues/orders",
+                subject="order.created",
+                reply_to="/queues/replies",
+                correlation_id=b"\x00\x01corr",
+                content_type="application/json",
+                content_encoding="utf-8",
+                absolute_expiry_time=EXPIRY_MS,
+                creation_time=CREATION_MS,
+                group_id="orders",
+                group_sequence=7,
+                reply_to_group_id="replies",
+            ),
+            application_properties={
+                "str": "streamdump",
+                "int": 42,
+                "negative": -7,
+                "long": 2**40,
+                "true": True,
+                "false": False,
+                "double": 2.5,
+                "binary": b"\x00\xff\x10",
+                "null": None,
+                "timestamp": APP_TIMESTAMP,
+            },
+        ),
+        AMQPMessage(
+            body="grüße, 世界".encode(),
+            properties=Properties(
+                message_id=MESSAGE_UUID,
+                correlation_id=123456789,
+                content_type="text/plain; charset=utf-8",
+                creation_time=CREATION_MS + 1000,
+            ),
+            application_properties={"lang": "de+zh", "retries": 0},
+        ),
+        # No properties section, and a body that is not text.
+        AMQPMessage(body=bytes(range(40)), application_properties={"kind": "binary", "size": 40}),
+        # No application-properties section.
+        AMQPMessage(
+            body=b"properties only", properties=Properties(message_id=b"\x01\x02\x03\x04", subject="x")
+        ),
+        b"raw bytes, not an AMQP message",
+        b"\xde\xad\xbe\xef\x00\x01\x02\x7f\x80\xfe\xff\r\n\t\x1b",
+    ]
+
+
+def sub_batch_messages(variant: Variant) -> list[AMQPMessage]:
+    """`variant.records` messages with distinct, compressible bodies; even ones carry properties."""
+    messages = []
+    for k in range(variant.records):
+        body = f"{variant.name} record {k}: {FILLER_TEXT} {FILLER_TEXT}".encode()
+        if k % 2:
+            messages.append(AMQPMessage(body=body))
+        else:
+            messages.append(
+                AMQPMessage(
+                    body=body,
+                    properties=Properties(message_id=f"{variant.name}-{k}", content_type="text/plain"),
+                    application_properties={"variant": variant.name, "index": k},
+                )
+            )
+    return messages
+
+
+# The AMQP 1.0 type rstream 1.1.1 encodes each properties field as. message_id and
+# correlation_id depend on the value: see _ID_TYPES.
+PROPERTY_TYPES = {
+    "user_id": "binary",
+    "to": "string",
+    "subject": "string",
+    "reply_to": "string",
+    "content_type": "symbol",
+    "content_encoding": "symbol",
+    "absolute_expiry_time": "timestamp",
+    "creation_time": "timestamp",
+    "group_id": "string",
+    "group_sequence": "uint",
+    "reply_to_group_id": "string",
+}
+_ID_TYPES: dict[type, str] = {str: "string", bytes: "binary", uuid.UUID: "uuid", int: "ulong"}
+INT32 = range(-(2**31), 2**31)
+
+
+def amqp_value_type(value: object) -> str:
+    """The AMQP 1.0 type rstream 1.1.1 encodes an application property value as."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "int" if value in INT32 else "long"
+    types = {str: "string", bytes: "binary", float: "double", datetime: "timestamp", uuid.UUID: "uuid"}
+    return types[type(value)]
+
+
+def json_value(value: object) -> object:
+    """JSON-safe form: bytes as hex, UUIDs as text, timestamps as int ms since the epoch."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return calendar.timegm(value.utctimetuple()) * 1000 + value.microsecond // 1000
+    return value
+
+
+def record_json(message: AMQPMessage | bytes) -> dict[str, Any]:
+    """One record of the sidecar: its exact bytes and, for AMQP, what was given to rstream."""
+    if isinstance(message, bytes):
+        return {"offset": None, "bytes": message.hex(), "amqp": False}
+    given = message.properties._asdict() if message.properties else {}
+    properties = {name: value for name, value in given.items() if value is not None}
+    app = message.application_properties or {}
+    return {
+        "offset": None,
+        "bytes": bytes(message).hex(),
+        "amqp": True,
+        "body": bytes(message.body).hex(),
+        "properties": {name: json_value(value) for name, value in properties.items()},
+        "property_types": {
+            name: _ID_TYPES[type(value)] if name in ("message_id", "correlation_id") else PROPERTY_TYPES[name]
+            for name, value in properties.items()
+        },
+        "application_properties": {name: json_value(value) for name, value in app.items()},
+        "application_property_types": {name: amqp_value_type(value) for name, value in app.items()},
+    }
+
+
+async def scenario_compression() -> Outputs:
+    """Plain entries, then one sub-batch entry per compression variant, consumed from the first offset."""
+    publisher_id = 1
+    subscription_id = 2
+    # The codec registry is process-wide; put rstream's own codecs back afterwards.
+    saved_codecs = dict(StreamCompressionCodecs.available_compress_codecs)
+    publishes: list[dict[str, Any]] = []
+    client = await connect("streamdump-compression")
+    try:
+        await client.create_stream(COMPRESSION_STREAM)
+        await client.declare_publisher(COMPRESSION_STREAM, reference=None, publisher_id=publisher_id)
+        tracker = ConfirmTracker(client, publisher_id)
+
+        publishing_id = 0
+        # One message per Publish frame, each confirmed before the next: one chunk each.
+        for message in compression_simple_messages():
+            publishing_id += 1
+            await publish(client, tracker, publisher_id, [(publishing_id, message)])
+            publishes.append(
+                {"publishing_id": publishing_id, "kind": "simple", "records": [record_json(message)]}
+            )
+
+        for variant in VARIANTS:
+            ctype = CompressionType(variant.code)
+            if variant.compress is not None:
+                # One codec per code, so register this variant's just before its batch.
+                StreamCompressionCodecs.register_codec(ctype, VariantCodec(variant))
+            messages = sub_batch_messages(variant)
+            codec = CompressionHelper.compress(messages, ctype)
+            run = sub_batch_run([bytes(m) for m in messages])
+            body = codec.data()
+            expect(codec.uncompressed_size() == len(run), f"{variant.name}: uncompressed size")
+            expect(codec.compressed_size() == len(body), f"{variant.name}: compressed size")
+            expect(variant.decompress(body) == run, f"{variant.name}: body decompresses to the records")
+            expect(
+                variant_of(variant.code, body) is variant, f"{variant.name}: recognised by its first bytes"
+            )
+            if variant.name == "lz4-block-size-prefixed":
+                expect(body[:4] == len(run).to_bytes(4, "little"), "lz4 block starts with its LE size")
+            # As rstream's Producer.send_sub_entry: one publishing id per record, and the
+            # entry carries the last one.
+            publishing_id += len(messages)
+            await client.send_frame(
+                schema.PublishSubBatching(
+                    publisher_id=publisher_id,
+                    number_of_root_messages=1,
+                    publishing_id=publishing_id,
+                    compress_type=0x80 | variant.code << 4,
+                    subbatching_message_count=len(messages),
+                    uncompressed_data_size=len(run),
+                    compressed_data_size=len(body),
+                    messages=body,
+                )
+            )
+            await tracker.wait({publishing_id})
+            publishes.append(
+                {
+                    "publishing_id": publishing_id,
+                    "kind": "sub_batch",
+                    "compression": variant.code,
+                    "variant": variant.name,
+                    "entry_type": 0x80 | variant.code << 4,
+                    "uncompressed_size": len(run),
+                    "compressed_size": len(body),
+                    "compressed_data": body.hex(),
+                    "records": [record_json(m) for m in messages],
+                }
+            )
+
+        records = [r for p in publishes for r in p["records"]]
+        sub = Subscription(client, subscription_id, credit_each_chunk=False)
+        # One chunk per Publish frame; credit for all of them, so no Credit frames.
+        await sub.start(
+            COMPRESSION_STREAM,
+            schema.OffsetSpec.from_params(OffsetType.FIRST, None),
+            initial_credit=len(publishes),
+        )
+        await sub.wait_for(len(records))
+        expect(sub.offsets == list(range(len(records))), f"offsets 0..{len(records) - 1}, got {sub.offsets}")
+        expect(sub.chunk_entries == [1] * len(publishes), f"one entry per chunk, got {sub.chunk_entries}")
+        expect(sub.bodies == [bytes.fromhex(r["bytes"]) for r in records], "delivered records equal sent")
+        for record_, offset in zip(records, sub.offsets, strict=True):
+            record_["offset"] = offset
+
+        await sub.stop()
+        await client.delete_publisher(publisher_id)
+        await client.delete_stream(COMPRESSION_STREAM)
+    finally:
+        StreamCompressionCodecs.available_compress_codecs.clear()
+        StreamCompressionCodecs.available_compress_codecs.update(saved_codecs)
+        await client.close()
+
+    sidecar = {
+        "scenario": "compression",
+        "rstream": rstream.__version__,
+        "connection_name": "streamdump-compression",
+        "stream": COMPRESSION_STREAM,
+        "publisher_id": publisher_id,
+        "publisher_reference": None,
+        "subscription_id": subscription_id,
+        # rstream's low-level Deliver gives the chunk's first offset only; a record's offset is
+        # that plus its index among the chunk's records (what rstream's Consumer reports too).
+        "offsets": "chunk_first_offset + index of the record in the chunk",
+        "publishes": publishes,
+    }
+    return {"compression.sent.json": (json.dumps(sidecar, indent=1, ensure_ascii=False) + "\n").encode()}
+
+
+# --------------------------------------------------------------------------- tracking
+
+TRACKING_PUBLISHER_REFERENCE = "streamdump-tracker"
+TRACKING_CONSUMER_REFERENCE = "streamdump-tracking-consumer"
+# Segment size limit for `streamdump-tracking`: the first segment passes it with the second
+# tracking delta (511 bytes then), so the next write opens a second segment, and osiris
+# starts every new segment with a tracking snapshot chunk.
+TRACKING_SEGMENT_BYTES = 500
+# (segment file, [(chunk type, chunk id), ...]) the scenario must leave on disk.
+TRACKING_LAYOUT = [
+    ("00000000000000000000.segment", [(0, 0), (0, 3), (1, 4), (0, 5), (1, 6)]),
+    ("00000000000000000007.segment", [(2, 7), (0, 8), (0, 11)]),
+]
+# Offsets of the user records: 4, 6 and 7 are the tracking chunks, which take one offset each.
+TRACKING_USER_OFFSETS = [0, 1, 2, 3, 5, 8, 9, 10, 11]
+
+RABBITMQ_MNESIA = Path("/var/lib/rabbitmq/mnesia")
+SEGMENT_MAGIC = b"OSIL"
+INDEX_MAGIC = b"OSII"
+# "OSIL"/"OSII" then a u32 version (1).
+FILE_HEADER_LEN = 8
+CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")
+CHUNK_HEADER_LEN = CHUNK_HEADER.size  # 48
+CHUNK_MAGIC_VERSION = 0x50
+# Index record: chunk id u64, timestamp i64, epoch u64, segment file position u32, chunk type u8.
+INDEX_RECORD = struct.Struct(">QqQIB")
+CHUNK_FIXTURES = {0: "user_with_trailer.bin", 1: "tracking_delta.bin", 2: "tracking_snapshot.bin"}
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One chunk as osiris stores it in a segment file."""
+
+    segment: str
+    position: int
+    magic_version: int
+    chunk_type: int
+    num_entries: int
+    num_records: int
+    timestamp: int
+    epoch: int
+    chunk_id: int
+    data_crc: int
+    data_length: int
+    trailer_length: int
+    bloom_size: int
+    raw: bytes  # header, data, trailer, bloom
+
+    @property
+    def data(self) -> bytes:
+        return self.raw[CHUNK_HEADER_LEN : CHUNK_HEADER_LEN + self.data_length]
+
+    @property
+    def trailer(self) -> bytes:
+        start = CHUNK_HEADER_LEN + self.data_length
+        return self.raw[start : start + self.trailer_length]
+
+    def layout(self) -> dict[str, int]:
+        return {
+            "position": self.position,
+            "chunk_type": self.chunk_type,
+            "chunk_id": self.chunk_id,
+            "num_entries": self.num_entries,
+            "num_records": self.num_records,
+            "data_length": self.data_length,
+            "trailer_length": self.trailer_length,
+            "bloom_size": self.bloom_size,
+        }
+
+
+def read_segment(path: Path) -> list[StoredChunk]:
+    """Every chunk of a segment file, with its data CRC checked."""
+    content = path.read_bytes()
+    expect(content[:4] == SEGMENT_MAGIC, f"{path.name} starts with {content[:8].hex()}")
+    expect(
+        content[FILE_HEADER_LEN] == CHUNK_MAGIC_VERSION, f"{path.name}: first chunk right after the header"
+    )
+    chunks = []
+    pos = FILE_HEADER_LEN
+    while pos < len(content):
+        fields = CHUNK_HEADER.unpack_from(content, pos)
+        data_length, trailer_length, bloom_size = fields[-3:]
+        end = pos + CHUNK_HEADER_LEN + data_length + trailer_length + bloom_size
+        expect(end <= len(content), f"{path.name}: chunk at {pos} runs past the end of the file")
+        chunk = StoredChunk(path.name, pos, *fields, raw=content[pos:end])
+        expect(zlib.crc32(chunk.data) == chunk.data_crc, f"{path.name}: data CRC of chunk {chunk.chunk_id}")
+        chunks.append(chunk)
+        pos = end
+    return chunks
+
+
+def read_index(path: Path) -> list[tuple[int, int, int, int, int]]:
+    content = path.read_bytes()
+    expect(content[:4] == INDEX_MAGIC, f"{path.name} starts with {content[:8].hex()}")
+    body = content[FILE_HEADER_LEN:]
+    expect(len(body) % INDEX_RECORD.size == 0, f"{path.name}: {len(body)} bytes of index records")
+    return [INDEX_RECORD.unpack_from(body, i) for i in range(0, len(body), INDEX_RECORD.size)]
+
+
+def tracking_entries(payload: bytes, snapshot: bool) -> list[dict[str, Any]]:
+    """[type u8][id size u8][id][u64 value]...; in a snapshot a producer sequence (type 0) has two u64."""
+    entries = []
+    pos = 0
+    while pos < len(payload):
+        kind, size = payload[pos], payload[pos + 1]
+        entry: dict[str, Any] = {"type": kind, "id": payload[pos + 2 : pos + 2 + size].decode()}
+        pos += 2 + size
+        if snapshot and kind == 0:
+            entry["chunk_id"], entry["sequence"] = struct.unpack_from(">QQ", payload, pos)
+            pos += 16
+        else:
+            (entry["value"],) = struct.unpack_from(">Q", payload, pos)
+            pos += 8
+        entries.append(entry)
+    expect(pos == len(payload), f"tracking entries end at {pos} of {len(payload)} bytes")
+    return entries
+
+
+def osiris_data_dirs() -> list[Path]:
+    """Where the broker keeps its streams: <mnesia dir>/stream, else what osiris says."""
+    found = sorted(RABBITMQ_MNESIA.glob("*/stream"))
+    if found:
+        return found
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    out = _run([ctl, "eval", "application:get_env(osiris, data_dir)."])
+    m = re.search(r'\{ok,"(.*)"\}', out)
+    if not m:
+        raise RuntimeError(f"cannot find the broker's stream data directory (rabbitmqctl said {out!r})")
+    return [Path(m[1])]
+
+
+def stream_directory(stream: str) -> Path:
+    """The newest directory of `stream`: osiris names it <vhost>_<stream>_<creation time>."""
+    pattern = re.compile(rf"_{re.escape(stream)}_(\d+)$")
+    found = [
+        (int(m[1]), path)
+        for root in osiris_data_dirs()
+        for path in root.iterdir()
+        if (m := pattern.search(path.name))
+    ]
+    if not found:
+        raise RuntimeError(
+            f"no data directory for {stream} in {osiris_data_dirs()}; try find / -name '*.segment'"
+        )
+    return max(found)[1]
+
+
+def tracking_fixtures(stream_dir: Path) -> Outputs:
+    """Copy the stream's files aside, check their layout, and cut one chunk per type out of them."""
+    with tempfile.TemporaryDirectory(prefix="streamdump-segments-") as tmp:
+        copies = []
+        for path in sorted(stream_dir.iterdir()):
+            if path.suffix in (".segment", ".index"):
+                copies.append(Path(shutil.copy2(path, tmp)))
+        log.info("copied %s from %s", [p.name for p in copies], stream_dir)
+        segments = {p.name: read_segment(p) for p in copies if p.suffix == ".segment"}
+        indexes = {p.name: read_index(p) for p in copies if p.suffix == ".index"}
+        header = (Path(tmp) / TRACKING_LAYOUT[0][0]).read_bytes()[:FILE_HEADER_LEN]
+
+    layout = [
+        (name, [(c.chunk_type, c.chunk_id) for c in in_segment]) for name, in_segment in segments.items()
+    ]
+    expect(layout == TRACKING_LAYOUT, f"segment layout {layout}")
+    for name, in_segment in segments.items():
+        records = indexes[name.replace(".segment", ".index")]
+        expect(
+            records == [(c.chunk_id, c.timestamp, c.epoch, c.position, c.chunk_type) for c in in_segment],
+            f"{name}: index records match the chunks",
+        )
+    stored = [c for in_segment in segments.values() for c in in_segment]
+    expect(all(c.magic_version == 0x50 and c.bloom_size == 0 for c in stored), "magic 0x50, no bloom")
+
+    outputs: Outputs = {}
+    fixtures = []
+    for chunk_type, file_name in CHUNK_FIXTURES.items():
+        # The first chunk of each type; for user chunks, the first with a trailer.
+        chunk = next(c for c in stored if c.chunk_type == chunk_type and (chunk_type or c.trailer_length))
+        info: dict[str, Any] = {
+            "file": file_name,
+            "segment": chunk.segment,
+            "size": len(chunk.raw),
+            "parts": {
+                "header": CHUNK_HEADER_LEN,
+                "data": chunk.data_length,
+                "trailer": chunk.trailer_length,
+                "bloom": chunk.bloom_size,
+            },
+            "header": {
+                "magic_version": chunk.magic_version,
+                "chunk_type": chunk.chunk_type,
+                "num_entries": chunk.num_entries,
+                "num_records": chunk.num_records,
+                "timestamp": chunk.timestamp,
+                "epoch": chunk.epoch,
+                "chunk_id": chunk.chunk_id,
+                "data_crc": chunk.data_crc,
+                "data_length": chunk.data_length,
+                "trailer_length": chunk.trailer_length,
+                "bloom_size": chunk.bloom_size,
+            },
+            "position": chunk.position,
+        }
+        if chunk_type:
+            # Tracking data is one simple entry: u32 size, then the tracking entries.
+            (size,) = struct.unpack_from(">I", chunk.data)
+            expect(chunk.num_entries == 1 and size + 4 == chunk.data_length, "tracking data is one entry")
+            info["tracking"] = tracking_entries(chunk.data[4:], snapshot=chunk_type == 2)
+        else:
+            info["records"] = [r.body.hex() for r in chunk_entries(chunk.data, chunk.num_entries)]
+        info["trailer_tracking"] = tracking_entries(chunk.trailer, snapshot=False)
+        fixtures.append(info)
+        outputs[f"chunks/{file_name}"] = chunk.raw
+    manifest = {
+        "stream": TRACKING_STREAM,
+        "broker": "RabbitMQ 3.10.8, osiris 1.3.1",
+        "segment_file_header": header.hex(),
+        "segments": [
+            {"file": name, "chunks": [c.layout() for c in in_segment]}
+            for name, in_segment in segments.items()
+        ],
+        "fixtures": fixtures,
+    }
+    outputs["chunks/manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
+    return outputs
+
+
+async def scenario_tracking() -> Outputs:
+    """A named producer and stored consumer offsets, so that osiris writes tracking chunks."""
+    publisher_id = 0
+    subscription_id = 1
+    client = await connect("streamdump-tracking")
+    try:
+        await client.create_stream(
+            TRACKING_STREAM, arguments={"stream-max-segment-size-bytes": TRACKING_SEGMENT_BYTES}
+        )
+        await client.declare_publisher(
+            TRACKING_STREAM, reference=TRACKING_PUBLISHER_REFERENCE, publisher_id=publisher_id
+        )
+        tracker = ConfirmTracker(client, publisher_id)
+        sequence = await client.query_publisher_sequence(TRACKING_STREAM, TRACKING_PUBLISHER_REFERENCE)
+        expect(sequence == 0, f"fresh stream has publisher sequence 0, got {sequence}")
+
+        def batch(*ids: int) -> list[tuple[int, AMQPMessage | bytes]]:
+            return [(i, AMQPMessage(body=f"tracking {i}".encode())) for i in ids]
+
+        async def store(offset: int) -> None:
+            await client.store_offset(TRACKING_STREAM, TRACKING_CONSUMER_REFERENCE, offset)
+            # No response; give the broker time to write the tracking chunk before the next one.
+            await asyncio.sleep(QUIET_WAIT_S)
+
+        await publish(client, tracker, publisher_id, batch(1, 2, 3))  # chunk 0, offsets 0..2
+        await publish(client, tracker, publisher_id, batch(4))  # chunk 3
+        await store(2)  # tracking delta, chunk 4
+        await publish(client, tracker, publisher_id, batch(5))  # chunk 5
+        await store(5)  # tracking delta, chunk 6; the segment is now full
+        # Three messages, so that the snapshot's sequence (8) differs from its chunk id (7).
+        await publish(client, tracker, publisher_id, batch(6, 7, 8))  # snapshot chunk 7, then chunk 8
+        await publish(client, tracker, publisher_id, batch(9))  # chunk 11
+
+        stored = await client.query_offset(TRACKING_STREAM, TRACKING_CONSUMER_REFERENCE)
+        expect(stored == 5, f"stored offset 5, queried {stored}")
+        sequence = await client.query_publisher_sequence(TRACKING_STREAM, TRACKING_PUBLISHER_REFERENCE)
+        expect(sequence == 9, f"publisher sequence 9, queried {sequence}")
+
+        sub = Subscription(client, subscription_id, credit_each_chunk=False)
+        # rstream's Deliver parser rejects chunk types other than 0, so a tracking chunk sent
+        # to the consumer would stop the client's reader and end in a timeout here.
+        await sub.start(
+            TRACKING_STREAM, schema.OffsetSpec.from_params(OffsetType.FIRST, None), initial_credit=20
+        )
+        await sub.wait_for(len(TRACKING_USER_OFFSETS))
+        expect(
+            sub.offsets == TRACKING_USER_OFFSETS, f"user offsets {TRACKING_USER_OFFSETS}, got {sub.offsets}"
+        )
+        expect(sub.chunk_entries == [3, 1, 1, 3, 1], f"user chunks only, got {sub.chunk_entries}")
+        await sub.stop()
+
+        # The files must be read before Delete removes them.
+        outputs = tracking_fixtures(stream_directory(TRACKING_STREAM))
+
+        await client.delete_publisher(publisher_id)
+        await client.delete_stream(TRACKING_STREAM)
+    finally:
+        await client.close()
+    return outputs
+
+
+# --------------------------------------------------------------------------- frames in a capture
+
+KEY_PUBLISH = 0x0002
+KEY_DELIVER = 0x0008
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One data entry of a Publish message or of a chunk: a simple record or a sub-batch."""
+
+    code: int | None  # compression code of a sub-batch, None for a simple entry
+    records: int
+    uncompressed_size: int
+    body: bytes  # the record, or the sub-batch's compressed body
+
+
+def read_entry(buf: bytes, pos: int) -> tuple[Entry, int]:
+    if buf[pos] & 0x80 == 0:
+        (size,) = struct.unpack_from(">I", buf, pos)
+        return Entry(None, 1, size, buf[pos + 4 : pos + 4 + size]), pos + 4 + size
+    kind, count, plain, size = struct.unpack_from(">BHII", buf, pos)
+    start = pos + 11
+    return Entry((kind >> 4) & 0x07, count, plain, buf[start : start + size]), start + size
+
+
+def chunk_entries(data: bytes, count: int) -> list[Entry]:
+    entries = []
+    pos = 0
+    for _ in range(count):
+        entry, pos = read_entry(data, pos)
+        entries.append(entry)
+    expect(pos == len(data), f"entries end at {pos} of {len(data)} bytes")
+    return entries
+
+
+def capture_frames(pcap: Path) -> tuple[list[bytes], list[bytes]]:
+    """Stream-protocol frames of a one-connection Ethernet capture: (client→server, server→client).
+
+    Each frame is given without its u32 size: key, version, then the body.
+    """
+    import dpkt
+
+    data: dict[bool, bytearray] = {True: bytearray(), False: bytearray()}
+    next_seq: dict[bool, int] = {}
+    with pcap.open("rb") as fh:
+        for _ts, buf in dpkt.pcap.Reader(fh):
+            ip = dpkt.ethernet.Ethernet(buf).data
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            to_server = tcp.dport == PORT
+            if tcp.flags & dpkt.tcp.TH_SYN:
+                next_seq[to_server] = tcp.seq + 1
+                continue
+            payload = bytes(tcp.data)
+            if not payload:
+                continue
+            # Bytes already seen (a retransmission) are skipped; a gap fails the check.
+            skip = (next_seq[to_server] - tcp.seq) % 2**32
+            if skip >= 2**31:
+                raise RuntimeError(f"{pcap}: bytes missing before seq {tcp.seq}")
+            data[to_server] += payload[skip:]
+            next_seq[to_server] = max(next_seq[to_server], tcp.seq + len(payload)) % 2**32
+    frames: tuple[list[bytes], list[bytes]] = ([], [])
+    for to_server, out in ((True, frames[0]), (False, frames[1])):
+        buf, pos = bytes(data[to_server]), 0
+        while pos < len(buf):
+            (size,) = struct.unpack_from(">I", buf, pos)
+            out.append(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        expect(pos == len(buf), f"{pcap}: the last frame is cut short")
+    return frames
+
+
+def frame_key(frame: bytes) -> int:
+    return struct.unpack_from(">H", frame)[0]
+
+
+def publish_entries(frame: bytes) -> list[tuple[int, Entry]]:
+    """(publishing id, entry) of each message of a version-1 Publish frame."""
+    (count,) = struct.unpack_from(">i", frame, 5)
+    pos = 9
+    entries = []
+    for _ in range(count):
+        (publishing_id,) = struct.unpack_from(">Q", frame, pos)
+        entry, pos = read_entry(frame, pos + 8)
+        entries.append((publishing_id, entry))
+    expect(pos == len(frame), "Publish frame ends after its messages")
+    return entries
+
+
+def deliver_chunk(frame: bytes) -> tuple[StoredChunk, list[Entry]]:
+    """The chunk of a version-1 Deliver frame; it must end right after the data."""
+    fields = CHUNK_HEADER.unpack_from(frame, 5)
+    chunk = StoredChunk("deliver", 0, *fields, raw=frame[5:])
+    expect(len(frame) == 5 + CHUNK_HEADER_LEN + chunk.data_length, "Deliver ends right after the chunk data")
+    expect(zlib.crc32(chunk.data) == chunk.data_crc, f"data CRC of chunk {chunk.chunk_id}")
+    return chunk, chunk_entries(chunk.data, chunk.num_entries) if chunk.chunk_type == 0 else []
+
+
+def verify_compression(pcap: Path, outputs: Outputs) -> None:
+    """The capture's Publish and Deliver frames carry exactly what the sidecar says."""
+    sent = json.loads(outputs["compression.sent.json"])
+    to_server, to_client = capture_frames(pcap)
+    published = [e for f in to_server if frame_key(f) == KEY_PUBLISH for e in publish_entries(f)]
+    expect(len(published) == len(sent["publishes"]), f"{len(published)} Publish entries")
+    for (publishing_id, entry), item in zip(published, sent["publishes"], strict=True):
+        expect(publishing_id == item["publishing_id"], f"publishing id {publishing_id}")
+        if item["kind"] == "simple":
+            expect(entry.code is None and entry.body.hex() == item["records"][0]["bytes"], f"{publishing_id}")
+        else:
+            expect(
+                entry.code == item["compression"]
+                and entry.records == len(item["records"])
+                and entry.uncompressed_size == item["uncompressed_size"]
+                and entry.body.hex() == item["compressed_data"],
+                f"sub-batch {publishing_id} ({item['variant']})",
+            )
+    delivered = [deliver_chunk(f) for f in to_client if frame_key(f) == KEY_DELIVER]
+    expect(all(c.chunk_type == 0 for c, _ in delivered), "user chunks only")
+    expect([e for _, entries in delivered for e in entries] == [e for _, e in published], "Deliver = Publish")
+    first_offsets = [item["records"][0]["offset"] for item in sent["publishes"]]
+    expect([c.chunk_id for c, _ in delivered] == first_offsets, "chunk ids = the sidecar's offsets")
+    codes = [e.code for _, entries in delivered for e in entries if e.code is not None]
+    expect(sorted(codes) == [0, 1, 2, 2, 3, 3, 4], f"sub-batch codes delivered: {codes}")
+    log.info("%s: %d Deliver frames, sub-batch compression codes %s", pcap, len(delivered), codes)
+
+
+def verify_tracking(pcap: Path, outputs: Outputs) -> None:
+    """Deliver frames carry the user chunks only, never the tracking chunks on disk."""
+    manifest = json.loads(outputs["chunks/manifest.json"])
+    stored = [c for segment in manifest["segments"] for c in segment["chunks"]]
+    _, to_client = capture_frames(pcap)
+    delivered = [deliver_chunk(f)[0] for f in to_client if frame_key(f) == KEY_DELIVER]
+    seen = [(c.chunk_type, c.chunk_id, c.trailer_length) for c in delivered]
+    user = [(c["chunk_type"], c["chunk_id"], c["trailer_length"]) for c in stored if c["chunk_type"] == 0]
+    expect(seen == user, f"Deliver (type, chunk id, trailer length) {seen}, user chunks on disk {user}")
+    log.info("%s: Deliver chunks (type, id, trailer length) %s; tracking chunks not sent", pcap, seen)
+
+
 # pcap link types (DLT_*) as written in the file header.
 LINKTYPE_ETHERNET = 1
 LINKTYPE_LINUX_SLL = 113
@@ -897,7 +1745,8 @@ BIG_RING_KIB = 65536
 class Recording:
     """One output file `<name>.pcap`: which scenario, and how tcpdump and lo are set up."""
 
-    scenario: Callable[[], Awaitable[None]]
+    # Returns the files it wants written next to the capture (sidecars, fixtures), if any.
+    scenario: Callable[[], Awaitable[Outputs | None]]
     interface: str = LOOPBACK
     # tcpdump -y; None keeps the interface's default.
     linktype_name: str | None = None
@@ -914,6 +1763,8 @@ class Recording:
     # TCP connections the scenario opens; more in the file means some other client used
     # the broker during the recording, and the file must not be used.
     connections: int = 1
+    # Checks the finished capture against the scenario's outputs; fails loudly.
+    verify: Callable[[Path, Outputs], None] | None = None
 
 
 RECORDINGS: dict[str, Recording] = {
@@ -934,6 +1785,8 @@ RECORDINGS: dict[str, Recording] = {
         linktype=LINKTYPE_LINUX_SLL,
         buffer_kib=BIG_RING_KIB,
     ),
+    "compression": Recording(scenario_compression, verify=verify_compression),
+    "tracking": Recording(scenario_tracking, verify=verify_tracking),
 }
 
 
@@ -1039,6 +1892,19 @@ def write_pcapng(pcap: Path, pcapng: Path) -> int:
 # --------------------------------------------------------------------------- main
 
 
+def write_outputs(outdir: Path, outputs: Outputs) -> None:
+    """Write a scenario's extra files, owned like the captures by the output directory's owner."""
+    st = outdir.stat()
+    for name, content in outputs.items():
+        path = outdir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        if os.geteuid() == 0:
+            for owned in (path, *path.relative_to(outdir).parents[:-1]):
+                os.chown(outdir / owned, st.st_uid, st.st_gid)
+        log.info("%s: %d bytes", path, len(content))
+
+
 def record(name: str, outdir: Path) -> CaptureSummary:
     """Record `name` into outdir and check the file; the caller holds recording_lock()."""
     recording = RECORDINGS[name]
@@ -1051,7 +1917,9 @@ def record(name: str, outdir: Path) -> CaptureSummary:
         stats = stack.enter_context(
             tcpdump(out, recording.interface, recording.linktype_name, recording.buffer_kib)
         )
-        asyncio.run(recording.scenario())
+        outputs = asyncio.run(recording.scenario()) or {}
+    # Written even if a check below fails, so that they always describe the capture beside them.
+    write_outputs(outdir, outputs)
     summary = check_capture(out)
     if summary.packets != stats[0].captured:
         raise RuntimeError(
@@ -1071,6 +1939,8 @@ def record(name: str, outdir: Path) -> CaptureSummary:
             f"{out}: expected full {WIRE_MSS}-byte segments and none larger, got "
             f"{summary.mss_segments} full segments, largest {summary.max_payload}"
         )
+    if recording.verify is not None:
+        recording.verify(out, outputs)
     log.info(
         "%s: %d packets, %d TCP connection(s), link type %d, largest segment %d B, SYN MSS %s",
         out,
