@@ -1,0 +1,198 @@
+"""Bounded decompression of Osiris sub-batch bodies, for every codec and framing clients use.
+
+The compression code in a sub-batch header is a client convention, not something the
+broker checks, and clients of the same code frame their bytes differently: the Java and
+Go clients write the snappy framing format and LZ4 frames, python-snappy writes raw
+snappy blocks, python-lz4 writes LZ4 blocks behind a little-endian size. Each variant is
+recognised by its own magic where it has one, tried in a fixed order where it has none,
+and the one that matched is reported.
+
+Decompression never produces more than the sub-batch header declares (the output
+buffer has exactly that size), and a declared size over the cap is refused before any
+work, so a hostile or broken capture cannot blow up memory.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import cramjam
+
+# No client batches anywhere near this much into one sub-entry; the broker's own frame
+# limit keeps real ones far below it.
+MAX_UNCOMPRESSED = 64 << 20
+
+_SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
+_SNAPPY_XERIAL = b"\x82SNAPPY\x00"
+_LZ4_FRAME = b"\x04\x22\x4d\x18"
+_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
+_GZIP = b"\x1f\x8b"
+_U32_LE = struct.Struct("<I")
+_U32_BE = struct.Struct(">I")
+
+
+class DecompressionError(Exception):
+    """The body cannot be decompressed to the declared size; str() says why in plain words."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decompressed:
+    data: bytes
+    framing: str  # which variant matched, e.g. "snappy framed", "lz4 block, size-prefixed"
+
+
+def decompress(code: int, body: bytes | memoryview, declared: int) -> Decompressed:
+    """The body of a sub-batch with compression `code`, decompressed to exactly `declared` bytes."""
+    if declared > MAX_UNCOMPRESSED:
+        raise DecompressionError(
+            f"declared uncompressed length {declared} is over the {MAX_UNCOMPRESSED} byte cap"
+        )
+    body = bytes(body)
+    if code == 0:
+        if len(body) != declared:
+            raise DecompressionError(f"uncompressed sub-batch is {len(body)} bytes but declares {declared}")
+        return Decompressed(body, "none")
+    codec = _CODECS.get(code)
+    if codec is None:
+        raise DecompressionError(f"unknown compression code {code}")
+    return codec(body, declared)
+
+
+def _exact(fn: object, body: bytes, declared: int, what: str) -> bytes:
+    """Run a cramjam *_into decompressor into a buffer of exactly the declared size."""
+    out = bytearray(declared)
+    try:
+        written = fn(body, out)  # type: ignore[operator]
+    except cramjam.DecompressionError as exc:
+        text = str(exc)
+        if "whole buffer" in text or "smaller than required" in text or "isn't large enough" in text:
+            raise DecompressionError(f"{what} output is longer than the declared {declared} bytes") from None
+        raise DecompressionError(f"{what} data is corrupt: {text}") from None
+    if written != declared:
+        raise DecompressionError(f"{what} output is {written} bytes but the header declares {declared}")
+    return bytes(out)
+
+
+def _gzip(body: bytes, declared: int) -> Decompressed:
+    # zlib's own streams and raw deflate also turn up under code 1 (e.g. .NET's DeflateStream).
+    if body.startswith(_GZIP):
+        wbits, framing = 31, "gzip"
+    elif len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0:
+        wbits, framing = 15, "zlib"
+    else:
+        wbits, framing = -15, "raw deflate"
+    inflater = zlib.decompressobj(wbits)
+    try:
+        data = inflater.decompress(body, declared)
+        if inflater.unconsumed_tail:
+            raise DecompressionError(f"{framing} output is longer than the declared {declared} bytes")
+        if not inflater.eof:
+            raise DecompressionError(f"{framing} stream ends early after {len(data)} bytes")
+    except zlib.error as exc:
+        raise DecompressionError(f"{framing} data is corrupt: {exc}") from None
+    if len(data) != declared:
+        raise DecompressionError(f"{framing} output is {len(data)} bytes but the header declares {declared}")
+    return Decompressed(data, framing)
+
+
+def _snappy(body: bytes, declared: int) -> Decompressed:
+    if body.startswith(_SNAPPY_FRAMED):
+        return Decompressed(_exact(cramjam.snappy.decompress_into, body, declared, "snappy"), "snappy framed")
+    if body.startswith(_SNAPPY_XERIAL):
+        return Decompressed(_xerial(body, declared), "snappy xerial stream")
+    try:
+        stated = cramjam.snappy.decompress_raw_len(body)
+    except cramjam.DecompressionError:
+        raise DecompressionError("snappy data has no framing magic and no valid raw block header") from None
+    if stated != declared:
+        raise DecompressionError(f"raw snappy block states {stated} bytes but the header declares {declared}")
+    return Decompressed(_exact(cramjam.snappy.decompress_raw_into, body, declared, "snappy"), "snappy raw")
+
+
+def _xerial(body: bytes, declared: int) -> bytes:
+    """xerial's SnappyOutputStream: a 16-byte header, then [u32 length][raw snappy block] runs."""
+    pos = 16
+    out = bytearray()
+    while pos < len(body):
+        if len(body) - pos < 4:
+            raise DecompressionError("snappy xerial stream ends inside a block length")
+        (length,) = _U32_BE.unpack_from(body, pos)
+        pos += 4
+        block = body[pos : pos + length]
+        if len(block) != length:
+            raise DecompressionError("snappy xerial stream ends inside a block")
+        pos += length
+        room = declared - len(out)
+        try:
+            stated = cramjam.snappy.decompress_raw_len(block)
+        except cramjam.DecompressionError as exc:
+            raise DecompressionError(f"snappy xerial block is corrupt: {exc}") from None
+        if stated > room:
+            raise DecompressionError(f"snappy xerial output is longer than the declared {declared} bytes")
+        out += _exact(cramjam.snappy.decompress_raw_into, block, stated, "snappy xerial")
+    if len(out) != declared:
+        raise DecompressionError(
+            f"snappy xerial output is {len(out)} bytes but the header declares {declared}"
+        )
+    return bytes(out)
+
+
+def _lz4(body: bytes, declared: int) -> Decompressed:
+    if body.startswith(_LZ4_FRAME):
+        return Decompressed(_exact(cramjam.lz4.decompress_into, body, declared, "lz4 frame"), "lz4 frame")
+    # python-lz4's lz4.block.compress stores the size in front by default; a bare block has none.
+    if len(body) >= 4 and _U32_LE.unpack_from(body)[0] == declared:
+        try:
+            data = _exact(cramjam.lz4.decompress_block_into, body[4:], declared, "lz4 block")
+            return Decompressed(data, "lz4 block, size-prefixed")
+        except DecompressionError:
+            pass  # a bare block whose first bytes happen to equal the size: try it as one
+    return Decompressed(_exact(cramjam.lz4.decompress_block_into, body, declared, "lz4 block"), "lz4 block")
+
+
+def _zstd(body: bytes, declared: int) -> Decompressed:
+    if not body.startswith(_ZSTD_FRAME):
+        raise DecompressionError("zstd data does not start with a zstd frame magic")
+    return Decompressed(_exact(cramjam.zstd.decompress_into, body, declared, "zstd"), "zstd frame")
+
+
+_CODECS = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
+
+
+# Every framing decompress() recognises, by compression code; compress() writes each of them.
+FRAMINGS: dict[int, tuple[str, ...]] = {
+    0: ("none",),
+    1: ("gzip", "zlib", "raw deflate"),
+    2: ("snappy framed", "snappy xerial stream", "snappy raw"),
+    3: ("lz4 frame", "lz4 block, size-prefixed", "lz4 block"),
+    4: ("zstd frame",),
+}
+
+
+def compress(framing: str, data: bytes) -> bytes:
+    """data compressed in one of FRAMINGS, as the clients that use it write it (for tests and fixtures)."""
+    if framing == "none":
+        return data
+    if framing == "gzip":
+        return bytes(cramjam.gzip.compress(data))
+    if framing in ("zlib", "raw deflate"):
+        deflater = zlib.compressobj(wbits=15 if framing == "zlib" else -15)
+        return deflater.compress(data) + deflater.flush()
+    if framing == "snappy framed":
+        return bytes(cramjam.snappy.compress(data))
+    if framing == "snappy raw":
+        return bytes(cramjam.snappy.compress_raw(data))
+    if framing == "snappy xerial stream":
+        block = bytes(cramjam.snappy.compress_raw(data))
+        return _SNAPPY_XERIAL + _U32_BE.pack(1) + _U32_BE.pack(1) + _U32_BE.pack(len(block)) + block
+    if framing == "lz4 frame":
+        return bytes(cramjam.lz4.compress(data))
+    if framing == "lz4 block, size-prefixed":
+        return _U32_LE.pack(len(data)) + bytes(cramjam.lz4.compress_block(data, store_size=False))
+    if framing == "lz4 block":
+        return bytes(cramjam.lz4.compress_block(data, store_size=False))
+    if framing == "zstd frame":
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown framing {framing!r}")
