@@ -23,6 +23,7 @@ from rich.console import Console
 from streamdump.capture import CaptureError
 from streamdump.decoder import Decoder
 from streamdump.frame import Frame
+from streamdump.messages import MessageLines
 from streamdump.pipeline import ReadStats, read_frames
 from streamdump.registry import SpecError, default_registry
 from streamdump.render import Renderer
@@ -34,6 +35,8 @@ app = typer.Typer(
     help="Decode messaging wire protocols (RabbitMQ Streams) from captures and hex dumps.",
 )
 
+# Frames whose records the --messages view lists.
+MESSAGE_COMMANDS = ("Publish", "Deliver")
 EXIT_INPUT = 1
 EXIT_INTERNAL = 70
 
@@ -75,11 +78,19 @@ class _FilterConsole(Console):
         raise BrokenPipeError
 
 
-def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detail: bool, out: TextIO) -> int:
+def write_frames(
+    frames: Iterable[Frame],
+    renderer: Renderer,
+    fmt: Format,
+    detail: bool,
+    out: TextIO,
+    messages: bool = False,
+) -> int:
     """Write frames in the chosen view; returns how many were written."""
     count = 0
     t0: float | None = None
     console = None
+    lines = MessageLines(dict(renderer.protocol.enums)) if messages else None
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
@@ -88,7 +99,12 @@ def write_frames(frames: Iterable[Frame], renderer: Renderer, fmt: Format, detai
         if t0 is None:
             t0 = frame.ts
         count += 1
-        if fmt is Format.jsonl:
+        if lines is not None:
+            if frame.command in MESSAGE_COMMANDS:
+                renderer.decoder.expand(frame)
+            for line in lines.lines(frame, t0):
+                out.write(line + "\n")
+        elif fmt is Format.jsonl:
             out.write(renderer.json_line(frame) + "\n")
         elif console is not None:
             console.print(renderer.tree(frame, t0))
@@ -112,10 +128,18 @@ def read(
     detail: Annotated[
         bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
     ] = False,
+    messages: Annotated[
+        bool,
+        typer.Option(
+            "--messages", "-m", help="One line per published or delivered message instead of per frame."
+        ),
+    ] = False,
     fmt: FormatOpt = Format.text,
     protocol: ProtocolOpt = "rabbitmq_stream",
 ) -> None:
     """Decode every frame of a capture file."""
+    if messages and (detail or fmt is not Format.text):
+        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     try:
         decoder = _decoder(protocol)
     except SpecError as exc:
@@ -130,7 +154,7 @@ def read(
     with _reader_may_leave():
         try:
             frames = _telling_notices(read_frames(file, decoder, ports, stats), stats)
-            write_frames(frames, renderer, fmt, detail, sys.stdout)
+            write_frames(frames, renderer, fmt, detail, sys.stdout, messages)
         except CaptureError as exc:
             error = str(exc)
         sys.stdout.flush()

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamdump.frame import Expert, Frame, Node
+from streamdump.hooks import build_hooks
 from streamdump.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
-from streamdump.registry import INT_TYPES, Layout, Protocol
+from streamdump.registry import INT_TYPES, FieldSpec, Layout, Protocol
 
 
 class EncodeError(ValueError):
@@ -24,6 +25,7 @@ class Decoder:
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.size_st = struct.Struct(">" + INT_TYPES[protocol.wiring.size_type][0])
+        self.hooks = build_hooks(protocol)
         self.header_ops = compile_fields(protocol.header, 1)
         self.header_size = sum(op.min_size for op in self.header_ops)
         key_spec = next(f for f in protocol.header if f.name == "key")
@@ -35,7 +37,10 @@ class Decoder:
         for command in protocol.commands.values():
             for layout in command.layouts.values():
                 for version in command.versions:
-                    self.compiled[layout.key, version] = (layout, compile_fields(layout.fields, version))
+                    self.compiled[layout.key, version] = (
+                        layout,
+                        compile_fields(layout.fields, version, self.hooks),
+                    )
 
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane size, a key with a layout, a known version."""
@@ -51,15 +56,18 @@ class Decoder:
 
     # ------------------------------------------------------------------ decode
 
-    def decode(self, data: bytes, *, nodes: list[Node] | None = None, partial: bool = False) -> Frame:
+    def decode(
+        self, data: bytes, *, nodes: list[Node] | None = None, partial: bool = False, expand: bool = False
+    ) -> Frame:
         """Decode one frame. With a nodes list, also fill it with the detail tree.
 
         partial: data is the captured start of a longer frame; decode what is there
         without complaining that the size field promises more.
+        expand: also run the hooks' expand step (records, message sections); a tree implies it.
         """
         mv = memoryview(data)
         expert: list[Expert] = []
-        ctx = Ctx(expert, nodes)
+        ctx = Ctx(expert, nodes, expand=expand)
         size_len = self.size_st.size
         fields: dict[str, Any] = {}
         if len(data) < size_len + self.header_size:
@@ -128,6 +136,40 @@ class Decoder:
             pos = end
         self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
         return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
+
+    def expand(self, frame: Frame) -> Frame:
+        """The frame with everything below its headers decoded (records, sections), in place.
+
+        Decoding is pure, so decoding again with the expand step on gives the same
+        fields plus what the hooks add, and the same expert notes plus theirs.
+        """
+        if frame.expanded:
+            return frame
+        frame.expanded = True
+        if frame.incomplete is None:
+            full = self.decode(frame.data, expand=True)
+            frame.fields, frame.expert = full.fields, full.expert
+            return frame
+        # An incomplete frame may hold elements recovered after a gap, which decoding its
+        # bytes again would not find: expand the values it has instead.
+        layout = self.protocol.layout_for(frame.wire_key)
+        if layout is not None:
+            self._expand_values(layout.fields, frame.fields, Ctx(frame.expert, expand=True))
+        return frame
+
+    def _expand_values(self, specs: tuple[FieldSpec, ...], values: dict[str, Any], ctx: Ctx) -> None:
+        for spec in specs:
+            value = values.get(spec.name)
+            if value is None:
+                continue
+            if spec.hook is not None:
+                self.hooks[spec.hook].expand(value, values, getattr(value, "pos", 0), ctx, None)
+            elif spec.type == "struct" and isinstance(value, dict):
+                self._expand_values(spec.fields, value, ctx)
+            elif spec.of is not None and spec.of.type == "struct" and isinstance(value, list):
+                for item in value:
+                    if isinstance(item, dict):
+                        self._expand_values(spec.of.fields, item, ctx)
 
     def tree(self, frame: Frame) -> list[Node]:
         """The detail tree of a frame, built on demand by decoding it again with nodes on."""

@@ -67,6 +67,7 @@ class Frame:
     dst: Endpoint | None = None
     seq: int | None = None  # TCP sequence number of the frame's first byte
     incomplete: str | None = None  # why bytes of this frame are missing; data holds those present
+    expanded: bool = False  # fields hold what the hooks add below the headers (Decoder.expand)
 
     @property
     def name(self) -> str:

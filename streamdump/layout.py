@@ -9,7 +9,7 @@ Detail-tree nodes are built only when a caller asks for them (ctx.nodes set).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +63,8 @@ class Ctx:
     # Partial frames: where the frame's size says it ends, beyond the captured bytes. Counts
     # are checked against it, so an array cut by a gap still yields its elements up to the cut.
     declared_end: int | None = None
+    # Run the hooks' expand step: a view needs records and sections, not just the headers.
+    expand: bool = False
 
 
 class Op(Protocol):
@@ -357,12 +359,13 @@ class FixedRun:
 class FieldOp:
     """One named field of any type, with its presence conditions."""
 
-    __slots__ = ("codec", "min_size", "name", "optional", "spec", "when")
+    __slots__ = ("codec", "hook", "min_size", "name", "optional", "spec", "when")
 
-    def __init__(self, spec: FieldSpec, codec: Any) -> None:
+    def __init__(self, spec: FieldSpec, codec: Any, hook: Any = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.codec = codec
+        self.hook = hook
         self.when = spec.when
         self.optional = spec.optional
         # Conditional and optional fields may be absent, so they promise nothing.
@@ -399,6 +402,11 @@ class FieldOp:
         if node is not None:
             node.length = new_pos - pos
             node.value = value
+        hook = self.hook
+        if hook is not None:
+            hook.check(value, out, pos, ctx)
+            if ctx.expand or node is not None:
+                hook.expand(value, out, pos, ctx, node)
         return new_pos
 
     def _read_raw(self, mv: memoryview, pos: int, end: int, out: dict[str, Any]) -> tuple[Any, int]:
@@ -428,8 +436,11 @@ class FieldOp:
 # ---------------------------------------------------------------- compilation
 
 
-def compile_fields(specs: Sequence[FieldSpec], version: int) -> tuple[Op, ...]:
-    """Ops for the fields present in this version, fixed integer runs merged."""
+def compile_fields(
+    specs: Sequence[FieldSpec], version: int, hooks: Mapping[str, Any] | None = None
+) -> tuple[Op, ...]:
+    """Ops for the fields present in this version, fixed integer runs merged; hooks by name."""
+    hooks = hooks or {}
     ops: list[Op] = []
     run: list[FieldSpec] = []
     for spec in specs:
@@ -441,13 +452,17 @@ def compile_fields(specs: Sequence[FieldSpec], version: int) -> tuple[Op, ...]:
         if run:
             ops.append(FixedRun(run))
             run = []
-        ops.append(FieldOp(spec, value_codec(spec, version)))
+        hook = hooks[spec.hook] if spec.hook else None
+        ops.append(FieldOp(spec, value_codec(spec, version, hooks), hook))
     if run:
         ops.append(FixedRun(run))
     return tuple(ops)
 
 
-def value_codec(spec: FieldSpec, version: int) -> Any:
+def value_codec(spec: FieldSpec, version: int, hooks: Mapping[str, Any] | None = None) -> Any:
+    if spec.type == "hook":
+        assert hooks is not None and spec.hook is not None
+        return hooks[spec.hook]
     if spec.type in INT_TYPES:
         return IntCodec(spec.type)
     if spec.type in ("string", "bytes"):
@@ -457,14 +472,17 @@ def value_codec(spec: FieldSpec, version: int) -> Any:
         return RawCodec(spec.size)
     if spec.type == "array":
         assert spec.of is not None
-        return ArrayCodec(spec.of, value_codec(spec.of, version))
+        return ArrayCodec(spec.of, value_codec(spec.of, version, hooks))
     if spec.type == "map":
         assert spec.key is not None and spec.value is not None
         return MapCodec(
-            spec.key, value_codec(spec.key, version), spec.value, value_codec(spec.value, version)
+            spec.key,
+            value_codec(spec.key, version, hooks),
+            spec.value,
+            value_codec(spec.value, version, hooks),
         )
     if spec.type == "struct":
-        return StructCodec(compile_fields(spec.fields, version))
+        return StructCodec(compile_fields(spec.fields, version, hooks))
     raise ValueError(f"no codec for type {spec.type!r}")  # the registry rejects these first
 
 

@@ -28,7 +28,9 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
     "uint32": ("I", 4, False),
     "uint64": ("Q", 8, False),
 }
-COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map"}
+COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map", "hook"}
+# Types that only describe what hooks add to a decoded frame; no wire layout uses them.
+HOOK_OUTPUT_TYPES = {"bool", "amqp"}
 KINDS = ("request", "response", "command")
 DISPLAYS = {"hex", "time_ms"}
 FIELD_ATTRS = {
@@ -45,8 +47,10 @@ FIELD_ATTRS = {
     "value",
     "size",
     "increasing",
+    "hook",
 }
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
+HOOK_ATTRS = {"doc", "adds", "value"}
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -74,6 +78,17 @@ class FieldSpec:
     # Grows from one array element to the next (e.g. publishing ids); lets elements found
     # after a gap be told from bytes that only look like elements.
     increasing: bool = False
+    # The named hook (streamdump/hooks/) that reads (type hook) or interprets (raw) this field.
+    hook: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HookSpec:
+    """A piece of decoding the grammar cannot say, and the fields it adds beside its field."""
+
+    name: str
+    doc: str | None
+    adds: tuple[FieldSpec, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +134,7 @@ class Protocol:
     structs: Mapping[str, tuple[FieldSpec, ...]]
     commands: Mapping[str, Command]
     by_key: Mapping[int, Command] = field(repr=False)
+    hooks: Mapping[str, HookSpec] = field(default_factory=dict)
 
     def layout_for(self, wire_key: int) -> Layout | None:
         """The layout a wire key selects, or None when the registry has none."""
@@ -146,6 +162,8 @@ class Protocol:
         for command in self.commands.values():
             for layout in command.layouts.values():
                 yield from walk(layout.fields)
+        for hook in self.hooks.values():
+            yield from walk(hook.adds)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -177,6 +195,9 @@ class _Builder:
         self.structs: dict[str, tuple[FieldSpec, ...]] = {}
         self.building: set[str] = set()
         self.field_types: dict[str, tuple[str, str]] = {}  # name -> (type signature, where)
+        self.raw_hook_structs: Mapping[str, Any] = {}
+        self.raw_hooks: Mapping[str, Any] = {}
+        self.in_hook_output = False
 
     def fail(self, where: str, message: str) -> SpecError:
         return SpecError(f"{self.source}: {where}: {message}")
@@ -193,8 +214,19 @@ class _Builder:
         self.raw_structs = doc.get("structs") or {}
         if not isinstance(self.raw_structs, Mapping):
             raise self.fail("structs", "must be a mapping of struct name to field list")
+        raw_hooks = doc.get("hooks") or {}
+        if not isinstance(raw_hooks, Mapping):
+            raise self.fail("hooks", "must be a mapping of hook name to definition")
+        self.raw_hooks = raw_hooks
+        self.raw_hook_structs = doc.get("hook_structs") or {}
+        if not isinstance(self.raw_hook_structs, Mapping):
+            raise self.fail("hook_structs", "must be a mapping of struct name to field list")
+        clash = set(self.raw_hook_structs) & set(self.raw_structs)
+        if clash:
+            raise self.fail("hook_structs", f"{sorted(clash)} also defined under structs")
         for struct_name in self.raw_structs:
             self._struct(struct_name, f"structs.{struct_name}")
+        hooks = self._hooks(raw_hooks)
         header = self._fields(doc["header"], "header", allow_conditions=False)
         commands = self._commands(doc["commands"])
         by_key: dict[int, Command] = {}
@@ -216,7 +248,29 @@ class _Builder:
             structs=self.structs,
             commands=commands,
             by_key=by_key,
+            hooks=hooks,
         )
+
+    def _hooks(self, raw: Mapping[str, Any]) -> dict[str, HookSpec]:
+        hooks: dict[str, HookSpec] = {}
+        self.in_hook_output = True
+        try:
+            for name, body in raw.items():
+                where = f"hooks.{name}"
+                if not isinstance(name, str) or not SNAKE.match(name):
+                    raise self.fail(where, "hook names must be snake_case")
+                if not isinstance(body, Mapping):
+                    raise self.fail(where, "must be a mapping with 'doc' and 'adds'")
+                unknown = set(body) - HOOK_ATTRS
+                if unknown:
+                    raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+                adds = self._fields(body.get("adds") or [], f"{where}.adds", allow_conditions=False)
+                hooks[name] = HookSpec(name=name, doc=body.get("doc"), adds=adds)
+            for struct_name in self.raw_hook_structs:
+                self._struct(struct_name, f"hook_structs.{struct_name}")
+        finally:
+            self.in_hook_output = False
+        return hooks
 
     def _wiring(self, raw: Any, commands: Mapping[str, Command]) -> Wiring:
         if not isinstance(raw, Mapping):
@@ -270,10 +324,14 @@ class _Builder:
             return self.structs[name]
         if name in self.building:
             raise self.fail(where, f"struct {name!r} contains itself")
-        if name not in self.raw_structs:
+        if name in self.raw_hook_structs and self.in_hook_output:
+            body, path = self.raw_hook_structs[name], f"hook_structs.{name}"
+        elif name in self.raw_structs:
+            body, path = self.raw_structs[name], f"structs.{name}"
+        else:
             raise self.fail(where, f"unknown type {name!r}")
         self.building.add(name)
-        fields = self._fields(self.raw_structs[name], f"structs.{name}", allow_conditions=True)
+        fields = self._fields(body, path, allow_conditions=True)
         self.building.discard(name)
         self.structs[name] = fields
         return fields
@@ -375,6 +433,22 @@ class _Builder:
             kw["size"] = size
         elif type_name in ("string", "bytes"):
             pass
+        elif type_name in HOOK_OUTPUT_TYPES:
+            if not self.in_hook_output:
+                raise self.fail(where, f"type {type_name!r} only describes what a hook adds")
+        elif type_name == "hook":
+            if "hook" not in attrs:
+                raise self.fail(where, "a hook field needs 'hook: name'")
+            hook_body = self.raw_hooks.get(attrs["hook"])
+            value_struct = hook_body.get("value") if isinstance(hook_body, Mapping) else None
+            if value_struct is not None:
+                # The shape of the value the hook reads, so its names are the registry's too.
+                saved, self.in_hook_output = self.in_hook_output, True
+                try:
+                    kw["fields"] = self._struct(value_struct, f"hooks.{attrs['hook']}.value")
+                finally:
+                    self.in_hook_output = saved
+                kw["struct"] = value_struct
         elif isinstance(type_name, str):
             kw["fields"] = self._struct(type_name, where)
             kw["struct"] = type_name
@@ -405,6 +479,12 @@ class _Builder:
             if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
                 raise self.fail(where, "'when' values must be a list of integers")
             when = (ref_name, tuple(values))
+        hook = attrs.get("hook")
+        if hook is not None:
+            if type_name not in ("raw", "hook"):
+                raise self.fail(where, "'hook' applies to raw and hook fields only")
+            if hook not in self.raw_hooks:
+                raise self.fail(where, f"unknown hook {hook!r} (declare it under hooks:)")
         increasing = attrs.get("increasing", False)
         if increasing is not False and (increasing is not True or type_name not in INT_TYPES):
             raise self.fail(where, "'increasing: true' applies to integer fields only")
@@ -422,6 +502,7 @@ class _Builder:
             when=when,
             optional=bool(attrs.get("optional", False)),
             increasing=increasing,
+            hook=hook,
             **kw,
         )
         if not element:

@@ -15,6 +15,7 @@ from rich.tree import Tree
 
 from streamdump.decoder import Decoder
 from streamdump.frame import Frame, Node
+from streamdump.hooks import amqp
 from streamdump.registry import INT_TYPES, FieldSpec, Protocol
 
 PREVIEW_BYTES = 24
@@ -75,6 +76,8 @@ class Renderer:
     # ------------------------------------------------------------ JSON
 
     def to_dict(self, frame: Frame) -> dict[str, Any]:
+        """The frame as JSON-ready data, records and message sections included."""
+        self.decoder.expand(frame)
         return {
             "frame": frame.number,
             "ts": round(frame.ts, 6),
@@ -122,7 +125,10 @@ class Renderer:
 
     @staticmethod
     def _has_value(node: Node) -> bool:
-        return node.spec is None or node.spec.type != "struct"
+        # Hook nodes carry their text in the label.
+        if node.spec is None:
+            return node.value is not None
+        return node.spec.type not in ("struct", "hook")
 
     def display(self, node: Node) -> str:
         spec, value = node.spec, node.value
@@ -171,4 +177,9 @@ def _bytes_preview(value: bytes | memoryview) -> str:
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
+    if isinstance(value, amqp.Message):
+        return amqp.message_json(value)
+    as_json = getattr(value, "as_json", None)
+    if as_json is not None:
+        return as_json()
     raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from hypothesis import strategies as st
 
+from streamdump.hooks.compression import FRAMINGS, compress
+from streamdump.hooks.osiris import Entry, records_body, simple_entry, sub_batch_entry, write_entry
 from streamdump.registry import INT_TYPES, FieldSpec
+
+RECORDS = st.lists(st.binary(max_size=12), min_size=1, max_size=4)
+
+
+@st.composite
+def osiris_entries(draw: st.DrawFn) -> Entry:
+    """A simple entry, or a sub-batch compressed in any framing streamdump reads."""
+    records = draw(RECORDS)
+    if draw(st.booleans()):
+        return simple_entry(records[0])
+    code = draw(st.sampled_from(sorted(FRAMINGS)))
+    framing = draw(st.sampled_from(FRAMINGS[code]))
+    return sub_batch_entry(records, code, compress(framing, records_body(records)))
+
+
+def chunk_data(entries: list[Entry]) -> bytes:
+    data = bytearray()
+    for entry in entries:
+        write_entry(data, entry)
+    return bytes(data)
 
 
 def int_range(type_name: str) -> tuple[int, int]:
@@ -16,6 +39,10 @@ def int_range(type_name: str) -> tuple[int, int]:
 
 
 def value_strategy(spec: FieldSpec, version: int) -> st.SearchStrategy[Any]:
+    if spec.hook == "osiris_entry":
+        return osiris_entries()
+    if spec.hook == "osiris_chunk":
+        return st.lists(osiris_entries(), max_size=3)
     if spec.type in INT_TYPES:
         low, high = int_range(spec.type)
         return st.integers(low, high)
@@ -54,8 +81,18 @@ def normalise(specs: list[FieldSpec], values: dict[str, Any]) -> dict[str, Any]:
         if spec.when is not None and values.get(spec.when[0]) not in spec.when[1]:
             continue
         value = values[spec.name]
-        if spec.optional and value is None:
-            break  # an absent optional field is the end of the frame
+        if spec.hook == "osiris_chunk":
+            # The header must agree with the data, as a broker's does.
+            value = chunk_data(values[spec.name])
+            out.update(
+                magic_version=0x50,
+                chunk_type=0,
+                num_entries=len(values[spec.name]),
+                num_records=sum(e.record_count for e in values[spec.name]),
+                crc=zlib.crc32(value),
+            )
+        if spec.optional and (value is None or (spec.type == "raw" and not value)):
+            break  # an absent optional field is the end of the frame (and an empty raw one looks absent)
         if spec.type == "raw" and isinstance(spec.size, str):
             out[spec.size] = len(value)
         out[spec.name] = value

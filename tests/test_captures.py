@@ -20,7 +20,12 @@ from streamdump.pipeline import ReadStats, read_frames
 from streamdump.render import Renderer
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
-VIEWS = {"line": (Format.text, False), "tree": (Format.text, True), "jsonl": (Format.jsonl, False)}
+VIEWS = {
+    "line": (Format.text, False, False),
+    "tree": (Format.text, True, False),
+    "jsonl": (Format.jsonl, False, False),
+    "messages": (Format.text, False, True),
+}
 
 
 def decode_all(path: Path, decoder: Decoder) -> tuple[list, ReadStats]:
@@ -38,6 +43,7 @@ def test_captures_are_committed() -> None:
 @pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
 def test_every_frame_decodes_without_expert_error(path: Path, decoder: Decoder) -> None:
     frames, stats = decode_all(path, decoder)
+    frames = [decoder.expand(f) for f in frames]  # records and AMQP sections too
     assert frames, f"{path.name}: no frames"
     problems = [(f.number, f.name, e) for f in frames for e in f.expert if e.severity in ("warn", "error")]
     assert problems == []
@@ -94,8 +100,8 @@ def test_missing_stream_error_response(decoder: Decoder) -> None:
 def render(path: Path, decoder: Decoder, view: str) -> str:
     frames, _ = decode_all(path, decoder)
     out = io.StringIO()
-    fmt, detail = VIEWS[view]
-    write_frames(frames, Renderer(decoder), fmt, detail, out)
+    fmt, detail, messages = VIEWS[view]
+    write_frames(frames, Renderer(decoder), fmt, detail, out, messages)
     return out.getvalue()
 
 
@@ -131,7 +137,31 @@ def test_json_lines_carry_the_documented_keys(decoder: Decoder) -> None:
         } <= set(obj)
         assert obj["protocol"] == "rabbitmq_stream" and obj["key"] < 0x8000
     publish = next(o for o in objects if o["command"] == "Publish")
-    assert {"publishing_id", "size"} <= set(publish["fields"]["messages"][0])
+    assert {"publishing_id", "entry", "records"} <= set(publish["fields"]["messages"][0])
+    records = [r for o in objects if o["command"] == "Deliver" for r in o["fields"]["chunk"]["records"]]
+    assert {"offset", "entry_index", "size", "message"} <= set(records[0])
     deliver = next(o for o in objects if o["command"] == "Deliver")
     assert {"num_entries", "num_records", "chunk_id", "timestamp", "epoch"} <= set(deliver["fields"]["chunk"])
     assert any(o["fields"].get("correlation_id") for o in objects)
+
+
+def _json_names(value: object, opaque: set[str], out: set[str]) -> None:
+    """Every key of the JSON fields, except inside maps and AMQP messages (their keys are data)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.add(key)
+            if key not in opaque:
+                _json_names(item, opaque, out)
+    elif isinstance(value, list):
+        for item in value:
+            _json_names(item, opaque, out)
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
+def test_every_json_field_name_comes_from_the_registry(path: Path, decoder: Decoder) -> None:
+    declared = {f.name for f in decoder.protocol.all_fields()}
+    opaque = {f.name for f in decoder.protocol.all_fields() if f.type in ("map", "amqp")}
+    names: set[str] = set()
+    for line in render(path, decoder, "jsonl").splitlines():
+        _json_names(json.loads(line)["fields"], opaque, names)
+    assert names and names <= declared, sorted(names - declared)

@@ -1,0 +1,60 @@
+"""Hooks: what a declarative spec cannot say, one module per hook, and how a spec finds them.
+
+A spec names a hook on a field (`hook: osiris_chunk` on a raw field, or `type: hook`
+for a field whose extent only code can find) and declares under `hooks:` what the hook
+adds to the decoded frame, so field names stay registry-derived. Each hook here has a
+Lua twin in the generated Wireshark plugin.
+
+A hook works in three steps, cheapest first: `read` finds a `type: hook` field's extent
+and value on every decode; `check` runs on every decode for checks worth their cost
+(a CRC); `expand` runs only when a view needs what lies below (records, sections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from streamdump.registry import Protocol, SpecError
+
+if TYPE_CHECKING:
+    from streamdump.frame import Node
+    from streamdump.layout import Ctx
+
+
+class Hook:
+    """Base class: a hook that neither reads nor checks nor expands anything."""
+
+    name = ""
+    min_size = 0
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+
+    def read(
+        self, mv: memoryview, pos: int, end: int, ctx: Ctx, node: Node | None, name: str
+    ) -> tuple[Any, int]:
+        raise NotImplementedError(f"hook {self.name} does not read fields of type hook")
+
+    def write(self, buf: bytearray, value: Any) -> None:
+        raise NotImplementedError(f"hook {self.name} does not write fields of type hook")
+
+    def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+        """Cheap checks on every decode; problems go to ctx.expert."""
+
+    def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+        """Add the declared fields to siblings (and nodes under node) when a view needs them."""
+
+
+def build_hooks(protocol: Protocol) -> dict[str, Hook]:
+    """One instance of every hook the protocol declares; a declared hook without code is a spec error."""
+    from streamdump.hooks.osiris import ChunkHook, EntryHook, TrailerHook
+
+    known: Mapping[str, type[Hook]] = {cls.name: cls for cls in (ChunkHook, EntryHook, TrailerHook)}
+    hooks: dict[str, Hook] = {}
+    for name in protocol.hooks:
+        cls = known.get(name)
+        if cls is None:
+            raise SpecError(f"{protocol.source}: hooks.{name}: no hook of that name in streamdump.hooks")
+        hooks[name] = cls(protocol)
+    return hooks

@@ -1,0 +1,414 @@
+"""Osiris entries and chunks: the hooks `osiris_entry` (Publish) and `osiris_chunk` (Deliver).
+
+An entry is what a publisher sends and a chunk stores: a simple entry ([u32 size, top bit
+clear][record]) or a sub-batch ([flags u8: top bit set, compression in bits 4-6]
+[u16 records][u32 uncompressed length][u32 length][body]) whose body, once decompressed,
+is a run of [u32 size][record]. A chunk's data is `num_entries` entries back to back; the
+records in it are numbered from the chunk id, so every record has its stream offset.
+
+On every decode the chunk's CRC-32 is checked (zlib's, over the data, as the broker
+computes it) and entry headers are read, nothing more; records, decompression and AMQP
+sections wait for `expand`, i.e. for a view that shows them. Every inconsistency
+between headers, entries and records becomes an expert note, never an exception.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamdump.frame import Expert, Node
+from streamdump.hooks import Hook, amqp
+from streamdump.hooks.compression import DecompressionError, decompress
+from streamdump.layout import BadValue, Ctx, Short
+
+_U32 = struct.Struct(">I")
+_SUB_BATCH = struct.Struct(">BHII")  # flags, record count, uncompressed length, length
+_U64 = struct.Struct(">Q")
+SIMPLE, SUB_BATCH = 0, 1
+MAGIC = 5
+DELTA, SNAPSHOT = 1, 2  # chunk types whose records are tracking entries, not messages
+PRODUCER = 0  # tracking entry type of a producer's sequence
+TRACKING_LABELS = {0: "producer sequence", 1: "consumer offset", 2: "timestamp"}
+
+
+@dataclass(slots=True)
+class Entry:
+    """One entry's header and body; the body is the record (simple) or the compressed records."""
+
+    kind: int
+    size: int  # bytes the entry occupies, header included
+    body: memoryview | bytes
+    compression: int = 0
+    record_count: int = 1
+    uncompressed_length: int = 0
+    length: int = 0
+    # Where the entry starts in the frame, and the codec variant that matched once decompressed:
+    # facts about one decode, not part of the value.
+    pos: int = field(default=0, compare=False)
+    framing: str | None = field(default=None, compare=False)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "size": self.size}
+        if self.kind == SUB_BATCH:
+            out |= {
+                "compression": self.compression,
+                "record_count": self.record_count,
+                "uncompressed_length": self.uncompressed_length,
+                "length": self.length,
+            }
+            if self.framing is not None:
+                out["framing"] = self.framing
+        return out
+
+
+def read_entry(mv: memoryview, pos: int, end: int, name: str) -> tuple[Entry, int]:
+    """The entry at pos; raises Short when the bytes end inside it."""
+    if end - pos < 4:
+        raise Short(name, pos, 4, end - pos)
+    if not mv[pos] & 0x80:
+        (size,) = _U32.unpack_from(mv, pos)
+        if end - pos - 4 < size:
+            raise Short(name, pos + 4, size, end - pos - 4)
+        return Entry(SIMPLE, 4 + size, mv[pos + 4 : pos + 4 + size], pos=pos), pos + 4 + size
+    if end - pos < _SUB_BATCH.size:
+        raise Short(name, pos, _SUB_BATCH.size, end - pos)
+    flags, count, uncompressed, length = _SUB_BATCH.unpack_from(mv, pos)
+    if length > 0x7FFFFFFF:
+        raise BadValue(name, pos + 7, f"{name}: sub-batch length {length} is impossible")
+    start = pos + _SUB_BATCH.size
+    if end - start < length:
+        raise Short(name, start, length, end - start)
+    entry = Entry(
+        SUB_BATCH,
+        _SUB_BATCH.size + length,
+        mv[start : start + length],
+        compression=(flags >> 4) & 0x07,
+        record_count=count,
+        uncompressed_length=uncompressed,
+        length=length,
+        pos=pos,
+    )
+    return entry, start + length
+
+
+def write_entry(buf: bytearray, entry: Entry) -> None:
+    if entry.kind == SIMPLE:
+        buf += _U32.pack(len(entry.body))
+    else:
+        flags = 0x80 | (entry.compression & 0x07) << 4
+        buf += _SUB_BATCH.pack(flags, entry.record_count, entry.uncompressed_length, len(entry.body))
+    buf += entry.body
+
+
+def records_body(records: list[bytes]) -> bytes:
+    """The uncompressed body of a sub-batch holding these records."""
+    return b"".join(_U32.pack(len(r)) + r for r in records)
+
+
+class EntryHook(Hook):
+    """`osiris_entry`: one entry of a Publish frame, and its records on demand."""
+
+    name = "osiris_entry"
+    min_size = 4
+
+    def read(
+        self, mv: memoryview, pos: int, end: int, ctx: Ctx, node: Node | None, name: str
+    ) -> tuple[Any, int]:
+        return read_entry(mv, pos, end, name)
+
+    def write(self, buf: bytearray, value: Any) -> None:
+        write_entry(buf, value)
+
+    def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+        if node is not None:
+            node.label = describe(value, self.protocol.enums["compression"])
+        siblings["records"] = entry_records(value, 0, ctx, None, node)
+
+
+class ChunkHook(Hook):
+    """`osiris_chunk`: a chunk's data, checked against its header, walked into records on demand."""
+
+    name = "osiris_chunk"
+
+    def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+        magic_version = siblings.get("magic_version")
+        if isinstance(magic_version, int) and magic_version >> 4 != MAGIC:
+            ctx.expert.append(
+                Expert("error", f"not an Osiris chunk: magic/version byte is 0x{magic_version:02x}", pos - 48)
+            )
+        chunk_type = siblings.get("chunk_type")
+        if chunk_type not in self.protocol.enums["chunk_type"]:
+            ctx.expert.append(Expert("warn", f"unknown chunk type {chunk_type}", pos - 47))
+        crc = siblings.get("crc")
+        actual = zlib.crc32(value)
+        if crc != actual:
+            ctx.expert.append(
+                Expert(
+                    "error", f"chunk CRC mismatch: header says 0x{crc:08x}, data gives 0x{actual:08x}", pos
+                )
+            )
+
+    def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+        mv = value if isinstance(value, memoryview) else memoryview(value)
+        siblings["crc_valid"] = zlib.crc32(mv) == siblings.get("crc")
+        chunk_id = siblings.get("chunk_id", 0)
+        num_entries = siblings.get("num_entries", 0)
+        chunk_type = siblings.get("chunk_type")
+        tracking = chunk_type if chunk_type in (DELTA, SNAPSHOT) else None
+        entries: list[dict[str, Any]] = []
+        records: list[dict[str, Any]] = []
+        at, end = 0, len(mv)
+        for index in range(num_entries):
+            if at >= end:
+                ctx.expert.append(
+                    Expert(
+                        "error", f"chunk declares {num_entries} entries but its data holds {index}", pos + at
+                    )
+                )
+                break
+            try:
+                entry, next_at = read_entry(mv, at, end, f"entry {index}")
+            except (Short, BadValue) as exc:
+                what = exc.message() if isinstance(exc, Short) else exc.text
+                ctx.expert.append(Expert("error", f"entry {index}: {what}", pos + at))
+                break
+            entry.pos = pos + at
+            first = chunk_id + len(records)
+            entry_node = None
+            if node is not None:
+                label = f"Entry {index}: {describe(entry, self.protocol.enums['compression'])}"
+                entry_node = Node(None, label, entry.pos, entry.size)
+                node.children.append(entry_node)
+            found = entry_records(entry, index, ctx, first, entry_node, tracking=tracking)
+            entries.append(entry.as_json())
+            records.extend(found)
+            # Offsets count the records the header promises, even those that could not be read.
+            for _ in range(entry.record_count - len(found)):
+                records.append({"offset": chunk_id + len(records), "entry_index": index, "missing": True})
+            at = next_at
+        if at < end and len(entries) == num_entries:
+            ctx.expert.append(Expert("warn", f"{end - at} bytes after the chunk's last entry", pos + at))
+        declared = siblings.get("num_records", 0)
+        if len(records) != declared:
+            ctx.expert.append(
+                Expert("warn", f"chunk declares {declared} records but its entries hold {len(records)}", pos)
+            )
+        siblings["entries"] = entries
+        siblings["records"] = [r for r in records if not r.get("missing")]
+        # The records say what the raw data said, decoded; JSON need not carry both.
+        siblings.pop("data", None)
+
+
+def entry_records(
+    entry: Entry,
+    index: int,
+    ctx: Ctx,
+    first_offset: int | None,
+    node: Node | None,
+    *,
+    tracking: int | None = None,
+) -> list[dict[str, Any]]:
+    """The records of one entry, decompressed and decoded; offsets from first_offset when known."""
+    if entry.kind == SIMPLE:
+        bodies = [(entry.body, entry.pos + 4)]
+    else:
+        try:
+            result = decompress(entry.compression, entry.body, entry.uncompressed_length)
+        except DecompressionError as exc:
+            ctx.expert.append(Expert("error", f"entry {index}: sub-batch: {exc}", entry.pos))
+            return []
+        entry.framing = result.framing
+        if node is not None:
+            node.label += f", {result.framing}"
+        bodies = _split_records(result.data, entry, index, ctx)
+    out: list[dict[str, Any]] = []
+    for body, at in bodies:
+        record: dict[str, Any] = {}
+        if first_offset is not None:
+            record["offset"] = first_offset + len(out)
+        record["entry_index"] = index
+        record["size"] = len(body)
+        record_node = None
+        if node is not None:
+            if "offset" in record:
+                label = f"Record at offset {record['offset']}"
+            else:
+                label = "Record" if entry.kind == SIMPLE else f"Record {len(out)}"
+            record_node = Node(None, f"{label}: {len(body)} bytes", at, len(body))
+            node.children.append(record_node)
+        if tracking is not None:
+            record["tracking"] = decode_tracking(body, at, ctx, record_node, snapshot=tracking == SNAPSHOT)
+        else:
+            _decode_record(record, body, at, ctx, record_node)
+        out.append(record)
+    return out
+
+
+def _split_records(data: bytes, entry: Entry, index: int, ctx: Ctx) -> list[tuple[memoryview, int]]:
+    """[u32 size][record] runs of a decompressed body; records inside have no frame offset of their own."""
+    mv = memoryview(data)
+    out: list[tuple[memoryview, int]] = []
+    at = 0
+    for n in range(entry.record_count):
+        if len(mv) - at < 4 or len(mv) - at - 4 < _U32.unpack_from(mv, at)[0]:
+            ctx.expert.append(
+                Expert(
+                    "error",
+                    f"entry {index}: sub-batch declares {entry.record_count} records but its body ends "
+                    f"inside record {n}",
+                    entry.pos,
+                )
+            )
+            return out
+        (size,) = _U32.unpack_from(mv, at)
+        out.append((mv[at + 4 : at + 4 + size], entry.pos))
+        at += 4 + size
+    if at != len(mv):
+        ctx.expert.append(
+            Expert(
+                "warn", f"entry {index}: {len(mv) - at} bytes after the sub-batch's last record", entry.pos
+            )
+        )
+    return out
+
+
+def _decode_record(record: dict[str, Any], body: memoryview, at: int, ctx: Ctx, node: Node | None) -> None:
+    if not amqp.looks_like_amqp(body):
+        record["bytes"] = body
+        if node is not None:
+            node.label += ", not AMQP 1.0"
+            node.children.append(Node(None, f"Bytes: {amqp.preview(bytes(body))}", at, len(body)))
+        return
+    message = amqp.decode_message(body, at)
+    record["message"] = message
+    if message.error is not None:
+        ctx.expert.append(Expert("warn", f"AMQP 1.0 message: {message.error}", message.error_offset))
+    for note in message.notes:
+        ctx.expert.append(Expert("note", f"AMQP 1.0 message: {note}", at))
+    if node is not None:
+        node.label += ", AMQP 1.0"
+        for section in message.sections:
+            node.children.append(_section_node(section))
+
+
+def _section_node(section: Any) -> Node:
+    label = section.name.replace("_", " ").capitalize()
+    value = section.value
+    node = Node(None, label, section.offset, section.length)
+    if isinstance(value, dict):
+        fixed = section.name in ("header", "properties")  # named fields of a list, not a map
+        if not fixed:
+            node.label += f": {len(value)} entries"
+        for key, item in value.items():
+            if fixed and item is None:
+                continue  # clients write absent fields as nulls; they say nothing
+            node.children.append(Node(None, f"{key}: {amqp.preview(item)}", section.offset, 0))
+    elif isinstance(value, list):
+        node.label += f": {len(value)} items"
+        for i, item in enumerate(value):
+            node.children.append(Node(None, f"[{i}]: {amqp.preview(item)}", section.offset, 0))
+    else:
+        node.label += f": {amqp.preview(value)}"
+    return node
+
+
+def describe(entry: Entry, compression_names: Any) -> str:
+    """A tree label for an entry; the framing that matched is added once it is decompressed."""
+    if entry.kind == SIMPLE:
+        return f"Simple entry, {entry.size - 4} bytes"
+    codec = compression_names.get(entry.compression, f"unknown compression {entry.compression}")
+    return (
+        f"Sub-batch, {entry.record_count} records, {codec}: "
+        f"{entry.length} bytes, {entry.uncompressed_length} uncompressed"
+    )
+
+
+def decode_tracking(
+    body: memoryview, at: int, ctx: Ctx, node: Node | None, *, snapshot: bool = False
+) -> list[dict[str, Any]]:
+    """Tracking entries back to back: [type u8][id size u8][id][u64 value].
+
+    In a snapshot a producer entry carries two u64: the snapshot's own chunk id, then the
+    sequence (seen in a 3.10.8 broker's segment files).
+    """
+    out: list[dict[str, Any]] = []
+    pos, end = 0, len(body)
+    while pos < end:
+        if end - pos < 2:
+            ctx.expert.append(Expert("warn", f"tracking data ends inside an entry header at byte {pos}", at))
+            break
+        kind, id_size = body[pos], body[pos + 1]
+        two = snapshot and kind == PRODUCER
+        need = 2 + id_size + (16 if two else 8)
+        if end - pos < need:
+            ctx.expert.append(
+                Expert("warn", f"tracking entry at byte {pos} needs {need} bytes, {end - pos} left", at)
+            )
+            break
+        ident = str(body[pos + 2 : pos + 2 + id_size], "utf-8", "replace")
+        item: dict[str, Any] = {"tracking_type": kind, "id": ident}
+        values = pos + 2 + id_size
+        if two:
+            item["chunk_id"] = _U64.unpack_from(body, values)[0]
+            values += 8
+        item["value"] = _U64.unpack_from(body, values)[0]
+        out.append(item)
+        if node is not None:
+            what = TRACKING_LABELS.get(kind, f"type {kind}")
+            node.children.append(Node(None, f"Tracking {what} {ident!r}: {item['value']}", at + pos, need))
+        pos += need
+    return out
+
+
+class TrailerHook(Hook):
+    """`osiris_trailer`: a chunk's trailer, should a broker send it: the producers' last sequences."""
+
+    name = "osiris_trailer"
+
+    def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+        siblings["trailer_tracking"] = decode_tracking(memoryview(value), pos, ctx, node)
+
+
+_CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")
+
+
+def encode_chunk(
+    entries: list[Entry],
+    *,
+    chunk_id: int = 0,
+    chunk_type: int = 0,
+    timestamp: int = 0,
+    epoch: int = 1,
+    trailer_length: int = 0,
+) -> bytes:
+    """A chunk as a broker sends it (header and data, no trailer), CRC and counts computed."""
+    data = bytearray()
+    for entry in entries:
+        write_entry(data, entry)
+    records = sum(e.record_count for e in entries)
+    header = _CHUNK_HEADER.pack(
+        0x50, chunk_type, len(entries), records, timestamp, epoch, chunk_id,
+        zlib.crc32(data), len(data), trailer_length, 0,
+    )  # fmt: skip
+    return header + bytes(data)
+
+
+def simple_entry(record: bytes) -> Entry:
+    return Entry(SIMPLE, 4 + len(record), record)
+
+
+def sub_batch_entry(records: list[bytes], compression: int, body: bytes) -> Entry:
+    """A sub-batch of records whose (already compressed) body is given."""
+    plain = records_body(records)
+    return Entry(
+        SUB_BATCH,
+        _SUB_BATCH.size + len(body),
+        body,
+        compression=compression,
+        record_count=len(records),
+        uncompressed_length=len(plain),
+        length=len(body),
+    )

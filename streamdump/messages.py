@@ -1,0 +1,98 @@
+"""The `--messages` view: one line per message that crossed the wire, in Publish or Deliver frames.
+
+Deliver frames name a subscription and Publish frames a publisher, not a stream; the
+stream comes from the Subscribe or DeclarePublisher that created them, which this view
+remembers per connection as the frames go by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from streamdump.frame import Frame
+from streamdump.hooks import amqp
+
+KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
+MAX_APP_PROPERTIES = 3
+PREVIEW_CHARS = 40
+
+
+class MessageLines:
+    """Turns frames into message lines, remembering which stream each subscription and publisher uses."""
+
+    def __init__(self, protocol_enums: dict[str, dict[int, str]]) -> None:
+        self.tracking_names = protocol_enums.get("tracking_type", {})
+        # (connection, subscription or publisher id) -> stream
+        self.subscriptions: dict[tuple[tuple[str, str], int], str] = {}
+        self.publishers: dict[tuple[tuple[str, str], int], str] = {}
+
+    def lines(self, frame: Frame, t0: float) -> Iterator[str]:
+        conn = _connection(frame)
+        fields = frame.fields
+        if frame.command == "Subscribe" and frame.kind == "request":
+            self.subscriptions[conn, fields.get("subscription_id", -1)] = fields.get("stream") or "?"
+            return
+        if frame.command == "DeclarePublisher" and frame.kind == "request":
+            self.publishers[conn, fields.get("publisher_id", -1)] = fields.get("stream") or "?"
+            return
+        head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
+        if frame.command == "Publish":
+            stream = self.publishers.get((conn, fields.get("publisher_id", -1)), "?")
+            for message in fields.get("messages") or []:
+                records = message.get("records") or []
+                pid = message.get("publishing_id")
+                for n, record in enumerate(records):
+                    where = f"publish pub={fields.get('publisher_id')} id={pid}"
+                    if len(records) > 1 or (message.get("entry") and message["entry"].kind):
+                        where += f"[{n}]"
+                    yield self._line(head, stream, where, record)
+        elif frame.command == "Deliver":
+            stream = self.subscriptions.get((conn, fields.get("subscription_id", -1)), "?")
+            chunk = fields.get("chunk") or {}
+            for record in chunk.get("records") or []:
+                where = f"deliver offset={record.get('offset')} chunk={chunk.get('chunk_id')}"
+                yield self._line(head, stream, where, record)
+
+    def _line(self, head: str, stream: str, where: str, record: dict[str, Any]) -> str:
+        size = f"{record.get('size', 0)} B"
+        if "tracking" in record:
+            parts = [
+                f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"
+                for t in record["tracking"]
+            ]
+            return f"{head} {stream} {where} {size:>8}  tracking: {'; '.join(parts)}"
+        if "bytes" in record:
+            return f"{head} {stream} {where} {size:>8}  {amqp.preview(bytes(record['bytes']), PREVIEW_CHARS)}"
+        message = record.get("message")
+        if message is None:
+            return f"{head} {stream} {where} {size:>8}"
+        return f"{head} {stream} {where} {size:>8}  {summary(message)}".rstrip()
+
+
+def summary(message: amqp.Message) -> str:
+    """Body preview and key properties of one AMQP message, for a one-line view."""
+    body = None
+    props: dict[str, Any] = {}
+    app: dict[Any, Any] = {}
+    for section in message.sections:
+        if section.name in ("data", "amqp_value", "amqp_sequence") and body is None:
+            body = section.value
+        elif section.name == "properties" and isinstance(section.value, dict):
+            props = section.value
+        elif section.name == "application_properties" and isinstance(section.value, dict):
+            app = section.value
+    parts = [amqp.preview(body, PREVIEW_CHARS) if body is not None else "(no body)"]
+    parts += [f"{name}={amqp.preview(props[name])}" for name in KEY_PROPERTIES if props.get(name) is not None]
+    for key in list(app)[:MAX_APP_PROPERTIES]:
+        parts.append(f"{key}={amqp.preview(app[key])}")
+    if len(app) > MAX_APP_PROPERTIES:
+        parts.append(f"(+{len(app) - MAX_APP_PROPERTIES} app properties)")
+    if message.error is not None:
+        parts.append(f"[warn: {message.error}]")
+    return "  ".join(parts)
+
+
+def _connection(frame: Frame) -> tuple[str, str]:
+    a, b = str(frame.src), str(frame.dst)
+    return (a, b) if a <= b else (b, a)

@@ -1,0 +1,333 @@
+"""Osiris entries and chunks: real compressed captures checked message by message, and damage handled."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from typing import Any
+
+import pytest
+from conftest import CAPTURES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamdump.decoder import Decoder
+from streamdump.frame import Frame
+from streamdump.hooks import amqp
+from streamdump.hooks.compression import FRAMINGS, compress
+from streamdump.hooks.osiris import SUB_BATCH, encode_chunk, records_body, simple_entry, sub_batch_entry
+from streamdump.pipeline import ReadStats, read_frames
+
+SENT = json.loads((CAPTURES / "compression.sent.json").read_text())
+# The recording script's names for the variants it sent, and what streamdump calls them.
+FRAMING_NAMES = {
+    "none": "none",
+    "gzip": "gzip",
+    "snappy-framed": "snappy framed",
+    "snappy-raw": "snappy raw",
+    "lz4-frame": "lz4 frame",
+    "lz4-block-size-prefixed": "lz4 block, size-prefixed",
+    "zstd": "zstd frame",
+}
+
+
+def frames_of(decoder: Decoder, name: str) -> list[Frame]:
+    return [decoder.expand(f) for f in read_frames(CAPTURES / name, decoder, [5552], ReadStats())]
+
+
+def check_record(record: dict[str, Any], want: dict[str, Any]) -> None:
+    """One decoded record against what the client sent: size, body, properties, application properties."""
+    sent = bytes.fromhex(want["bytes"])
+    assert record["size"] == len(sent)
+    if not want["amqp"]:
+        assert "message" not in record and bytes(record["bytes"]) == sent
+        return
+    message = record["message"]
+    assert message.error is None, message.error
+    got = amqp.message_json(message)
+    assert got["data"] == want["body"]
+    properties = got.get("properties", {})
+    for name, value in want["properties"].items():
+        assert properties[name] == value, name
+    # rstream writes every property field; the ones the client left out must be null.
+    assert all(v is None for k, v in properties.items() if k not in want["properties"])
+    assert got.get("application_properties", {}) == want.get("application_properties", {})
+    # And the sections are exactly those of the bytes the client handed to the library.
+    assert amqp.message_json(amqp.decode_message(sent)) == got
+
+
+def test_published_messages_are_what_the_client_sent(decoder: Decoder) -> None:
+    messages = [
+        m
+        for f in frames_of(decoder, "compression.pcap")
+        if f.command == "Publish"
+        for m in f.fields["messages"]
+    ]
+    assert len(messages) == len(SENT["publishes"])
+    for message, want in zip(messages, SENT["publishes"], strict=True):
+        entry = message["entry"]
+        assert message["publishing_id"] == want["publishing_id"]
+        if want["kind"] == "sub_batch":
+            assert entry.kind == SUB_BATCH and entry.compression == want["compression"]
+            assert entry.framing == FRAMING_NAMES[want["variant"]]
+            assert entry.record_count == len(want["records"])
+        assert len(message["records"]) == len(want["records"])
+        for record, want_record in zip(message["records"], want["records"], strict=True):
+            check_record(record, want_record)
+
+
+def test_delivered_records_are_what_the_client_sent_with_their_offsets(decoder: Decoder) -> None:
+    delivers = [f for f in frames_of(decoder, "compression.pcap") if f.command == "Deliver"]
+    records = [r for f in delivers for r in f.fields["chunk"]["records"]]
+    wanted = [r for p in SENT["publishes"] for r in p["records"]]
+    assert [r["offset"] for r in records] == [w["offset"] for w in wanted] == list(range(len(wanted)))
+    for record, want in zip(records, wanted, strict=True):
+        check_record(record, want)
+    # Every compression variant came back from the broker, decoded by the framing it was sent in.
+    framings = {e.get("framing") for f in delivers for e in f.fields["chunk"]["entries"]}
+    assert framings >= {FRAMING_NAMES[p["variant"]] for p in SENT["publishes"] if p["kind"] == "sub_batch"}
+    for frame in delivers:
+        assert frame.fields["chunk"]["crc_valid"] is True and frame.expert == []
+
+
+def test_one_line_decoding_does_not_touch_records(decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded below the chunk header")
+
+    monkeypatch.setattr("streamdump.hooks.osiris.decompress", boom)
+    monkeypatch.setattr("streamdump.hooks.osiris.amqp.decode_message", boom)
+    frames = list(read_frames(CAPTURES / "compression.pcap", decoder, [5552], ReadStats()))
+    delivers = [f for f in frames if f.command == "Deliver"]
+    assert delivers and all("records" not in f.fields["chunk"] for f in delivers)
+    assert all(f.expert == [] for f in frames)
+
+
+# ---------------------------------------------------------------- damaged chunks
+
+RECORDS = [amqp.encode_message([("data", f"record {i}".encode())]) for i in range(3)]
+
+
+def deliver(decoder: Decoder, chunk: bytes) -> Frame:
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": _chunk_fields(chunk)})
+    return decoder.expand(decoder.decode(wire))
+
+
+HEADER_NAMES = (
+    "magic_version",
+    "chunk_type",
+    "num_entries",
+    "num_records",
+    "timestamp",
+    "epoch",
+    "chunk_id",
+    "crc",
+    "data_length",
+    "trailer_length",
+    "bloom_size",
+)
+
+
+def _chunk_fields(chunk: bytes) -> dict[str, Any]:
+    """A chunk's header fields by name, the rest as its data."""
+    values = struct.unpack(">BBHIqQQIIIB", chunk[:45])
+    return dict(zip(HEADER_NAMES, values, strict=True)) | {"reserved": chunk[45:48], "data": chunk[48:]}
+
+
+def messages(frame: Frame) -> list[str]:
+    return [e.message for e in frame.expert]
+
+
+def good_chunk(chunk_id: int = 100) -> bytes:
+    body = records_body(RECORDS)
+    return encode_chunk(
+        [simple_entry(RECORDS[0]), sub_batch_entry(RECORDS, 4, compress("zstd frame", body))],
+        chunk_id=chunk_id,
+    )
+
+
+def test_a_good_chunk_numbers_its_records_from_the_chunk_id(decoder: Decoder) -> None:
+    frame = deliver(decoder, good_chunk())
+    chunk = frame.fields["chunk"]
+    assert frame.expert == [] and chunk["crc_valid"] is True
+    assert [r["offset"] for r in chunk["records"]] == [100, 101, 102, 103]
+    assert [r["entry_index"] for r in chunk["records"]] == [0, 1, 1, 1]
+    assert [amqp.message_json(r["message"])["data"] for r in chunk["records"]] == [
+        b"record 0".hex(),
+        b"record 0".hex(),
+        b"record 1".hex(),
+        b"record 2".hex(),
+    ]
+
+
+def test_bad_crc_is_an_error_on_every_decode_and_records_still_decode(decoder: Decoder) -> None:
+    chunk = bytearray(good_chunk())
+    chunk[-1] ^= 0xFF  # damage the data, keep the header's CRC
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": _chunk_fields(bytes(chunk))})
+    assert any("CRC mismatch" in m for m in messages(decoder.decode(wire)))
+    frame = deliver(decoder, bytes(chunk))
+    assert frame.fields["chunk"]["crc_valid"] is False
+    assert any("CRC mismatch" in m for m in messages(frame))
+
+
+def _rebuilt(chunk: bytes, **changes: int) -> bytes:
+    fields = _chunk_fields(chunk) | changes
+    data = fields["data"]
+    if "crc" not in changes:
+        fields["crc"] = zlib.crc32(data)
+    header = struct.pack(">BBHIqQQIIIB", *(fields[n] for n in HEADER_NAMES))
+    return header + fields["reserved"] + data
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"num_entries": 3}, "declares 3 entries but its data holds 2"),
+        ({"num_entries": 1}, "bytes after the chunk's last entry"),
+        ({"num_records": 9}, "declares 9 records but its entries hold 4"),
+        ({"magic_version": 0x60}, "not an Osiris chunk"),
+        ({"chunk_type": 7}, "unknown chunk type 7"),
+    ],
+)
+def test_header_disagreeing_with_the_data_is_named(
+    decoder: Decoder, changes: dict[str, int], expected: str
+) -> None:
+    frame = deliver(decoder, _rebuilt(good_chunk(), **changes))
+    assert any(expected in m for m in messages(frame)), messages(frame)
+
+
+def sub_batch_chunk(code: int, body: bytes, records: list[bytes], uncompressed: int | None = None) -> bytes:
+    entry = sub_batch_entry(records, code, body)
+    if uncompressed is not None:
+        entry.uncompressed_length = uncompressed
+    return encode_chunk([entry])
+
+
+@pytest.mark.parametrize(
+    ("chunk", "expected"),
+    [
+        (sub_batch_chunk(5, b"\x00" * 10, RECORDS), "unknown compression code 5"),
+        (sub_batch_chunk(4, b"not zstd at all", RECORDS), "zstd data does not start with a zstd frame magic"),
+        (sub_batch_chunk(1, compress("gzip", records_body(RECORDS))[:-9], RECORDS), "gzip stream ends early"),
+        (
+            sub_batch_chunk(4, compress("zstd frame", records_body(RECORDS)), RECORDS, uncompressed=10),
+            "longer than the declared 10 bytes",
+        ),
+        (
+            sub_batch_chunk(3, compress("lz4 frame", records_body(RECORDS)), RECORDS, uncompressed=1 << 30),
+            "over the 67108864 byte cap",
+        ),
+        (
+            sub_batch_chunk(
+                0, records_body(RECORDS)[:-3], RECORDS, uncompressed=len(records_body(RECORDS)) - 3
+            ),
+            "body ends inside record 2",
+        ),
+    ],
+    ids=["bogus-code", "not-zstd", "truncated-gzip", "longer-than-declared", "over-cap", "truncated-records"],
+)
+def test_broken_sub_batches_become_expert_errors(decoder: Decoder, chunk: bytes, expected: str) -> None:
+    frame = deliver(decoder, chunk)
+    assert any(expected in m for m in messages(frame)), messages(frame)
+    assert frame.worst_severity == "error"
+
+
+def test_a_decompression_bomb_stops_at_the_declared_size(decoder: Decoder) -> None:
+    bomb = compress("zstd frame", bytes(32 << 20))  # 32 MiB of zeros in about a kilobyte
+    frame = deliver(decoder, sub_batch_chunk(4, bomb, RECORDS, uncompressed=1000))
+    assert any("longer than the declared 1000 bytes" in m for m in messages(frame))
+
+
+def test_every_framing_decodes_in_a_chunk(decoder: Decoder) -> None:
+    body = records_body(RECORDS)
+    for code, framings in FRAMINGS.items():
+        for framing in framings:
+            frame = deliver(decoder, encode_chunk([sub_batch_entry(RECORDS, code, compress(framing, body))]))
+            assert frame.expert == [], (framing, messages(frame))
+            assert frame.fields["chunk"]["entries"][0].get("framing") == framing
+            assert len(frame.fields["chunk"]["records"]) == 3
+
+
+def test_records_that_are_not_amqp_are_kept_as_bytes(decoder: Decoder) -> None:
+    frame = deliver(decoder, encode_chunk([simple_entry(b"plain \x00 bytes")]))
+    (record,) = frame.fields["chunk"]["records"]
+    assert bytes(record["bytes"]) == b"plain \x00 bytes" and "message" not in record
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200), entries=st.integers(0, 5), records=st.integers(0, 9))
+def test_garbage_chunk_data_never_raises(decoder: Decoder, data: bytes, entries: int, records: int) -> None:
+    header = _chunk_fields(encode_chunk([]))
+    fields = header | {
+        "num_entries": entries,
+        "num_records": records,
+        "data": data,
+        "crc": zlib.crc32(data),
+        "data_length": len(data),
+    }
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
+    frame = decoder.expand(decoder.decode(wire))
+    assert isinstance(frame.fields["chunk"]["records"], list)
+    decoder.tree(frame)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cut=st.integers(0, 400), flip=st.integers(0, 4000))
+def test_damaged_good_chunks_never_raise(decoder: Decoder, cut: int, flip: int) -> None:
+    chunk = bytearray(good_chunk())
+    chunk[flip % len(chunk)] ^= 0x5A
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": _chunk_fields(bytes(chunk))})
+    for data in (wire, wire[: max(8, len(wire) - cut)]):
+        frame = decoder.expand(decoder.decode(data))
+        decoder.tree(frame)
+        frame.fields.get("chunk")
+
+
+# ---------------------------------------------------------------- tracking chunks from the broker's files
+
+CHUNKS = CAPTURES / "chunks"
+
+
+def stored_chunk(decoder: Decoder, name: str) -> Frame:
+    """A chunk cut from the broker's segment file (header, data, trailer), framed as a Deliver."""
+    stored = (CHUNKS / name).read_bytes()
+    fields = _chunk_fields(stored)
+    data_length, trailer_length = fields["data_length"], fields["trailer_length"]
+    fields["data"] = stored[48 : 48 + data_length]
+    fields["trailer"] = stored[48 + data_length :]
+    assert len(fields["trailer"]) == trailer_length
+    return deliver_fields(decoder, fields)
+
+
+def deliver_fields(decoder: Decoder, chunk: dict[str, Any]) -> Frame:
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": chunk})
+    return decoder.expand(decoder.decode(wire))
+
+
+def test_tracking_delta_from_the_broker(decoder: Decoder) -> None:
+    frame = stored_chunk(decoder, "tracking_delta.bin")
+    assert frame.expert == []
+    (record,) = frame.fields["chunk"]["records"]
+    assert record["offset"] == 4
+    assert record["tracking"] == [{"tracking_type": 1, "id": "streamdump-tracking-consumer", "value": 2}]
+
+
+def test_tracking_snapshot_from_the_broker(decoder: Decoder) -> None:
+    frame = stored_chunk(decoder, "tracking_snapshot.bin")
+    assert frame.expert == []
+    (record,) = frame.fields["chunk"]["records"]
+    assert record["tracking"] == [
+        {"tracking_type": 1, "id": "streamdump-tracking-consumer", "value": 5},
+        {"tracking_type": 0, "id": "streamdump-tracker", "chunk_id": 7, "value": 8},
+    ]
+
+
+def test_trailer_of_a_named_producers_chunk(decoder: Decoder) -> None:
+    frame = stored_chunk(decoder, "user_with_trailer.bin")
+    chunk = frame.fields["chunk"]
+    assert frame.expert == [] and len(chunk["records"]) == 3
+    assert chunk["trailer_tracking"] == [{"tracking_type": 0, "id": "streamdump-tracker", "value": 3}]
+    # As brokers send it: the frame ends after the data, and that is no error.
+    chunk_only = _chunk_fields((CHUNKS / "user_with_trailer.bin").read_bytes())
+    chunk_only["data"] = chunk_only["data"][: chunk_only["data_length"]]
+    assert deliver_fields(decoder, chunk_only).expert == []
