@@ -6,6 +6,7 @@ stream plugin itself. On a laptop without them these tests skip; in CI they fail
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import CAPTURES, need
+from test_osiris import FRAMING_NAMES, check_record
 
 from streamdump.capture import read_segments
 from streamdump.decoder import Decoder
+from streamdump.hooks.osiris import SUB_BATCH
 from streamdump.pipeline import ReadStats, read_frames
 
 pytestmark = pytest.mark.broker
@@ -31,31 +34,26 @@ def broker_reachable() -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def need_recording_tools() -> None:
     need(os.geteuid() == 0, "recording with tcpdump needs root")
     need(shutil.which("tcpdump") is not None, "tcpdump is not installed")
     need(broker_reachable(), "no RabbitMQ broker on 127.0.0.1:5672")
-    outdir = tmp_path_factory.mktemp("live")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(CAPTURES / "record.py"),
-            "--scenario",
-            "session",
-            "--scenario",
-            "subscribe_missing_stream",
-            "--scenario",
-            "bulk",
-            "--outdir",
-            str(outdir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+
+
+def record_scenarios(outdir: Path, *scenarios: str) -> None:
+    """Run captures/record.py for `scenarios` into `outdir`; its own checks must pass."""
+    cmd = [sys.executable, str(CAPTURES / "record.py"), "--outdir", str(outdir)]
+    for name in scenarios:
+        cmd += ["--scenario", name]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need_recording_tools()
+    outdir = tmp_path_factory.mktemp("live")
+    record_scenarios(outdir, "session", "subscribe_missing_stream", "bulk")
     return outdir
 
 
@@ -99,12 +97,44 @@ def test_fresh_bulk_at_mtu_1500_reassembles(recorded: Path, decoder: Decoder) ->
     assert max(f.size for f in frames) > 10 * 1448
 
 
+def test_fresh_compression_decodes_to_what_the_client_sent(tmp_path: Path, decoder: Decoder) -> None:
+    """A fresh `compression` recording, message by message against its fresh compression.sent.json:
+    every Publish message and every Deliver record (with its offset), as tests/test_osiris.py checks
+    the committed capture."""
+    need_recording_tools()
+    record_scenarios(tmp_path, "compression")
+    sent = json.loads((tmp_path / "compression.sent.json").read_text())
+    frames = [decoder.expand(f) for f in decode(tmp_path / "compression.pcap", decoder)]
+    assert [(f.number, e) for f in frames for e in f.expert] == []
+
+    messages = [m for f in frames if f.command == "Publish" for m in f.fields["messages"]]
+    assert len(messages) == len(sent["publishes"])
+    for message, want in zip(messages, sent["publishes"], strict=True):
+        entry = message["entry"]
+        assert message["publishing_id"] == want["publishing_id"]
+        if want["kind"] == "sub_batch":
+            assert entry.kind == SUB_BATCH and entry.compression == want["compression"]
+            assert entry.framing == FRAMING_NAMES[want["variant"]]
+            assert entry.record_count == len(want["records"])
+        assert len(message["records"]) == len(want["records"])
+        for record, want_record in zip(message["records"], want["records"], strict=True):
+            check_record(record, want_record)
+
+    delivers = [f for f in frames if f.command == "Deliver"]
+    records = [r for f in delivers for r in f.fields["chunk"]["records"]]
+    wanted = [r for p in sent["publishes"] for r in p["records"]]
+    assert [r["offset"] for r in records] == [w["offset"] for w in wanted] == list(range(len(wanted)))
+    for record, want in zip(records, wanted, strict=True):
+        check_record(record, want)
+    framings = {e.get("framing") for f in delivers for e in f.fields["chunk"]["entries"]}
+    assert framings >= {FRAMING_NAMES[p["variant"]] for p in sent["publishes"] if p["kind"] == "sub_batch"}
+    assert all(f.fields["chunk"]["crc_valid"] is True for f in delivers)
+
+
 def test_flood_recovery_with_and_without_losses(tmp_path: Path) -> None:
     """The recovery check of bench/, on a smaller flood: every message back, and with 1% of the
     segments dropped, exactly the messages whose bytes are gone are lost, all inside reported gaps."""
-    need(os.geteuid() == 0, "recording with tcpdump needs root")
-    need(shutil.which("tcpdump") is not None, "tcpdump is not installed")
-    need(broker_reachable(), "no RabbitMQ broker on 127.0.0.1:5672")
+    need_recording_tools()
     out = tmp_path / "flood.pcap"
     bench = CAPTURES.parent / "bench"
     record = subprocess.run(
