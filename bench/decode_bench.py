@@ -1,7 +1,8 @@
 """Decoder throughput on the frames of the committed captures, against a header-only floor.
 
 Prints frames/s and MB/s for: the header-only floor (one struct unpack per frame),
-streamdump's decode (all fields), and decode plus the detail tree. Ratios are
+streamdump's decode (all fields, chunk CRCs checked), decode plus expand (every record
+decompressed and decoded, as JSON and --messages need), and decode plus the detail tree. Ratios are
 against the floor, measured in the same run, so machines can be compared.
 
     python bench/decode_bench.py [--frames N]
@@ -52,6 +53,7 @@ def main() -> None:
     print(f"{len(frames):,} frames, {sum(map(len, frames)) / 1e6:.1f} MB, from {CAPTURES}")
     floor = timed("header only", frames, HEADER.unpack_from, None)
     timed("decode", frames, decoder.decode, floor)
+    timed("decode + records", frames, lambda d: decoder.expand(decoder.decode(d)), floor)
     timed("decode + tree", frames, lambda d: decoder.tree(decoder.decode(d)), floor)
 
 

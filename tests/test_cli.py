@@ -182,3 +182,23 @@ def test_unknown_protocol() -> None:
     code, _, err = run("decode", "00", "--protocol", "kafka")
     assert code == 1
     one_line_error(err, "unknown protocol 'kafka'")
+
+
+def test_messages_view_lists_every_message_with_its_stream() -> None:
+    code, out, err = run("read", str(CAPTURES / "compression.pcap"), "--messages")
+    assert code == 0, err
+    lines = out.splitlines()
+    sent = json.loads((CAPTURES / "compression.sent.json").read_text())
+    records = sum(len(p["records"]) for p in sent["publishes"])
+    # every record twice: published, then delivered
+    assert len(lines) == 2 * records
+    assert all(" streamdump-compression " in line for line in lines)
+    delivered = [line for line in lines if " deliver offset=" in line]
+    assert [int(line.split("offset=")[1].split()[0]) for line in delivered] == list(range(records))
+    assert "publish pub=1 id=18[2]" in out and "snappy-framed record 2" in out
+
+
+def test_messages_view_does_not_combine_with_other_views() -> None:
+    code, _, err = run("read", str(CAPTURES / "compression.pcap"), "--messages", "--detail")
+    assert code == 2
+    one_line_error(err, "--messages")

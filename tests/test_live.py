@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 from conftest import CAPTURES, need
-from test_osiris import FRAMING_NAMES, check_record
+from test_osiris import check_delivered, check_published
 
 from streamdump.capture import read_segments
 from streamdump.decoder import Decoder
-from streamdump.hooks.osiris import SUB_BATCH
 from streamdump.pipeline import ReadStats, read_frames
 
 pytestmark = pytest.mark.broker
@@ -107,28 +106,8 @@ def test_fresh_compression_decodes_to_what_the_client_sent(tmp_path: Path, decod
     frames = [decoder.expand(f) for f in decode(tmp_path / "compression.pcap", decoder)]
     assert [(f.number, e) for f in frames for e in f.expert] == []
 
-    messages = [m for f in frames if f.command == "Publish" for m in f.fields["messages"]]
-    assert len(messages) == len(sent["publishes"])
-    for message, want in zip(messages, sent["publishes"], strict=True):
-        entry = message["entry"]
-        assert message["publishing_id"] == want["publishing_id"]
-        if want["kind"] == "sub_batch":
-            assert entry.kind == SUB_BATCH and entry.compression == want["compression"]
-            assert entry.framing == FRAMING_NAMES[want["variant"]]
-            assert entry.record_count == len(want["records"])
-        assert len(message["records"]) == len(want["records"])
-        for record, want_record in zip(message["records"], want["records"], strict=True):
-            check_record(record, want_record)
-
-    delivers = [f for f in frames if f.command == "Deliver"]
-    records = [r for f in delivers for r in f.fields["chunk"]["records"]]
-    wanted = [r for p in sent["publishes"] for r in p["records"]]
-    assert [r["offset"] for r in records] == [w["offset"] for w in wanted] == list(range(len(wanted)))
-    for record, want in zip(records, wanted, strict=True):
-        check_record(record, want)
-    framings = {e.get("framing") for f in delivers for e in f.fields["chunk"]["entries"]}
-    assert framings >= {FRAMING_NAMES[p["variant"]] for p in sent["publishes"] if p["kind"] == "sub_batch"}
-    assert all(f.fields["chunk"]["crc_valid"] is True for f in delivers)
+    check_published(frames, sent)
+    check_delivered(frames, sent)
 
 
 def test_flood_recovery_with_and_without_losses(tmp_path: Path) -> None:

@@ -57,15 +57,11 @@ def check_record(record: dict[str, Any], want: dict[str, Any]) -> None:
     assert amqp.message_json(amqp.decode_message(sent)) == got
 
 
-def test_published_messages_are_what_the_client_sent(decoder: Decoder) -> None:
-    messages = [
-        m
-        for f in frames_of(decoder, "compression.pcap")
-        if f.command == "Publish"
-        for m in f.fields["messages"]
-    ]
-    assert len(messages) == len(SENT["publishes"])
-    for message, want in zip(messages, SENT["publishes"], strict=True):
+def check_published(frames: list[Frame], sent: dict[str, Any]) -> None:
+    """Every Publish message against the sidecar: publishing id, entry kind, codec, framing, records."""
+    messages = [m for f in frames if f.command == "Publish" for m in f.fields["messages"]]
+    assert len(messages) == len(sent["publishes"])
+    for message, want in zip(messages, sent["publishes"], strict=True):
         entry = message["entry"]
         assert message["publishing_id"] == want["publishing_id"]
         if want["kind"] == "sub_batch":
@@ -77,18 +73,26 @@ def test_published_messages_are_what_the_client_sent(decoder: Decoder) -> None:
             check_record(record, want_record)
 
 
-def test_delivered_records_are_what_the_client_sent_with_their_offsets(decoder: Decoder) -> None:
-    delivers = [f for f in frames_of(decoder, "compression.pcap") if f.command == "Deliver"]
+def check_delivered(frames: list[Frame], sent: dict[str, Any]) -> None:
+    """Every Deliver record against the sidecar, with its offset; every framing came back, every CRC holds."""
+    delivers = [f for f in frames if f.command == "Deliver"]
     records = [r for f in delivers for r in f.fields["chunk"]["records"]]
-    wanted = [r for p in SENT["publishes"] for r in p["records"]]
+    wanted = [r for p in sent["publishes"] for r in p["records"]]
     assert [r["offset"] for r in records] == [w["offset"] for w in wanted] == list(range(len(wanted)))
     for record, want in zip(records, wanted, strict=True):
         check_record(record, want)
-    # Every compression variant came back from the broker, decoded by the framing it was sent in.
     framings = {e.get("framing") for f in delivers for e in f.fields["chunk"]["entries"]}
-    assert framings >= {FRAMING_NAMES[p["variant"]] for p in SENT["publishes"] if p["kind"] == "sub_batch"}
+    assert framings >= {FRAMING_NAMES[p["variant"]] for p in sent["publishes"] if p["kind"] == "sub_batch"}
     for frame in delivers:
         assert frame.fields["chunk"]["crc_valid"] is True and frame.expert == []
+
+
+def test_published_messages_are_what_the_client_sent(decoder: Decoder) -> None:
+    check_published(frames_of(decoder, "compression.pcap"), SENT)
+
+
+def test_delivered_records_are_what_the_client_sent_with_their_offsets(decoder: Decoder) -> None:
+    check_delivered(frames_of(decoder, "compression.pcap"), SENT)
 
 
 def test_one_line_decoding_does_not_touch_records(decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> None:
