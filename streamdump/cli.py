@@ -23,7 +23,7 @@ from rich.console import Console
 from streamdump.capture import CaptureError
 from streamdump.decoder import Decoder
 from streamdump.frame import Frame
-from streamdump.messages import MessageLines
+from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames
 from streamdump.registry import SpecError, default_registry
 from streamdump.render import Renderer
@@ -35,8 +35,6 @@ app = typer.Typer(
     help="Decode messaging wire protocols (RabbitMQ Streams) from captures and hex dumps.",
 )
 
-# Frames whose records the --messages view lists.
-MESSAGE_COMMANDS = ("Publish", "Deliver")
 EXIT_INPUT = 1
 EXIT_INTERNAL = 70
 

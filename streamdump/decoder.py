@@ -17,6 +17,18 @@ from streamdump.layout import BadValue, Ctx, Op, Short, compile_fields, decode_o
 from streamdump.registry import INT_TYPES, FieldSpec, Layout, Protocol
 
 
+def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
+    return any(
+        s.since <= version
+        and (
+            s.hook is not None
+            or _has_hook(s.fields, version)
+            or (s.of is not None and _has_hook(s.of.fields, version))
+        )
+        for s in specs
+    )
+
+
 class EncodeError(ValueError):
     """The values given cannot be encoded with the named layout."""
 
@@ -41,6 +53,8 @@ class Decoder:
                         layout,
                         compile_fields(layout.fields, version, self.hooks),
                     )
+        # (wire key, version) pairs whose layout has a hooked field: only these need expanding.
+        self.hooked = {key for key, (layout, _) in self.compiled.items() if _has_hook(layout.fields, key[1])}
 
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane size, a key with a layout, a known version."""
@@ -145,16 +159,20 @@ class Decoder:
         """
         if frame.expanded:
             return frame
-        frame.expanded = True
+        if (frame.wire_key, frame.version) not in self.hooked:
+            frame.expanded = True  # nothing below its headers: decoding again would add nothing
+            return frame
         if frame.incomplete is None:
             full = self.decode(frame.data, expand=True)
             frame.fields, frame.expert = full.fields, full.expert
+            frame.expanded = True
             return frame
         # An incomplete frame may hold elements recovered after a gap, which decoding its
         # bytes again would not find: expand the values it has instead.
         layout = self.protocol.layout_for(frame.wire_key)
         if layout is not None:
             self._expand_values(layout.fields, frame.fields, Ctx(frame.expert, expand=True))
+        frame.expanded = True
         return frame
 
     def _expand_values(self, specs: tuple[FieldSpec, ...], values: dict[str, Any], ctx: Ctx) -> None:

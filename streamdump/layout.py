@@ -65,6 +65,8 @@ class Ctx:
     declared_end: int | None = None
     # Run the hooks' expand step: a view needs records and sections, not just the headers.
     expand: bool = False
+    # What expanding this frame may still produce (a hook's Budget), created by the first hook to need it.
+    budget: Any = None
 
 
 class Op(Protocol):
@@ -403,10 +405,15 @@ class FieldOp:
             node.length = new_pos - pos
             node.value = value
         hook = self.hook
-        if hook is not None:
-            hook.check(value, out, pos, ctx)
-            if ctx.expand or node is not None:
-                hook.expand(value, out, pos, ctx, node)
+        if hook is not None and value is not None:
+            try:
+                hook.check(value, out, pos, ctx)
+                if ctx.expand or node is not None:
+                    hook.expand(value, out, pos, ctx, node)
+            except Exception as exc:  # decoding never raises: a hook bug is shown, not fatal
+                ctx.expert.append(
+                    Expert("error", f"hook {hook.name} failed: {type(exc).__name__}: {exc}", pos)
+                )
         return new_pos
 
     def _read_raw(self, mv: memoryview, pos: int, end: int, out: dict[str, Any]) -> tuple[Any, int]:

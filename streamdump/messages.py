@@ -12,7 +12,10 @@ from typing import Any
 
 from streamdump.frame import Frame
 from streamdump.hooks import amqp
+from streamdump.hooks.osiris import SUB_BATCH
 
+# The frames whose records this view lists; other frames only teach it streams.
+MESSAGE_COMMANDS = ("Publish", "Deliver")
 KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 MAX_APP_PROPERTIES = 3
 PREVIEW_CHARS = 40
@@ -37,22 +40,40 @@ class MessageLines:
             self.publishers[conn, fields.get("publisher_id", -1)] = fields.get("stream") or "?"
             return
         head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
+        # Whatever could not be shown is said in place, so no message disappears silently.
+        tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         if frame.command == "Publish":
             stream = self.publishers.get((conn, fields.get("publisher_id", -1)), "?")
+            publisher = f"publish pub={fields.get('publisher_id', '?')}"
             for message in fields.get("messages") or []:
+                pid = message.get("publishing_id", "?")
+                entry = message.get("entry")
+                if entry is None:
+                    yield f"{head} {stream} {publisher} id={pid}  (message cut short: not shown){tag}"
+                    continue
                 records = message.get("records") or []
-                pid = message.get("publishing_id")
+                batched = entry.kind == SUB_BATCH
                 for n, record in enumerate(records):
-                    where = f"publish pub={fields.get('publisher_id')} id={pid}"
-                    if len(records) > 1 or (message.get("entry") and message["entry"].kind):
-                        where += f"[{n}]"
-                    yield self._line(head, stream, where, record)
+                    where = f"{publisher} id={pid}[{n}]" if batched else f"{publisher} id={pid}"
+                    yield self._line(head, stream, where, record) + tag
+                if len(records) < entry.record_count:
+                    missing = entry.record_count - len(records)
+                    note = f"({missing} records not decoded: see expert notes)"
+                    yield f"{head} {stream} {publisher} id={pid}  {note}"
         elif frame.command == "Deliver":
             stream = self.subscriptions.get((conn, fields.get("subscription_id", -1)), "?")
             chunk = fields.get("chunk") or {}
-            for record in chunk.get("records") or []:
+            records = chunk.get("records") or []
+            for record in records:
                 where = f"deliver offset={record.get('offset')} chunk={chunk.get('chunk_id')}"
-                yield self._line(head, stream, where, record)
+                yield self._line(head, stream, where, record) + tag
+            declared = chunk.get("num_records")
+            if isinstance(declared, int) and len(records) < declared:
+                why = f"incomplete frame: {frame.incomplete}" if frame.incomplete else "see expert notes"
+                yield (
+                    f"{head} {stream} deliver chunk={chunk.get('chunk_id')}  "
+                    f"({declared - len(records)} of {declared} records not shown: {why})"
+                )
 
     def _line(self, head: str, stream: str, where: str, record: dict[str, Any]) -> str:
         size = f"{record.get('size', 0)} B"

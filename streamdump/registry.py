@@ -196,6 +196,7 @@ class _Builder:
         self.building: set[str] = set()
         self.field_types: dict[str, tuple[str, str]] = {}  # name -> (type signature, where)
         self.raw_hook_structs: Mapping[str, Any] = {}
+        self.hook_structs: dict[str, tuple[FieldSpec, ...]] = {}
         self.raw_hooks: Mapping[str, Any] = {}
         self.in_hook_output = False
 
@@ -320,8 +321,10 @@ class _Builder:
         return enums
 
     def _struct(self, name: str, where: str) -> tuple[FieldSpec, ...]:
-        if name in self.structs:
-            return self.structs[name]
+        # What hooks add is described apart from the wire grammar: a wire layout cannot use it.
+        cache = self.hook_structs if self.in_hook_output and name in self.raw_hook_structs else self.structs
+        if name in cache:
+            return cache[name]
         if name in self.building:
             raise self.fail(where, f"struct {name!r} contains itself")
         if name in self.raw_hook_structs and self.in_hook_output:
@@ -333,7 +336,7 @@ class _Builder:
         self.building.add(name)
         fields = self._fields(body, path, allow_conditions=True)
         self.building.discard(name)
-        self.structs[name] = fields
+        cache[name] = fields
         return fields
 
     def _commands(self, raw: Any) -> dict[str, Command]:
@@ -441,6 +444,8 @@ class _Builder:
                 raise self.fail(where, "a hook field needs 'hook: name'")
             hook_body = self.raw_hooks.get(attrs["hook"])
             value_struct = hook_body.get("value") if isinstance(hook_body, Mapping) else None
+            if value_struct is not None and not isinstance(value_struct, str):
+                raise self.fail(f"hooks.{attrs['hook']}.value", "must name a struct under hook_structs")
             if value_struct is not None:
                 # The shape of the value the hook reads, so its names are the registry's too.
                 saved, self.in_hook_output = self.in_hook_output, True
@@ -480,6 +485,8 @@ class _Builder:
                 raise self.fail(where, "'when' values must be a list of integers")
             when = (ref_name, tuple(values))
         hook = attrs.get("hook")
+        if hook is not None and element:
+            raise self.fail(where, "hooks apply to named fields, not to array elements or map entries")
         if hook is not None:
             if type_name not in ("raw", "hook"):
                 raise self.fail(where, "'hook' applies to raw and hook fields only")

@@ -11,12 +11,13 @@ import pytest
 from conftest import CAPTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spec_strategies import encode_chunk
 
 from streamdump.decoder import Decoder
 from streamdump.frame import Frame
 from streamdump.hooks import amqp
 from streamdump.hooks.compression import FRAMINGS, compress
-from streamdump.hooks.osiris import SUB_BATCH, encode_chunk, records_body, simple_entry, sub_batch_entry
+from streamdump.hooks.osiris import SUB_BATCH, records_body, simple_entry, sub_batch_entry
 from streamdump.pipeline import ReadStats, read_frames
 
 SENT = json.loads((CAPTURES / "compression.sent.json").read_text())
@@ -219,7 +220,7 @@ def sub_batch_chunk(code: int, body: bytes, records: list[bytes], uncompressed: 
         ),
         (
             sub_batch_chunk(3, compress("lz4 frame", records_body(RECORDS)), RECORDS, uncompressed=1 << 30),
-            "over the 67108864 byte cap",
+            "3 records not decoded; expanding this frame stops at 64 MiB",
         ),
         (
             sub_batch_chunk(
@@ -335,3 +336,62 @@ def test_trailer_of_a_named_producers_chunk(decoder: Decoder) -> None:
     chunk_only = _chunk_fields((CHUNKS / "user_with_trailer.bin").read_bytes())
     chunk_only["data"] = chunk_only["data"][: chunk_only["data_length"]]
     assert deliver_fields(decoder, chunk_only).expert == []
+
+
+def test_many_sub_batches_cannot_add_up_to_a_huge_expansion(decoder: Decoder) -> None:
+    """Each sub-batch is within its own cap, but a small frame of many must not add up to gigabytes."""
+    big = bytes((16 << 20) - 4)  # with its size prefix, exactly 16 MiB per sub-batch
+    body = compress("zstd frame", records_body([big]))
+    entries = [sub_batch_entry([big], 4, body) for _ in range(8)]  # 128 MiB declared in ~10 KB
+    frame = deliver(decoder, encode_chunk(entries))
+    records = frame.fields["chunk"]["records"]
+    assert len(records) == 4  # 64 MiB worth, then the budget says no
+    assert [m for m in messages(frame) if "expanding this frame stops" in m] == [
+        "entry 4: 1 records not decoded; expanding this frame stops at 64 MiB decompressed and 100000 records"
+    ]
+
+
+def test_records_declared_but_absent_allocate_nothing(decoder: Decoder) -> None:
+    empty = sub_batch_entry([], 4, compress("zstd frame", b""))
+    empty.record_count = 65535  # declared, with no bytes behind them
+    frame = deliver(decoder, encode_chunk([empty] * 50))
+    assert frame.fields["chunk"]["records"] == []
+    assert any("declares 65535 records but its body ends inside record 0" in m for m in messages(frame))
+
+
+def test_a_gzip_sub_batch_declaring_nothing_is_not_inflated_without_limit(decoder: Decoder) -> None:
+    body = compress("zlib", bytes(1 << 20))
+    frame = deliver(decoder, sub_batch_chunk(1, body, RECORDS, uncompressed=0))
+    assert any("zlib output is longer than the declared 0 bytes" in m for m in messages(frame))
+
+
+def test_the_detail_view_shows_what_expanding_found(decoder: Decoder) -> None:
+    from rich.console import Console
+
+    from streamdump.render import Renderer
+
+    chunk = sub_batch_chunk(4, b"not zstd at all", RECORDS)
+    wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": _chunk_fields(chunk)})
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(Renderer(decoder).tree(decoder.decode(wire), 0.0))
+    assert "zstd data does not start with a zstd frame magic" in console.export_text()
+
+
+def test_publish_notes_name_the_message(decoder: Decoder) -> None:
+    bad = sub_batch_entry(RECORDS, 4, b"not zstd")
+    wire = decoder.encode(
+        "Publish",
+        "command",
+        {
+            "publisher_id": 1,
+            "messages": [
+                {"publishing_id": 7, "entry": simple_entry(RECORDS[0])},
+                {"publishing_id": 8, "entry": bad},
+            ],
+        },
+    )
+    frame = decoder.expand(decoder.decode(wire))
+    assert [m for m in messages(frame) if "zstd" in m] == [
+        "message 8: sub-batch: zstd data does not start with a zstd frame magic"
+    ]
+    assert "entry_index" not in frame.fields["messages"][0]["records"][0]

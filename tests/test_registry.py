@@ -76,6 +76,14 @@ def test_specs_are_found_where_installed() -> None:
     assert (spec_dir() / "rabbitmq_stream.yaml").is_file()
 
 
+HOOKS = """hooks:
+  osiris_chunk: {adds: [{ok: {type: bool}}]}
+  osiris_entry: {value: [x]}
+hook_structs:
+  shape:
+    - flag: bool
+commands:"""
+
 BAD_SPECS = [
     (spec(replace=("    key: 0x0001\n", "    key: 0x0001\n    key: 0x0002\n")), ["duplicate key 'key'"]),
     (spec("- x: float32"), ["commands.Ping.request.x", "unknown type 'float32'"]),
@@ -96,6 +104,20 @@ BAD_SPECS = [
     (spec(replace=("    - b: string\n", "    - b: pair\n")), ["struct 'pair' contains itself"]),
     (spec(replace=("protocol: demo", "protocol: Demo")), ["must be snake_case"]),
     (spec(replace=("header:", "headers:")), ["missing 'header'"]),
+    (spec("- x: {type: raw, size: 2, hook: nothing}"), ["unknown hook 'nothing'"]),
+    (
+        spec("- x: {type: uint8, hook: osiris_chunk}", replace=("commands:", HOOKS)),
+        ["applies to raw and hook"],
+    ),
+    (
+        spec(
+            "- x: {type: array, of: {type: raw, size: 1, hook: osiris_chunk}}", replace=("commands:", HOOKS)
+        ),
+        ["array elements"],
+    ),
+    (spec("- x: {type: hook, hook: osiris_entry}", replace=("commands:", HOOKS)), ["must name a struct"]),
+    (spec("- x: shape", replace=("commands:", HOOKS)), ["unknown type 'shape'"]),
+    (spec("- x: bool"), ["only describes what a hook adds"]),
     ("protocol: [unclosed", ["not valid YAML"]),
     ("- just a list", ["top level must be a mapping"]),
 ]

@@ -57,4 +57,9 @@ def build_hooks(protocol: Protocol) -> dict[str, Hook]:
         if cls is None:
             raise SpecError(f"{protocol.source}: hooks.{name}: no hook of that name in streamdump.hooks")
         hooks[name] = cls(protocol)
+    for spec in protocol.all_fields():
+        if spec.type == "hook" and spec.hook is not None and type(hooks[spec.hook]).read is Hook.read:
+            raise SpecError(
+                f"{protocol.source}: field {spec.name}: hook {spec.hook} cannot read a field of type hook"
+            )
     return hooks

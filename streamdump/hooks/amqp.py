@@ -511,7 +511,8 @@ def _array(wide: bool) -> Body:
                 raise MalformedError(
                     "array", pos, f"declares {count} {kind} elements, more than the {len(mv)}-byte input"
                 )
-            items = [[] for _ in range(count)] if code == 0x45 else [element(mv, p, stop, depth)[0]] * count
+            # One shared empty list: a byte of input must not become a new object each.
+            items = [[]] * count if code == 0x45 else [element(mv, p, stop, depth)[0]] * count
         elif width > 0:
             if count * width != left:
                 raise MalformedError(

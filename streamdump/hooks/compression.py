@@ -85,7 +85,8 @@ def _gzip(body: bytes, declared: int) -> Decompressed:
         wbits, framing = -15, "raw deflate"
     inflater = zlib.decompressobj(wbits)
     try:
-        data = inflater.decompress(body, declared)
+        # A limit of 0 would mean none at all: ask for one byte and let the length check refuse it.
+        data = inflater.decompress(body, declared or 1)
         if inflater.unconsumed_tail:
             raise DecompressionError(f"{framing} output is longer than the declared {declared} bytes")
         if not inflater.eof:

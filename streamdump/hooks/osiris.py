@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,9 @@ SIMPLE, SUB_BATCH = 0, 1
 MAGIC = 5
 DELTA, SNAPSHOT = 1, 2  # chunk types whose records are tracking entries, not messages
 PRODUCER = 0  # tracking entry type of a producer's sequence
-TRACKING_LABELS = {0: "producer sequence", 1: "consumer offset", 2: "timestamp"}
+# Per frame, whatever its sub-batches declare; far above what a broker's frame_max allows.
+MAX_EXPANDED_BYTES = 64 << 20
+MAX_EXPANDED_RECORDS = 100_000
 
 
 @dataclass(slots=True)
@@ -108,6 +111,39 @@ def records_body(records: list[bytes]) -> bytes:
     return b"".join(_U32.pack(len(r)) + r for r in records)
 
 
+class Budget:
+    """What expanding one frame may still produce: decompressed bytes and records.
+
+    Each sub-batch is bounded by its declared length, but a frame may hold many; the
+    budget bounds their sum, so a small hostile frame cannot make a large expansion.
+    """
+
+    __slots__ = ("bytes_left", "records_left", "spent")
+
+    def __init__(self) -> None:
+        self.bytes_left = MAX_EXPANDED_BYTES
+        self.records_left = MAX_EXPANDED_RECORDS
+        self.spent = False  # the frame has been told once
+
+    @staticmethod
+    def of(ctx: Ctx) -> Budget:
+        if ctx.budget is None:
+            ctx.budget = Budget()
+        return ctx.budget  # type: ignore[no-any-return]
+
+    def refuse(self, ctx: Ctx, where: str, what: str, pos: int) -> None:
+        if not self.spent:
+            self.spent = True
+            ctx.expert.append(
+                Expert(
+                    "error",
+                    f"{where}: {what}; expanding this frame stops at {MAX_EXPANDED_BYTES >> 20} MiB "
+                    f"decompressed and {MAX_EXPANDED_RECORDS} records",
+                    pos,
+                )
+            )
+
+
 class EntryHook(Hook):
     """`osiris_entry`: one entry of a Publish frame, and its records on demand."""
 
@@ -125,7 +161,8 @@ class EntryHook(Hook):
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         if node is not None:
             node.label = describe(value, self.protocol.enums["compression"])
-        siblings["records"] = entry_records(value, 0, ctx, None, node)
+        where = f"message {siblings.get('publishing_id')}"
+        siblings["records"] = entry_records(value, where, None, ctx, None, node)
 
 
 class ChunkHook(Hook):
@@ -144,6 +181,7 @@ class ChunkHook(Hook):
             ctx.expert.append(Expert("warn", f"unknown chunk type {chunk_type}", pos - 47))
         crc = siblings.get("crc")
         actual = zlib.crc32(value)
+        siblings["crc_valid"] = crc == actual
         if crc != actual:
             ctx.expert.append(
                 Expert(
@@ -153,13 +191,14 @@ class ChunkHook(Hook):
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         mv = value if isinstance(value, memoryview) else memoryview(value)
-        siblings["crc_valid"] = zlib.crc32(mv) == siblings.get("crc")
         chunk_id = siblings.get("chunk_id", 0)
         num_entries = siblings.get("num_entries", 0)
         chunk_type = siblings.get("chunk_type")
-        tracking = chunk_type if chunk_type in (DELTA, SNAPSHOT) else None
+        tracking = self.protocol.enums["tracking_type"] if chunk_type in (DELTA, SNAPSHOT) else None
+        snapshot = chunk_type == SNAPSHOT
         entries: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []
+        counted = 0  # records the entries promise, read or not: the next record's offset
         at, end = 0, len(mv)
         for index in range(num_entries):
             if at >= end:
@@ -176,60 +215,84 @@ class ChunkHook(Hook):
                 ctx.expert.append(Expert("error", f"entry {index}: {what}", pos + at))
                 break
             entry.pos = pos + at
-            first = chunk_id + len(records)
             entry_node = None
             if node is not None:
                 label = f"Entry {index}: {describe(entry, self.protocol.enums['compression'])}"
                 entry_node = Node(None, label, entry.pos, entry.size)
                 node.children.append(entry_node)
-            found = entry_records(entry, index, ctx, first, entry_node, tracking=tracking)
+            records += entry_records(
+                entry,
+                f"entry {index}",
+                index,
+                ctx,
+                chunk_id + counted,
+                entry_node,
+                tracking=tracking,
+                snapshot=snapshot,
+            )
             entries.append(entry.as_json())
-            records.extend(found)
-            # Offsets count the records the header promises, even those that could not be read.
-            for _ in range(entry.record_count - len(found)):
-                records.append({"offset": chunk_id + len(records), "entry_index": index, "missing": True})
+            counted += entry.record_count
             at = next_at
         if at < end and len(entries) == num_entries:
             ctx.expert.append(Expert("warn", f"{end - at} bytes after the chunk's last entry", pos + at))
         declared = siblings.get("num_records", 0)
-        if len(records) != declared:
+        if counted != declared and len(entries) == num_entries:
             ctx.expert.append(
-                Expert("warn", f"chunk declares {declared} records but its entries hold {len(records)}", pos)
+                Expert("warn", f"chunk declares {declared} records but its entries hold {counted}", pos)
             )
         siblings["entries"] = entries
-        siblings["records"] = [r for r in records if not r.get("missing")]
+        siblings["records"] = records
         # The records say what the raw data said, decoded; JSON need not carry both.
         siblings.pop("data", None)
 
 
 def entry_records(
     entry: Entry,
-    index: int,
+    where: str,
+    index: int | None,
     ctx: Ctx,
     first_offset: int | None,
     node: Node | None,
     *,
-    tracking: int | None = None,
+    tracking: Mapping[int, str] | None = None,
+    snapshot: bool = False,
 ) -> list[dict[str, Any]]:
-    """The records of one entry, decompressed and decoded; offsets from first_offset when known."""
+    """The records of one entry, decompressed and decoded; offsets from first_offset when known.
+
+    where names the entry in notes ("entry 2" of a chunk, "message 17" of a Publish); index
+    is its place in a chunk, recorded with each record. tracking: the records are tracking
+    entries (of a snapshot, if snapshot), and these are their type names.
+    """
+    budget = Budget.of(ctx)
     if entry.kind == SIMPLE:
         bodies = [(entry.body, entry.pos + 4)]
     else:
+        if entry.uncompressed_length > budget.bytes_left:
+            budget.refuse(ctx, where, f"{entry.record_count} records not decoded", entry.pos)
+            return []
+        budget.bytes_left -= entry.uncompressed_length
         try:
             result = decompress(entry.compression, entry.body, entry.uncompressed_length)
         except DecompressionError as exc:
-            ctx.expert.append(Expert("error", f"entry {index}: sub-batch: {exc}", entry.pos))
+            ctx.expert.append(Expert("error", f"{where}: sub-batch: {exc}", entry.pos))
             return []
         entry.framing = result.framing
         if node is not None:
             node.label += f", {result.framing}"
-        bodies = _split_records(result.data, entry, index, ctx)
+        # Records of an uncompressed body sit in the frame; a compressed one's only in its output.
+        base = entry.pos + _SUB_BATCH.size if entry.compression == 0 else None
+        bodies = _split_records(result.data, entry, where, base, ctx)
     out: list[dict[str, Any]] = []
     for body, at in bodies:
+        if budget.records_left <= 0:
+            budget.refuse(ctx, where, f"{len(bodies) - len(out)} records not decoded", entry.pos)
+            break
+        budget.records_left -= 1
         record: dict[str, Any] = {}
         if first_offset is not None:
             record["offset"] = first_offset + len(out)
-        record["entry_index"] = index
+        if index is not None:
+            record["entry_index"] = index
         record["size"] = len(body)
         record_node = None
         if node is not None:
@@ -237,57 +300,63 @@ def entry_records(
                 label = f"Record at offset {record['offset']}"
             else:
                 label = "Record" if entry.kind == SIMPLE else f"Record {len(out)}"
-            record_node = Node(None, f"{label}: {len(body)} bytes", at, len(body))
+            where_at = entry.pos if at is None else at
+            record_node = Node(None, f"{label}: {len(body)} bytes", where_at, len(body))
             node.children.append(record_node)
         if tracking is not None:
-            record["tracking"] = decode_tracking(body, at, ctx, record_node, snapshot=tracking == SNAPSHOT)
+            record["tracking"] = decode_tracking(body, at, ctx, record_node, tracking, snapshot=snapshot)
         else:
-            _decode_record(record, body, at, ctx, record_node)
+            _decode_record(record, body, at, entry.pos, ctx, record_node)
         out.append(record)
     return out
 
 
-def _split_records(data: bytes, entry: Entry, index: int, ctx: Ctx) -> list[tuple[memoryview, int]]:
-    """[u32 size][record] runs of a decompressed body; records inside have no frame offset of their own."""
+def _split_records(
+    data: bytes, entry: Entry, where: str, base: int | None, ctx: Ctx
+) -> list[tuple[memoryview, int | None]]:
+    """[u32 size][record] runs of a decompressed body, each with its frame position when it has one."""
     mv = memoryview(data)
-    out: list[tuple[memoryview, int]] = []
+    out: list[tuple[memoryview, int | None]] = []
     at = 0
     for n in range(entry.record_count):
         if len(mv) - at < 4 or len(mv) - at - 4 < _U32.unpack_from(mv, at)[0]:
             ctx.expert.append(
                 Expert(
                     "error",
-                    f"entry {index}: sub-batch declares {entry.record_count} records but its body ends "
+                    f"{where}: sub-batch declares {entry.record_count} records but its body ends "
                     f"inside record {n}",
                     entry.pos,
                 )
             )
             return out
         (size,) = _U32.unpack_from(mv, at)
-        out.append((mv[at + 4 : at + 4 + size], entry.pos))
+        out.append((mv[at + 4 : at + 4 + size], None if base is None else base + at + 4))
         at += 4 + size
     if at != len(mv):
         ctx.expert.append(
-            Expert(
-                "warn", f"entry {index}: {len(mv) - at} bytes after the sub-batch's last record", entry.pos
-            )
+            Expert("warn", f"{where}: {len(mv) - at} bytes after the sub-batch's last record", entry.pos)
         )
     return out
 
 
-def _decode_record(record: dict[str, Any], body: memoryview, at: int, ctx: Ctx, node: Node | None) -> None:
+def _decode_record(
+    record: dict[str, Any], body: memoryview, at: int | None, entry_pos: int, ctx: Ctx, node: Node | None
+) -> None:
+    """One record: an AMQP 1.0 message, or bytes. at is its frame position, None inside compressed bytes."""
     if not amqp.looks_like_amqp(body):
         record["bytes"] = body
         if node is not None:
             node.label += ", not AMQP 1.0"
-            node.children.append(Node(None, f"Bytes: {amqp.preview(bytes(body))}", at, len(body)))
+            node.children.append(Node(None, f"Bytes: {amqp.preview(bytes(body))}", node.offset, len(body)))
         return
-    message = amqp.decode_message(body, at)
+    message = amqp.decode_message(body, entry_pos if at is None else at)
     record["message"] = message
     if message.error is not None:
-        ctx.expert.append(Expert("warn", f"AMQP 1.0 message: {message.error}", message.error_offset))
+        # Inside compressed bytes the entry is the closest place in the frame.
+        where = entry_pos if at is None else message.error_offset
+        ctx.expert.append(Expert("warn", f"AMQP 1.0 message: {message.error}", where))
     for note in message.notes:
-        ctx.expert.append(Expert("note", f"AMQP 1.0 message: {note}", at))
+        ctx.expert.append(Expert("note", f"AMQP 1.0 message: {note}", entry_pos if at is None else at))
     if node is not None:
         node.label += ", AMQP 1.0"
         for section in message.sections:
@@ -327,7 +396,13 @@ def describe(entry: Entry, compression_names: Any) -> str:
 
 
 def decode_tracking(
-    body: memoryview, at: int, ctx: Ctx, node: Node | None, *, snapshot: bool = False
+    body: memoryview,
+    at: int | None,
+    ctx: Ctx,
+    node: Node | None,
+    names: Mapping[int, str],
+    *,
+    snapshot: bool = False,
 ) -> list[dict[str, Any]]:
     """Tracking entries back to back: [type u8][id size u8][id][u64 value].
 
@@ -336,6 +411,7 @@ def decode_tracking(
     """
     out: list[dict[str, Any]] = []
     pos, end = 0, len(body)
+    at = at or 0
     while pos < end:
         if end - pos < 2:
             ctx.expert.append(Expert("warn", f"tracking data ends inside an entry header at byte {pos}", at))
@@ -357,7 +433,7 @@ def decode_tracking(
         item["value"] = _U64.unpack_from(body, values)[0]
         out.append(item)
         if node is not None:
-            what = TRACKING_LABELS.get(kind, f"type {kind}")
+            what = names.get(kind, f"type {kind}")
             node.children.append(Node(None, f"Tracking {what} {ident!r}: {item['value']}", at + pos, need))
         pos += need
     return out
@@ -369,31 +445,8 @@ class TrailerHook(Hook):
     name = "osiris_trailer"
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
-        siblings["trailer_tracking"] = decode_tracking(memoryview(value), pos, ctx, node)
-
-
-_CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB3x")
-
-
-def encode_chunk(
-    entries: list[Entry],
-    *,
-    chunk_id: int = 0,
-    chunk_type: int = 0,
-    timestamp: int = 0,
-    epoch: int = 1,
-    trailer_length: int = 0,
-) -> bytes:
-    """A chunk as a broker sends it (header and data, no trailer), CRC and counts computed."""
-    data = bytearray()
-    for entry in entries:
-        write_entry(data, entry)
-    records = sum(e.record_count for e in entries)
-    header = _CHUNK_HEADER.pack(
-        0x50, chunk_type, len(entries), records, timestamp, epoch, chunk_id,
-        zlib.crc32(data), len(data), trailer_length, 0,
-    )  # fmt: skip
-    return header + bytes(data)
+        names = self.protocol.enums["tracking_type"]
+        siblings["trailer_tracking"] = decode_tracking(memoryview(value), pos, ctx, node, names)
 
 
 def simple_entry(record: bytes) -> Entry:
