@@ -53,8 +53,11 @@ class Decoder:
                         layout,
                         compile_fields(layout.fields, version, self.hooks),
                     )
-        # (wire key, version) pairs whose layout has a hooked field: only these need expanding.
-        self.hooked = {key for key, (layout, _) in self.compiled.items() if _has_hook(layout.fields, key[1])}
+        # Wire keys with a hooked field in some version: only their frames need expanding. By key,
+        # not version, so a frame of a version the registry lacks (decoded as a known one) counts.
+        self.hooked = {
+            key for (key, version), (layout, _) in self.compiled.items() if _has_hook(layout.fields, version)
+        }
 
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane size, a key with a layout, a known version."""
@@ -159,7 +162,7 @@ class Decoder:
         """
         if frame.expanded:
             return frame
-        if (frame.wire_key, frame.version) not in self.hooked:
+        if frame.wire_key not in self.hooked:
             frame.expanded = True  # nothing below its headers: decoding again would add nothing
             return frame
         if frame.incomplete is None:
@@ -190,9 +193,15 @@ class Decoder:
                         self._expand_values(spec.of.fields, item, ctx)
 
     def tree(self, frame: Frame) -> list[Node]:
-        """The detail tree of a frame, built on demand by decoding it again with nodes on."""
+        """The detail tree of a frame, built on demand by decoding it again with nodes on.
+
+        A tree runs the expand step, so a complete frame comes out expanded too, without a
+        second decode for it.
+        """
         nodes: list[Node] = []
-        self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None)
+        full = self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None)
+        if frame.incomplete is None and not frame.expanded:
+            frame.fields, frame.expert, frame.expanded = full.fields, full.expert, True
         return nodes
 
     def _trailing(

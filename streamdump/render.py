@@ -103,12 +103,12 @@ class Renderer:
     def tree(self, frame: Frame, t0: float) -> Tree:
         where = f" {frame.src} → {frame.dst}," if frame.src else ""
         when = f", t={frame.ts - t0:.6f}" if frame.src else ""
-        self.decoder.expand(frame)  # the expert notes of what lies below the headers too
         head = Text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{when}", style="bold")
         root = Tree(head)
         proto = root.add(Text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
         for node in self.decoder.tree(frame):
             self._add(proto, node)
+        self.decoder.expand(frame)  # the expert notes of what lies below the headers too
         if frame.expert:
             experts = root.add(Text("Expert Info", style="bold"))
             for e in frame.expert:

@@ -395,3 +395,14 @@ def test_publish_notes_name_the_message(decoder: Decoder) -> None:
         "message 8: sub-batch: zstd data does not start with a zstd frame magic"
     ]
     assert "entry_index" not in frame.fields["messages"][0]["records"][0]
+
+
+def test_a_version_the_registry_lacks_is_still_expanded(decoder: Decoder) -> None:
+    fields = {"subscription_id": 1, "committed_chunk_id": 0, "chunk": _chunk_fields(good_chunk())}
+    wire = bytearray(decoder.encode("Deliver", "command", fields, version=2))
+    wire[6:8] = (3).to_bytes(2, "big")  # a future Deliver v3, decoded with v2's layout
+    frame = decoder.expand(decoder.decode(bytes(wire)))
+    assert [m for m in messages(frame)] == [
+        "Deliver version 3 is not in the registry (known: 1, 2); decoded as version 2"
+    ]
+    assert [r["offset"] for r in frame.fields["chunk"]["records"]] == [100, 101, 102, 103]
