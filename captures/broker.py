@@ -36,6 +36,11 @@ MISSING_STREAM = "streamdump-missing"
 BULK_STREAM = "streamdump-bulk"
 COMPRESSION_STREAM = "streamdump-compression"
 TRACKING_STREAM = "streamdump-tracking"
+# scenarios_refusals.py: deleted_stream deletes its stream itself, the others delete theirs
+# at the end; a failed run leaves them behind.
+DELETED_STREAM = "streamdump-deleted"
+CREDIT_STREAM = "streamdump-credit"
+LARGE_STREAM = "streamdump-large"
 # bench/record_flood.py's stream: listed here so an aborted flood (500k messages) does not
 # stay on the broker until someone notices.
 FLOOD_STREAM = "streamdump-flood"
@@ -46,6 +51,9 @@ ALL_STREAMS = (
     BULK_STREAM,
     COMPRESSION_STREAM,
     TRACKING_STREAM,
+    DELETED_STREAM,
+    CREDIT_STREAM,
+    LARGE_STREAM,
     FLOOD_STREAM,
 )
 

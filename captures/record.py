@@ -4,7 +4,8 @@ This is the entry point of the capture tooling: the table RECORDINGS (per output
 scenario, tcpdump interface, link type, ring size, lo MTU, checks), `record()` for one file,
 and the command line. It makes sure the broker's stream plugin listens on 127.0.0.1:5552,
 wraps each scenario in a tcpdump recording (of `lo`, or of `any` for the Linux cooked-mode
-files), drives a real rstream client (asyncio) against the real broker, and finally converts
+files), drives a real rstream client (asyncio; a raw struct-built one for the refusal
+scenarios) against the real broker, and finally converts
 session.pcap to session.pcapng. Some recordings run with lo's MTU at 1500 and its offloads
 off, so that large frames span many TCP segments; lo is always put back as it was. Two
 scenarios also write files beside their capture: compression.sent.json (what was published,
@@ -22,6 +23,9 @@ The work is done by the modules beside it:
     scenarios_simple.py      session, subscribe_missing_stream, offset_specs, bulk, auth_failure
     scenario_compression.py  compression: codec variants, compression.sent.json, its check
     scenario_tracking.py     tracking: segment files, chunks/ fixtures, its check
+    scenarios_refusals.py    wrong_vhost, unknown_command, unsupported_version, deleted_stream,
+                             credit_exhausted, heartbeat_timeout, frame_too_large
+    raw_client.py            a struct-built client for frames rstream cannot send
     osiris_chunks.py         Osiris chunk, entry and tracking-entry bytes, parsed on their own
     pcap_checks.py           reading a finished capture back; the pcapng copy
 
@@ -67,6 +71,17 @@ from pcap_checks import (
 from scenario_compression import scenario_compression, verify_compression
 from scenario_tools import Outputs, write_outputs
 from scenario_tracking import scenario_tracking, verify_tracking
+from scenarios_refusals import (
+    scenario_credit_exhausted,
+    scenario_deleted_stream,
+    scenario_frame_too_large,
+    scenario_heartbeat_timeout,
+    scenario_unknown_command,
+    scenario_unsupported_version,
+    scenario_wrong_vhost,
+    verify_heartbeat_timeout,
+    verify_keys,
+)
 from scenarios_simple import (
     scenario_auth_failure,
     scenario_bulk,
@@ -139,6 +154,14 @@ RECORDINGS: dict[str, Recording] = {
     ),
     "compression": Recording(scenario_compression, verify=verify_compression),
     "tracking": Recording(scenario_tracking, verify=verify_tracking),
+    # The broker refusing or punishing a client; raw_client.py, not rstream.
+    "wrong_vhost": Recording(scenario_wrong_vhost, verify=verify_keys("wrong_vhost")),
+    "unknown_command": Recording(scenario_unknown_command, verify=verify_keys("unknown_command")),
+    "unsupported_version": Recording(scenario_unsupported_version, verify=verify_keys("unsupported_version")),
+    "deleted_stream": Recording(scenario_deleted_stream, verify=verify_keys("deleted_stream")),
+    "credit_exhausted": Recording(scenario_credit_exhausted, verify=verify_keys("credit_exhausted")),
+    "heartbeat_timeout": Recording(scenario_heartbeat_timeout, verify=verify_heartbeat_timeout),
+    "frame_too_large": Recording(scenario_frame_too_large, verify=verify_keys("frame_too_large")),
 }
 
 
