@@ -7,6 +7,7 @@ stderr; frames decoded before an error are already printed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
@@ -21,12 +22,17 @@ import typer
 from rich.console import Console
 
 from streamdump.capture import CaptureError
+from streamdump.conversation import Tracker
 from streamdump.decoder import Decoder
+from streamdump.fieldnames import FrameFilter
+from streamdump.filter import FilterError
 from streamdump.frame import Frame
 from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames
 from streamdump.registry import SpecError, default_registry
 from streamdump.render import Renderer
+from streamdump.stats import Statistics
+from streamdump.stats import render as render_stats
 
 app = typer.Typer(
     add_completion=False,
@@ -37,11 +43,18 @@ app = typer.Typer(
 
 EXIT_INPUT = 1
 EXIT_INTERNAL = 70
+# Conversation warnings and errors printed after a read; `stats` lists them all.
+MAX_DIAGNOSES = 10
 
 
 class Format(StrEnum):
     text = "text"
     jsonl = "jsonl"
+
+
+class StatsFormat(StrEnum):
+    text = "text"
+    json = "json"
 
 
 class InputError(Exception):
@@ -83,8 +96,13 @@ def write_frames(
     detail: bool,
     out: TextIO,
     messages: bool = False,
+    tracker: Tracker | None = None,
 ) -> int:
-    """Write frames in the chosen view; returns how many were written."""
+    """Write frames in the chosen view; returns how many were written.
+
+    Times count from the capture's first frame, which the tracker saw even when a filter
+    hid it; without a tracker, from the first frame written.
+    """
     count = 0
     t0: float | None = None
     console = None
@@ -95,7 +113,7 @@ def write_frames(
         console = _FilterConsole(file=out, highlight=False, width=width)
     for frame in frames:
         if t0 is None:
-            t0 = frame.ts
+            t0 = tracker.first_ts if tracker is not None and tracker.first_ts is not None else frame.ts
         count += 1
         if lines is not None:
             if frame.command in MESSAGE_COMMANDS:
@@ -111,7 +129,24 @@ def write_frames(
     return count
 
 
+def analysed(frames: Iterable[Frame], tracker: Tracker) -> Iterator[Frame]:
+    """Frames as the conversation tracker links them (request_in, stream, expert notes)."""
+    for frame in frames:
+        tracker.feed(frame)
+        yield frame
+
+
 ProtocolOpt = Annotated[str, typer.Option("--protocol", help="Protocol spec to decode with.")]
+FilterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--filter",
+        "-Y",
+        help="Show only frames matching this expression, e.g. 'response_code != 1' or "
+        '\'command == "Deliver" and stream == "orders"\'.',
+        show_default=False,
+    ),
+]
 FormatOpt = Annotated[
     Format, typer.Option("--format", "-T", help="text (one line or tree per frame) or jsonl.")
 ]
@@ -133,11 +168,76 @@ def read(
         ),
     ] = False,
     fmt: FormatOpt = Format.text,
+    filter_text: FilterOpt = None,
     protocol: ProtocolOpt = "rabbitmq_stream",
 ) -> None:
     """Decode every frame of a capture file."""
     if messages and (detail or fmt is not Format.text):
         raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
+    decoder, ports = _setup(protocol, port)
+    selection = _selection(decoder, filter_text)
+    stats = ReadStats()
+    tracker = Tracker(decoder.protocol, decoder.size_st.size)
+    renderer = Renderer(decoder)
+    error: str | None = None
+    with _reader_may_leave():
+        try:
+            frames: Iterable[Frame] = analysed(
+                _telling_notices(read_frames(file, decoder, ports, stats), stats), tracker
+            )
+            if selection is not None:
+                frames = filter(selection, frames)
+            write_frames(frames, renderer, fmt, detail, sys.stdout, messages, tracker)
+        except CaptureError as exc:
+            error = str(exc)
+        sys.stdout.flush()
+    _print_notices(stats)
+    tracker.finish()
+    _print_diagnoses(tracker)
+    _finish_read(decoder, ports, stats, error)
+
+
+@app.command()
+def stats(
+    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
+    port: Annotated[
+        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
+    ] = None,
+    fmt: Annotated[
+        StatsFormat, typer.Option("--format", "-T", help="text (tables) or json (one object).")
+    ] = StatsFormat.text,
+    filter_text: FilterOpt = None,
+    protocol: ProtocolOpt = "rabbitmq_stream",
+) -> None:
+    """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
+    decoder, ports = _setup(protocol, port)
+    selection = _selection(decoder, filter_text)
+    read_stats = ReadStats()
+    tracker = Tracker(decoder.protocol, decoder.size_st.size)
+    statistics = Statistics(decoder.protocol, tracker)
+    error: str | None = None
+    try:
+        for frame in analysed(read_frames(file, decoder, ports, read_stats), tracker):
+            if selection is None or selection(frame):
+                statistics.add(frame)
+    except CaptureError as exc:
+        error = str(exc)
+    tracker.finish()
+    result = statistics.result()
+    with _reader_may_leave():
+        if fmt is StatsFormat.json:
+            sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+        else:
+            console = _FilterConsole(
+                file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200
+            )
+            render_stats(result, console)
+        sys.stdout.flush()
+    _print_notices(read_stats)
+    _finish_read(decoder, ports, read_stats, error)
+
+
+def _setup(protocol: str, port: list[int] | None) -> tuple[Decoder, list[int]]:
     try:
         decoder = _decoder(protocol)
     except SpecError as exc:
@@ -145,18 +245,32 @@ def read(
     bad_ports = [p for p in port or [] if not 0 < p < 65536]
     if bad_ports:
         raise _fail(f"--port takes TCP ports 1..65535, got {bad_ports[0]}", 2)
-    ports = sorted({*decoder.protocol.wiring.ports, *(port or [])})
-    stats = ReadStats()
-    renderer = Renderer(decoder)
-    error: str | None = None
-    with _reader_may_leave():
-        try:
-            frames = _telling_notices(read_frames(file, decoder, ports, stats), stats)
-            write_frames(frames, renderer, fmt, detail, sys.stdout, messages)
-        except CaptureError as exc:
-            error = str(exc)
-        sys.stdout.flush()
-    _print_notices(stats)
+    return decoder, sorted({*decoder.protocol.wiring.ports, *(port or [])})
+
+
+def _selection(decoder: Decoder, text: str | None) -> FrameFilter | None:
+    if text is None:
+        return None
+    try:
+        return FrameFilter(decoder, text)
+    except FilterError as exc:
+        raise _fail(f"--filter: {exc}", 2) from None
+
+
+def _print_diagnoses(tracker: Tracker) -> None:
+    """The conversation's warnings and errors, one line each, after the frames."""
+    shown = [d for d in tracker.diagnoses if d.severity in ("warn", "error")]
+    for d in shown[:MAX_DIAGNOSES]:
+        print(f"streamdump: {d.severity}: packet {d.number}: {d.message}", file=sys.stderr)
+    if len(shown) > MAX_DIAGNOSES:
+        print(
+            f"streamdump: note: {len(shown) - MAX_DIAGNOSES} more warnings and errors; "
+            "`streamdump stats FILE` lists them all",
+            file=sys.stderr,
+        )
+
+
+def _finish_read(decoder: Decoder, ports: list[int], stats: ReadStats, error: str | None) -> None:
     summary = _loss_summary(stats)
     if summary:
         print(f"streamdump: note: {summary}", file=sys.stderr)

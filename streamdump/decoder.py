@@ -29,6 +29,11 @@ def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
     )
 
 
+def _merge_notes(decoded: list[Expert], before: list[Expert]) -> list[Expert]:
+    """A fresh decode's notes plus what others (the conversation tracker) added to the frame."""
+    return decoded + [e for e in before if e.group != "malformed"]
+
+
 class EncodeError(ValueError):
     """The values given cannot be encoded with the named layout."""
 
@@ -167,7 +172,7 @@ class Decoder:
             return frame
         if frame.incomplete is None:
             full = self.decode(frame.data, expand=True)
-            frame.fields, frame.expert = full.fields, full.expert
+            frame.fields, frame.expert = full.fields, _merge_notes(full.expert, frame.expert)
             frame.expanded = True
             return frame
         # An incomplete frame may hold elements recovered after a gap, which decoding its
@@ -201,7 +206,8 @@ class Decoder:
         nodes: list[Node] = []
         full = self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None)
         if frame.incomplete is None and not frame.expanded:
-            frame.fields, frame.expert, frame.expanded = full.fields, full.expert, True
+            frame.fields, frame.expert = full.fields, _merge_notes(full.expert, frame.expert)
+            frame.expanded = True
         return nodes
 
     def _trailing(

@@ -18,9 +18,12 @@ class Expert:
     message: str
     offset: int | None = None  # byte offset in the frame (size prefix included)
     cut: bool = False  # a partial frame's bytes ran out here, as expected of an incomplete frame
+    # Wireshark's expert groups: malformed (the bytes), or what the conversation tracker finds
+    # (response_code, sequence, protocol); only the decoder's own notes are malformed.
+    group: str = "malformed"
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"severity": self.severity, "message": self.message}
+        out: dict[str, Any] = {"severity": self.severity, "group": self.group, "message": self.message}
         if self.offset is not None:
             out["offset"] = self.offset
         return out
@@ -68,6 +71,11 @@ class Frame:
     seq: int | None = None  # TCP sequence number of the frame's first byte
     incomplete: str | None = None  # why bytes of this frame are missing; data holds those present
     expanded: bool = False  # fields hold what the hooks add below the headers (Decoder.expand)
+    conn: int = 0  # the TCP connection, numbered from 1 in the order they appear
+    from_client: bool | None = None
+    # What the conversation tracker links to this frame (request_in, stream, ...): the names
+    # under the spec's conversation.links plus the kept session fields.
+    links: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:

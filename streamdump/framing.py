@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from streamdump.reassembly import Gap
 
-# How much of a frame too large to buffer is kept to show its header and first fields.
-OVERSIZED_PREVIEW = 64 << 10
 # Hunting keeps at most this much unsynced data that holds no candidate start.
 HUNT_WINDOW = 64 << 10
 # A frame start found just before a gap must show this many bytes past its header, so that a
@@ -59,6 +57,8 @@ class FrameCheck:
 class Framer:
     def __init__(self, check: FrameCheck, limit: int, *, synced: bool = False) -> None:
         self.check = check
+        # Brokers do not enforce a negotiated frame_max (3.10.8 accepts and sends larger
+        # frames), so the protocol's sanity cap is the only limit; the tracker flags the rest.
         self.hard_limit = limit
         self.limit = limit
         self.synced = synced
@@ -78,10 +78,6 @@ class Framer:
         # length, reason); the bytes after each later gap collect in islands.
         self.cut: tuple[int, bytes, int, str] | None = None
         self.islands: list[bytearray] = []
-
-    def set_limit(self, frame_max: int) -> None:
-        """Apply a negotiated maximum frame size (0 = none)."""
-        self.limit = min(frame_max, self.hard_limit) if frame_max > 0 else self.hard_limit
 
     def start_hunting(self, reason: str) -> None:
         self.synced = False
@@ -219,7 +215,6 @@ class Framer:
         check = self.check
         size_st = check.size_st
         size_len = size_st.size
-        limit = self.limit
         n = len(data)
         start = 0
         while n - start >= size_len:
@@ -232,21 +227,6 @@ class Framer:
                 self._hunt(out, at_end=False)
                 return
             if n - start < total:
-                if size > limit:
-                    # Too large to buffer: show its start, skip the rest by its size, stay in sync.
-                    keep = data[start : start + min(n - start, OVERSIZED_PREVIEW)]
-                    out.append(
-                        Piece(
-                            "incomplete",
-                            pos + start,
-                            bytes(keep),
-                            total,
-                            f"frame of {size} bytes exceeds the frame limit {limit}; not buffered",
-                        )
-                    )
-                    self.skip_until = pos + start + total
-                    self.pos = pos + n
-                    return
                 break
             out.append(Piece("frame", pos + start, data[start : start + total], total))
             start += total

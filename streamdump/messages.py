@@ -1,8 +1,8 @@
 """The `--messages` view: one line per message that crossed the wire, in Publish or Deliver frames.
 
 Deliver frames name a subscription and Publish frames a publisher, not a stream; the
-stream comes from the Subscribe or DeclarePublisher that created them, which this view
-remembers per connection as the frames go by.
+stream is what the conversation tracker linked to the frame (from the Subscribe or
+DeclarePublisher that opened them), "?" when the capture does not show it.
 """
 
 from __future__ import annotations
@@ -22,28 +22,20 @@ PREVIEW_CHARS = 40
 
 
 class MessageLines:
-    """Turns frames into message lines, remembering which stream each subscription and publisher uses."""
+    """Turns frames into message lines."""
 
     def __init__(self, protocol_enums: dict[str, dict[int, str]]) -> None:
         self.tracking_names = protocol_enums.get("tracking_type", {})
-        # (connection, subscription or publisher id) -> stream
-        self.subscriptions: dict[tuple[tuple[str, str], int], str] = {}
-        self.publishers: dict[tuple[tuple[str, str], int], str] = {}
 
     def lines(self, frame: Frame, t0: float) -> Iterator[str]:
-        conn = _connection(frame)
+        if frame.command not in MESSAGE_COMMANDS:
+            return
         fields = frame.fields
-        if frame.command == "Subscribe" and frame.kind == "request":
-            self.subscriptions[conn, fields.get("subscription_id", -1)] = fields.get("stream") or "?"
-            return
-        if frame.command == "DeclarePublisher" and frame.kind == "request":
-            self.publishers[conn, fields.get("publisher_id", -1)] = fields.get("stream") or "?"
-            return
+        stream = (frame.links or {}).get("stream") or "?"
         head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
         # Whatever could not be shown is said in place, so no message disappears silently.
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         if frame.command == "Publish":
-            stream = self.publishers.get((conn, fields.get("publisher_id", -1)), "?")
             publisher = f"publish pub={fields.get('publisher_id', '?')}"
             for message in fields.get("messages") or []:
                 pid = message.get("publishing_id", "?")
@@ -61,7 +53,6 @@ class MessageLines:
                     note = f"({missing} records not decoded: see expert notes)"
                     yield f"{head} {stream} {publisher} id={pid}  {note}"
         elif frame.command == "Deliver":
-            stream = self.subscriptions.get((conn, fields.get("subscription_id", -1)), "?")
             chunk = fields.get("chunk") or {}
             records = chunk.get("records") or []
             for record in records:
@@ -114,6 +105,15 @@ def summary(message: amqp.Message) -> str:
     return "  ".join(parts)
 
 
-def _connection(frame: Frame) -> tuple[str, str]:
-    a, b = str(frame.src), str(frame.dst)
-    return (a, b) if a <= b else (b, a)
+def message_volume(frame: Frame) -> tuple[int, int] | None:
+    """(messages, bytes) a Publish or Deliver frame carries, from its headers alone; else None."""
+    if frame.command == "Publish":
+        entries = [m.get("entry") for m in frame.fields.get("messages") or [] if isinstance(m, dict)]
+        present = [e for e in entries if e is not None]
+        return sum(e.record_count for e in present), sum(e.size for e in present)
+    if frame.command == "Deliver":
+        chunk = frame.fields.get("chunk")
+        if not isinstance(chunk, dict) or chunk.get("chunk_type", 0) != 0:
+            return None  # tracking chunks carry offsets and sequences, not messages
+        return chunk.get("num_records") or 0, chunk.get("data_length") or 0
+    return None

@@ -74,6 +74,7 @@ class Connection:
     server: Endpoint
     to_server: Side
     to_client: Side
+    number: int = 0  # 1, 2, ... in the order connections first appear in the capture
     finished: bool = False
 
 
@@ -124,7 +125,6 @@ class Reader:
         self.closed: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
         wiring = decoder.protocol.wiring
         self.limit = wiring.max_size
-        self.frame_max = (wiring.frame_max_command, wiring.frame_max_field)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
         # Layouts whose last array can be recovered after a gap, by (wire key, version).
         self.tail_rules: dict[tuple[int, int], TailRule] = {
@@ -193,9 +193,11 @@ class Reader:
 
     def _open(self, key: tuple[str, int, str, int]) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
-        conn = Connection(client, server, self._side(client, server), self._side(server, client))
-        self.connections[key] = conn
         self.stats.connections += 1
+        conn = Connection(
+            client, server, self._side(client, server), self._side(server, client), self.stats.connections
+        )
+        self.connections[key] = conn
         return conn
 
     def _side(self, src: Endpoint, dst: Endpoint) -> Side:
@@ -216,7 +218,7 @@ class Reader:
             events = side.stream.finish(number)
             if events:
                 yield from self._events(conn, side, events, None, number)
-            yield from self._pieces(side, side.framer.finish(why), None, number)
+            yield from self._pieces(side, side.framer.finish(why), None, number, conn)
         del self.connections[key]
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
@@ -247,9 +249,10 @@ class Reader:
         pieces: list[Piece],
         seg: Segment | None,
         number: int,
-        conn: Connection | None = None,
+        conn: Connection,
     ) -> Iterator[Frame]:
         number = seg.number if seg is not None else number
+        from_client = side is conn.to_server
         for piece in pieces:
             if piece.kind == "skipped":
                 self.stats.skipped_bytes += piece.length
@@ -268,6 +271,7 @@ class Reader:
                 )
                 if orphan is not None:
                     orphan.number = number
+                    orphan.conn, orphan.from_client = conn.number, from_client
                     orphan.ts = seg.ts if seg is not None else self.ts
                     self.stats.incomplete += 1
                     yield orphan
@@ -278,6 +282,7 @@ class Reader:
             frame.src = side.src
             frame.dst = side.dst
             frame.seq = piece.pos % SEQ_MOD
+            frame.conn, frame.from_client = conn.number, from_client
             if piece.kind == "incomplete":
                 if piece.islands:
                     self._recover_tail(frame, piece)
@@ -290,8 +295,6 @@ class Reader:
                 )
             else:
                 self.stats.frames += 1
-                if frame.command == self.frame_max[0] and conn is not None:
-                    self._tune(conn, frame)
             self._note_floor(side, frame)
             yield frame
 
@@ -370,12 +373,6 @@ class Reader:
                     0,
                 ),
             )
-
-    def _tune(self, conn: Connection, frame: Frame) -> None:
-        value = frame.fields.get(self.frame_max[1])  # type: ignore[arg-type]
-        if isinstance(value, int):
-            conn.to_server.framer.set_limit(value)
-            conn.to_client.framer.set_limit(value)
 
     # ------------------------------------------------------------------ notices
 

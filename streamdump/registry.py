@@ -30,7 +30,7 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
 }
 COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map", "hook"}
 # Types that only describe what hooks add to a decoded frame; no wire layout uses them.
-HOOK_OUTPUT_TYPES = {"bool", "amqp"}
+HOOK_OUTPUT_TYPES = {"bool", "amqp", "float"}
 KINDS = ("request", "response", "command")
 DISPLAYS = {"hex", "time_ms"}
 FIELD_ATTRS = {
@@ -51,6 +51,25 @@ FIELD_ATTRS = {
 }
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
 HOOK_ATTRS = {"doc", "adds", "value"}
+CONVERSATION_ATTRS = {
+    "correlation",
+    "status",
+    "tune",
+    "close",
+    "close_hints",
+    "authenticate",
+    "setup",
+    "announcement",
+    "peer_properties",
+    "versions",
+    "sessions",
+    "acks",
+    "credit",
+    "links",
+}
+SESSION_ATTRS = {"id", "open", "close", "keep", "used_by"}
+ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
+CREDIT_ATTRS = {"session", "grant", "spend", "refusal"}
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -123,6 +142,75 @@ class Wiring:
 
 
 @dataclass(frozen=True, slots=True)
+class Ref:
+    """A field named as Command.field or Command.array.field (each element's field)."""
+
+    command: str
+    path: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return ".".join((self.command, *self.path))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """An id a request opens (e.g. a publisher id) that later frames refer to."""
+
+    name: str
+    id: str
+    open: str
+    close: str | None
+    keep: tuple[str, ...]
+    used_by: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AckSpec:
+    """Items of one frame acknowledged one by one by later frames of the other side."""
+
+    name: str
+    session: str
+    send: Ref
+    confirm: Ref
+    fail: Ref | None
+    fail_code: Ref | None
+    noun: str = "item"  # what one item is, for diagnoses ("3 messages never confirmed")
+
+
+@dataclass(frozen=True, slots=True)
+class CreditSpec:
+    session: str
+    grant: tuple[Ref, ...]
+    spend: str
+    refusal: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """How frames of one connection relate: the spec's conversation section."""
+
+    correlation: str | None = None
+    status: str | None = None
+    ok: frozenset[int] = frozenset()
+    routine: frozenset[int] = frozenset()
+    tune: Ref | None = None  # Tune.frame_max; heartbeat in tune_heartbeat
+    tune_heartbeat: str | None = None
+    close: Ref | None = None  # Close.closing_code; reason in close_reason
+    close_reason: str | None = None
+    close_hints: Mapping[int, str] = field(default_factory=dict)
+    authenticate: str | None = None
+    setup: frozenset[str] = frozenset()
+    announcement: Ref | None = None  # MetadataUpdate.code; its subject in announcement_about
+    announcement_about: str | None = None
+    peer_properties: Ref | None = None
+    versions: Ref | None = None
+    sessions: Mapping[str, SessionSpec] = field(default_factory=dict)
+    acks: Mapping[str, AckSpec] = field(default_factory=dict)
+    credit: CreditSpec | None = None
+    links: tuple[FieldSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Protocol:
     name: str
     title: str
@@ -135,6 +223,7 @@ class Protocol:
     commands: Mapping[str, Command]
     by_key: Mapping[int, Command] = field(repr=False)
     hooks: Mapping[str, HookSpec] = field(default_factory=dict)
+    conversation: Conversation = field(default_factory=Conversation)
 
     def layout_for(self, wire_key: int) -> Layout | None:
         """The layout a wire key selects, or None when the registry has none."""
@@ -144,6 +233,18 @@ class Protocol:
         if wire_key & self.response_bit:
             return command.layouts.get("response")
         return command.layouts.get("request") or command.layouts.get("command")
+
+    def field_at(self, ref: Ref, kind: str | None = None) -> FieldSpec | None:
+        """The field a Command.path names (in the given layout kind, else the first that has it)."""
+        command = self.commands.get(ref.command)
+        if command is None:
+            return None
+        for layout in command.layouts.values():
+            if kind is None or layout.kind == kind:
+                spec = _follow(layout.fields, list(ref.path))
+                if spec is not None:
+                    return spec
+        return None
 
     def all_fields(self) -> Iterator[FieldSpec]:
         """Every field of every layout and struct, depth first (for name checks and generators)."""
@@ -164,6 +265,7 @@ class Protocol:
                 yield from walk(layout.fields)
         for hook in self.hooks.values():
             yield from walk(hook.adds)
+        yield from walk(self.conversation.links)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -238,6 +340,7 @@ class _Builder:
                     f"key 0x{command.key:04x} already used by {by_key[command.key].name}",
                 )
             by_key[command.key] = command
+        conversation = self._conversation(doc.get("conversation") or {}, commands)
         return Protocol(
             name=name,
             title=str(doc["title"]),
@@ -250,6 +353,7 @@ class _Builder:
             commands=commands,
             by_key=by_key,
             hooks=hooks,
+            conversation=conversation,
         )
 
     def _hooks(self, raw: Mapping[str, Any]) -> dict[str, HookSpec]:
@@ -272,6 +376,147 @@ class _Builder:
         finally:
             self.in_hook_output = False
         return hooks
+
+    # ------------------------------------------------------------------ conversation
+
+    def _conversation(self, raw: Any, commands: Mapping[str, Command]) -> Conversation:
+        where = "conversation"
+        if not isinstance(raw, Mapping):
+            raise self.fail(where, "must be a mapping")
+        unknown = set(raw) - CONVERSATION_ATTRS
+        if unknown:
+            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        if not raw:
+            return Conversation()
+        kw: dict[str, Any] = {}
+        correlation = raw.get("correlation")
+        if correlation is not None:
+            if not any(f.name == correlation for f in self._layout_fields(commands)):
+                raise self.fail(f"{where}.correlation", f"no layout has a field {correlation!r}")
+            kw["correlation"] = correlation
+        status = raw.get("status")
+        if status is not None:
+            if not isinstance(status, Mapping) or "field" not in status:
+                raise self.fail(f"{where}.status", "must be {field: name, ok: [codes], routine: [codes]}")
+            fields = self._layout_fields(commands)
+            if not any(f.name == status["field"] and f.type in INT_TYPES for f in fields):
+                raise self.fail(f"{where}.status", f"no layout has an integer field {status['field']!r}")
+            codes = {}
+            for name in ("ok", "routine"):
+                values = status.get(name) or []
+                if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+                    raise self.fail(f"{where}.status.{name}", "must be a list of integers")
+                codes[name] = frozenset(values)
+            kw |= {"status": status["field"], **codes}
+        for name, second in (("tune", "heartbeat"), ("close", "reason"), ("announcement", "about")):
+            body = raw.get(name)
+            if body is None:
+                continue
+            first = {"tune": "frame_max", "close": "code", "announcement": "code"}[name]
+            if not isinstance(body, Mapping) or set(body) != {"command", first, second}:
+                raise self.fail(f"{where}.{name}", f"must be {{command, {first}, {second}}}")
+            ref = self._ref(f"{body['command']}.{body[first]}", f"{where}.{name}", commands, int_only=True)
+            self._ref(f"{body['command']}.{body[second]}", f"{where}.{name}", commands)
+            kw[name] = ref
+            kw[f"{name}_{second}"] = body[second]
+        authenticate = raw.get("authenticate")
+        if authenticate is not None:
+            self._command(authenticate, f"{where}.authenticate", commands)
+            kw["authenticate"] = authenticate
+        hints = raw.get("close_hints") or {}
+        if not isinstance(hints, Mapping) or not all(
+            isinstance(k, int) and isinstance(v, str) for k, v in hints.items()
+        ):
+            raise self.fail(f"{where}.close_hints", "must map closing codes to text")
+        kw["close_hints"] = dict(hints)
+        setup = raw.get("setup") or []
+        for name in setup:
+            self._command(name, f"{where}.setup", commands)
+        kw["setup"] = frozenset(setup)
+        for name in ("peer_properties", "versions"):
+            if raw.get(name) is not None:
+                kw[name] = self._ref(raw[name], f"{where}.{name}", commands)
+        sessions: dict[str, SessionSpec] = {}
+        for name, body in (raw.get("sessions") or {}).items():
+            at = f"{where}.sessions.{name}"
+            if not isinstance(body, Mapping) or not {"id", "open", "used_by"} <= set(body):
+                raise self.fail(at, "needs id, open and used_by")
+            if set(body) - SESSION_ATTRS:
+                raise self.fail(at, f"unknown attribute(s) {sorted(set(body) - SESSION_ATTRS)}")
+            users = tuple(body["used_by"])
+            for command in (body["open"], *([body["close"]] if body.get("close") else []), *users):
+                self._ref(f"{command}.{body['id']}", at, commands, int_only=True)
+            keep = tuple(body.get("keep") or ())
+            for kept in keep:
+                self._ref(f"{body['open']}.{kept}", at, commands)
+            sessions[name] = SessionSpec(name, body["id"], body["open"], body.get("close"), keep, users)
+        kw["sessions"] = sessions
+        acks: dict[str, AckSpec] = {}
+        for name, body in (raw.get("acks") or {}).items():
+            at = f"{where}.acks.{name}"
+            if not isinstance(body, Mapping) or not {"session", "send", "confirm"} <= set(body):
+                raise self.fail(at, "needs session, send and confirm")
+            if set(body) - ACK_ATTRS:
+                raise self.fail(at, f"unknown attribute(s) {sorted(set(body) - ACK_ATTRS)}")
+            if body["session"] not in sessions:
+                raise self.fail(at, f"unknown session {body['session']!r}")
+            refs = {
+                key: self._ref(body[key], f"{at}.{key}", commands, int_only=True) if body.get(key) else None
+                for key in ("send", "confirm", "fail", "fail_code")
+            }
+            acks[name] = AckSpec(
+                name,
+                body["session"],
+                **refs,
+                noun=str(body.get("noun", "item")),  # type: ignore[arg-type]
+            )
+        kw["acks"] = acks
+        credit = raw.get("credit")
+        if credit is not None:
+            at = f"{where}.credit"
+            if not isinstance(credit, Mapping) or not {"session", "grant", "spend"} <= set(credit):
+                raise self.fail(at, "needs session, grant and spend")
+            if set(credit) - CREDIT_ATTRS:
+                raise self.fail(at, f"unknown attribute(s) {sorted(set(credit) - CREDIT_ATTRS)}")
+            if credit["session"] not in sessions:
+                raise self.fail(at, f"unknown session {credit['session']!r}")
+            grants = tuple(self._ref(g, f"{at}.grant", commands, int_only=True) for g in credit["grant"])
+            self._command(credit["spend"], f"{at}.spend", commands)
+            if credit.get("refusal") is not None:
+                self._command(credit["refusal"], f"{at}.refusal", commands)
+            kw["credit"] = CreditSpec(credit["session"], grants, credit["spend"], credit.get("refusal"))
+        saved, self.in_hook_output = self.in_hook_output, True
+        try:
+            kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)
+        finally:
+            self.in_hook_output = saved
+        return Conversation(**kw)
+
+    @staticmethod
+    def _layout_fields(commands: Mapping[str, Command]) -> Iterator[FieldSpec]:
+        for command in commands.values():
+            for layout in command.layouts.values():
+                yield from layout.fields
+
+    def _command(self, name: Any, where: str, commands: Mapping[str, Command]) -> Command:
+        command = commands.get(name) if isinstance(name, str) else None
+        if command is None:
+            raise self.fail(where, f"unknown command {name!r}")
+        return command
+
+    def _ref(self, text: Any, where: str, commands: Mapping[str, Command], *, int_only: bool = False) -> Ref:
+        """Check that Command.path names a field of one of the command's layouts."""
+        parts = str(text).split(".")
+        command = self._command(parts[0], where, commands)
+        if len(parts) < 2:
+            raise self.fail(where, f"{text!r} must be Command.field")
+        for layout in command.layouts.values():
+            spec = _follow(layout.fields, parts[1:])
+            if spec is not None:
+                if int_only and spec.type not in INT_TYPES:
+                    raise self.fail(where, f"{text!r} is {spec.type}, not an integer field")
+                return Ref(command.name, tuple(parts[1:]))
+        raise self.fail(where, f"{text!r}: {command.name} has no such field")
 
     def _wiring(self, raw: Any, commands: Mapping[str, Command]) -> Wiring:
         if not isinstance(raw, Mapping):
@@ -529,6 +774,16 @@ class _Builder:
             self.field_types[spec.name] = (signature, where)
         elif known[0] != signature:
             raise self.fail(where, f"field {spec.name!r} is {signature} here but {known[0]} at {known[1]}")
+
+
+def _follow(specs: tuple[FieldSpec, ...], path: list[str]) -> FieldSpec | None:
+    """The field a dotted path names, stepping into structs and array elements."""
+    spec = next((s for s in specs if s.name == path[0]), None)
+    while spec is not None and spec.of is not None:
+        spec = spec.of
+    if spec is None or len(path) == 1:
+        return spec
+    return _follow(spec.fields, path[1:])
 
 
 def load_spec(path: Path | str, text: str | None = None) -> Protocol:

@@ -16,6 +16,7 @@ from rich.tree import Tree
 from streamdump.decoder import Decoder
 from streamdump.frame import Frame, Node
 from streamdump.hooks import amqp
+from streamdump.layout import title
 from streamdump.registry import INT_TYPES, FieldSpec, Protocol
 
 PREVIEW_BYTES = 24
@@ -89,7 +90,9 @@ class Renderer:
             "command": frame.command,
             "version": frame.version,
             "size": frame.size,
+            "connection": frame.conn or None,
             "fields": frame.fields,
+            "links": frame.links or {},
             "expert": [e.as_dict() for e in frame.expert],
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
 
@@ -108,6 +111,10 @@ class Renderer:
         proto = root.add(Text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
         for node in self.decoder.tree(frame):
             self._add(proto, node)
+        if frame.links:
+            # Like Wireshark's generated fields: not bytes of this frame, so in brackets.
+            for name, value in frame.links.items():
+                proto.add(Text(f"[{title(name)}: {self._link_value(name, value)}]", style="dim"))
         self.decoder.expand(frame)  # the expert notes of what lies below the headers too
         if frame.expert:
             experts = root.add(Text("Expert Info", style="bold"))
@@ -116,6 +123,17 @@ class Renderer:
                 where = f" @{e.offset}" if e.offset is not None else ""
                 experts.add(Text(f"[{e.severity}] {e.message}{where}", style=style))
         return root
+
+    @staticmethod
+    def _link_value(name: str, value: Any) -> str:
+        if isinstance(value, list):
+            shown = ", ".join("?" if v is None else Renderer._link_value(name, v) for v in value[:8])
+            return shown + (f", … ({len(value)} in all)" if len(value) > 8 else "")
+        if isinstance(value, float):
+            return f"{value * 1000:.3f} ms" if name.endswith("_time") else str(value)
+        if isinstance(value, str):
+            return json.dumps(value, ensure_ascii=False)
+        return str(value)
 
     def _add(self, parent: Tree, node: Node) -> None:
         branch = parent.add(

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import CAPTURES, GOLDEN
 
-from streamdump.cli import Format, write_frames
+from streamdump.cli import Format, analysed, write_frames
+from streamdump.conversation import Tracker
 from streamdump.decoder import Decoder
 from streamdump.pipeline import ReadStats, read_frames
 from streamdump.render import Renderer
@@ -40,13 +41,26 @@ def test_captures_are_committed() -> None:
         assert path.stat().st_size < 1_000_000, path
 
 
+# The decoder notes a capture is recorded to provoke: the client broke the protocol on purpose.
+EXPECTED_DECODER_NOTES = {
+    "unsupported_version.pcap": [
+        (18, "Metadata", "warn", "Metadata version 2 is not in the registry (known: 1); decoded as version 1")
+    ],
+}
+
+
 @pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
 def test_every_frame_decodes_without_expert_error(path: Path, decoder: Decoder) -> None:
     frames, stats = decode_all(path, decoder)
     frames = [decoder.expand(f) for f in frames]  # records and AMQP sections too
     assert frames, f"{path.name}: no frames"
-    problems = [(f.number, f.name, e) for f in frames for e in f.expert if e.severity in ("warn", "error")]
-    assert problems == []
+    problems = [
+        (f.number, f.name, e.severity, e.message)
+        for f in frames
+        for e in f.expert
+        if e.severity in ("warn", "error")
+    ]
+    assert problems == EXPECTED_DECODER_NOTES.get(path.name, [])
     assert [n for n in stats.notices if n.severity != "note"] == []
     assert all(f.command for f in frames)
 
@@ -98,10 +112,13 @@ def test_missing_stream_error_response(decoder: Decoder) -> None:
 
 
 def render(path: Path, decoder: Decoder, view: str) -> str:
-    frames, _ = decode_all(path, decoder)
+    """A view as `streamdump read` writes it: frames linked by the conversation tracker."""
+    stats = ReadStats()
+    tracker = Tracker(decoder.protocol)
+    frames = analysed(read_frames(path, decoder, [5552], stats), tracker)
     out = io.StringIO()
     fmt, detail, messages = VIEWS[view]
-    write_frames(frames, Renderer(decoder), fmt, detail, out, messages)
+    write_frames(frames, Renderer(decoder), fmt, detail, out, messages, tracker)
     return out.getvalue()
 
 

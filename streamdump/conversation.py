@@ -1,0 +1,795 @@
+"""The conversation tracker: what the frames of one connection mean together.
+
+Driven by the spec's `conversation:` section, it pairs responses with requests by
+correlation id (per requester, since either side may ask), follows the ids requests open
+(publishers, subscriptions) so every later frame learns its stream, matches acknowledged
+items (publishing ids) with their confirms, counts flow-control credit, and remembers
+what each connection negotiated (Tune, command versions, peer properties).
+
+What it finds goes two ways: onto the frame (`frame.links`, and expert notes of the
+groups response_code, sequence and protocol), and into `Tracker.diagnoses`, one line
+each, for the end of a read and the expert summary of `stats`. Problems only the end
+can show (requests never answered, publishes never confirmed, silence, stalled credit)
+are found by `finish()`. The tracker holds state passed in explicitly and prints nothing,
+so files, the live sniffer and Spark tasks all use it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamdump.frame import SEVERITIES, Endpoint, Expert, Frame
+from streamdump.registry import FieldSpec, Protocol, Ref
+
+# A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
+# a little over the interval are normal; half an interval more means one was missed.
+HEARTBEAT_SLACK = 1.5
+# Credit at zero for less than this is the normal rhythm of a consumer granting as it goes.
+CREDIT_STALL_S = 1.0
+# Unconfirmed items remembered per publisher; beyond this they are only counted.
+MAX_IN_FLIGHT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """One finding about the conversation, as a user should read it."""
+
+    severity: str
+    group: str  # Wireshark's expert groups: response_code, sequence, protocol
+    kind: str  # what was found: error_response, auth_failure, unanswered, server_close, ...
+    summary: str  # the same text for every occurrence of one problem (the expert summary's row)
+    message: str  # one line with the whole story, naming packets
+    number: int  # the packet it names first
+    conn: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "group": self.group,
+            "kind": self.kind,
+            "summary": self.summary,
+            "message": self.message,
+            "packet": self.number,
+            "connection": self.conn,
+        }
+
+
+@dataclass(slots=True)
+class Request:
+    frame: Frame
+    corr: int
+
+
+@dataclass(slots=True)
+class Session:
+    name: str
+    id: int
+    opened_in: int
+    values: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Credit:
+    left: int
+    zero: tuple[int, float] | None = None  # (packet, ts) where it reached zero
+    stall: tuple[int, float, int, float] | None = None  # zero packet/ts, grant packet/ts
+
+
+@dataclass(slots=True)
+class SideState:
+    """What one side of a connection sent and announced."""
+
+    last: Frame | None = None
+    tune: tuple[int, int] | None = None  # (frame_max, heartbeat)
+    properties: dict[str, Any] | None = None
+    versions: dict[int, tuple[int, int]] | None = None
+    lowest_corr: int | None = None
+    frames: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class ConnState:
+    number: int
+    client: Endpoint | None = None
+    server: Endpoint | None = None
+    first_ts: float | None = None
+    last: Frame | None = None
+    client_side: SideState = field(default_factory=SideState)
+    server_side: SideState = field(default_factory=SideState)
+    pending: dict[tuple[bool, int], Request] = field(default_factory=dict)
+    sessions: dict[tuple[str, int], Session] = field(default_factory=dict)
+    credits: dict[int, Credit] = field(default_factory=dict)
+    last_grant: dict[int, Frame] = field(default_factory=dict)
+    # (ack name, session id) -> item id -> (packet, ts)
+    in_flight: dict[tuple[str, int], dict[int, tuple[int, float]]] = field(default_factory=dict)
+    untracked: dict[tuple[str, int], int] = field(default_factory=dict)
+    announced: dict[str, tuple[int, str]] = field(default_factory=dict)  # subject -> (packet, what)
+    negotiated: tuple[int, int] | None = None  # (frame_max, heartbeat) once the client answered
+    negotiated_in: int = 0
+    closed_by_server: Frame | None = None
+    user: str | None = None
+
+    def side(self, from_client: bool | None) -> SideState:
+        return self.client_side if from_client is not False else self.server_side
+
+
+class Tracker:
+    """Follows every connection of one capture, frame by frame, in capture order."""
+
+    def __init__(self, protocol: Protocol, size_len: int = 4) -> None:
+        self.protocol = protocol
+        self.spec = protocol.conversation
+        self.size_len = size_len
+        self.connections: dict[int, ConnState] = {}
+        self.diagnoses: list[Diagnosis] = []
+        self.first_ts: float | None = None  # of the capture's first frame: time zero of every view
+        conv = self.spec
+        self.session_of: dict[str, list[tuple[str, str]]] = {}  # command -> [(session, role)]
+        for session in conv.sessions.values():
+            self.session_of.setdefault(session.open, []).append((session.name, "open"))
+            if session.close:
+                self.session_of.setdefault(session.close, []).append((session.name, "close"))
+            for user in session.used_by:
+                self.session_of.setdefault(user, []).append((session.name, "use"))
+        self.acks_sent = {ack.send.command: ack for ack in conv.acks.values()}
+        self.acks_confirmed = {ack.confirm.command: ack for ack in conv.acks.values()}
+        self.acks_failed = {ack.fail.command: ack for ack in conv.acks.values() if ack.fail}
+        self.grants = {ref.command: ref for ref in conv.credit.grant} if conv.credit else {}
+        # Request strings worth naming in a diagnosis: those the one-line view shows.
+        self.named: dict[int, tuple[FieldSpec, ...]] = {}
+        self.status_enum: dict[int, dict[int, str]] = {}
+        for command in protocol.commands.values():
+            for layout in command.layouts.values():
+                self.named[layout.key] = tuple(
+                    f for f in layout.fields if f.type == "string" and f.info and f.name != conv.close_reason
+                )
+                status = next((f for f in layout.fields if f.name == conv.status), None)
+                if status is not None and status.enum:
+                    self.status_enum[layout.key] = dict(protocol.enums[status.enum])
+        self.close_enum = self._enum(conv.close)
+        self.announce_enum = self._enum(conv.announcement)
+        self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
+
+    def _enum(self, ref: Ref | None) -> dict[int, str]:
+        spec = self.protocol.field_at(ref) if ref is not None else None
+        return dict(self.protocol.enums[spec.enum]) if spec is not None and spec.enum else {}
+
+    # ------------------------------------------------------------------ frames
+
+    def feed(self, frame: Frame) -> None:
+        """Link one frame to what came before it; add what it reveals to its notes."""
+        if self.first_ts is None:
+            self.first_ts = frame.ts
+        conn = self.connections.get(frame.conn)
+        if conn is None:
+            conn = self.connections[frame.conn] = ConnState(frame.conn, first_ts=frame.ts)
+        if conn.client is None and frame.src is not None:
+            conn.client, conn.server = (
+                (frame.src, frame.dst) if frame.from_client is not False else (frame.dst, frame.src)
+            )
+        side = conn.side(frame.from_client)
+        self._silence(conn, side, frame)
+        self._frame_max(conn, frame)
+        command = frame.command
+        if command is not None and frame.kind != "unknown":
+            self._correlate(conn, frame)
+            self._negotiation(conn, side, frame)
+            if command in self.session_of:
+                self._sessions(conn, frame)
+            if command in self.acks_sent or command in self.acks_confirmed or command in self.acks_failed:
+                self._acks(conn, frame)
+            if self.spec.credit is not None:
+                self._credit(conn, frame)
+            if self.spec.announcement is not None and command == self.spec.announcement.command:
+                self._announcement(conn, frame)
+        side.last = frame
+        side.frames += 1
+        side.bytes += len(frame.data)
+        conn.last = frame
+
+    def finish(self) -> None:
+        """What only the end shows: unanswered requests, unconfirmed items, silence, stalls."""
+        for conn in self.connections.values():
+            for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
+                self._unanswered(conn, request)
+            conn.pending.clear()
+            for (ack, sid), items in conn.in_flight.items():
+                extra = conn.untracked.get((ack, sid), 0)
+                if items or extra:
+                    self._unconfirmed(conn, ack, sid, items, extra)
+            conn.in_flight.clear()
+            for sub, credit in conn.credits.items():
+                self._credit_end(conn, sub, credit)
+            if conn.last is not None:
+                for side in (conn.client_side, conn.server_side):
+                    if side.last is not None and side.last is not conn.last:
+                        self._gap(conn, side.last, conn.last, until_end=True)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The expert summary: one row per kind of finding, worst first."""
+        rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for d in self.diagnoses:
+            row = rows.get((d.severity, d.group, d.summary))
+            if row is None:
+                rows[d.severity, d.group, d.summary] = {
+                    "severity": d.severity,
+                    "group": d.group,
+                    "summary": d.summary,
+                    "count": 1,
+                    "first_packet": d.number,
+                }
+            else:
+                row["count"] += 1
+        return sorted(rows.values(), key=lambda r: (-SEVERITIES.index(r["severity"]), r["first_packet"]))
+
+    # ------------------------------------------------------------------ requests and responses
+
+    def _correlate(self, conn: ConnState, frame: Frame) -> None:
+        name = self.spec.correlation
+        if name is None:
+            return
+        corr = frame.fields.get(name)
+        if not isinstance(corr, int):
+            if frame.kind == "response":
+                self._status(conn, frame, None)
+            return
+        asker = frame.from_client if frame.kind == "request" else not frame.from_client
+        if frame.kind == "request":
+            side = conn.side(frame.from_client)
+            if side.lowest_corr is None or corr < side.lowest_corr:
+                side.lowest_corr = corr
+            earlier = conn.pending.get((asker, corr))
+            if earlier is not None:
+                self._note(
+                    conn,
+                    frame,
+                    "warn",
+                    "sequence",
+                    "duplicate_correlation",
+                    "correlation id reused while a request with it is unanswered",
+                    f"{frame.command} request reuses correlation id {corr} while the "
+                    f"{earlier.frame.command} request of packet {earlier.frame.number} is still unanswered",
+                )
+            conn.pending[asker, corr] = Request(frame, corr)
+            return
+        if frame.kind != "response":
+            return
+        request = conn.pending.get((asker, corr))
+        if request is not None and request.frame.command != frame.command:
+            self._note(
+                conn,
+                frame,
+                "warn",
+                "sequence",
+                "mismatched_response",
+                "response to a request of another command",
+                f"{frame.command} response with correlation id {corr} answers a "
+                f"{request.frame.command} request (packet {request.frame.number})",
+            )
+            request = None
+        if request is None:
+            lowest = conn.side(not frame.from_client).lowest_corr
+            began = lowest is not None and lowest <= corr
+            self._note(
+                conn,
+                frame,
+                "warn" if began else "note",
+                "sequence",
+                "orphan_response",
+                "response without a request",
+                f"{frame.command} response with correlation id {corr} answers no request in the capture"
+                + ("" if began else " (it may have been sent before the capture started)"),
+            )
+            self._status(conn, frame, None)
+            return
+        del conn.pending[asker, corr]
+        links = _links(frame)
+        links["request_in"] = request.frame.number
+        links["response_time"] = round(frame.ts - request.frame.ts, 6)
+        _links(request.frame)["response_in"] = frame.number
+        self._status(conn, frame, request.frame)
+
+    def _status(self, conn: ConnState, frame: Frame, request: Frame | None) -> None:
+        spec = self.spec
+        if spec.status is None:
+            return
+        code = frame.fields.get(spec.status)
+        if not isinstance(code, int) or code in spec.ok:
+            return
+        what = self._code(frame, code)
+        if request is None and spec.credit is not None and frame.command == spec.credit.refusal:
+            self._credit_refused(conn, frame, code, what)
+            return
+        if code in spec.routine:
+            self._note(
+                conn,
+                frame,
+                "note",
+                "response_code",
+                "routine_response",
+                f"{frame.command}: {what}",
+                f"{self._asked(request, frame)} answered {what} (a routine answer)",
+            )
+            return
+        if frame.command == spec.authenticate:
+            user = f", user {conn.user!r}" if conn.user else ""
+            mechanism = request.fields.get("mechanism") if request is not None else None
+            how = f" ({mechanism}{user}, packet {request.number})" if request is not None else ""
+            self._note(
+                conn,
+                frame,
+                "error",
+                "response_code",
+                "auth_failure",
+                f"authentication failed: {what}",
+                f"authentication failed: the broker answered {frame.command}{how} with {what}",
+            )
+            return
+        setup = frame.command in spec.setup
+        gone = self._announced(conn, request)
+        self._note(
+            conn,
+            frame,
+            "error" if setup else "warn",
+            "response_code",
+            "setup_refused" if setup else "error_response",
+            f"{frame.command}: {what}",
+            f"{self._asked(request, frame)} failed: {what}{gone}",
+        )
+
+    def _announced(self, conn: ConnState, about: Frame | Session | None) -> str:
+        """What the broker said earlier about the stream a failed request or session concerns."""
+        name = self.spec.announcement_about
+        if about is None or name is None:
+            return ""
+        values = about.values if isinstance(about, Session) else about.fields
+        subject = values.get(name)
+        said = conn.announced.get(subject) if isinstance(subject, str) else None
+        if said is None:
+            return ""
+        return f"; at packet {said[0]} the broker had announced {name} {subject!r}: {said[1]}"
+
+    def _announcement(self, conn: ConnState, frame: Frame) -> None:
+        spec = self.spec
+        assert spec.announcement is not None
+        code = frame.fields.get(spec.announcement.path[0])
+        subject = frame.fields.get(spec.announcement_about or "")
+        if not isinstance(code, int) or not isinstance(subject, str) or code in spec.ok:
+            return
+        what = _named(self.announce_enum, code)
+        conn.announced[subject] = (frame.number, what)
+        self._note(
+            conn,
+            frame,
+            "note",
+            "protocol",
+            "announcement",
+            f"{frame.command}: {what}",
+            f"the broker announced {spec.announcement_about} {subject!r}: {what}",
+        )
+
+    def _asked(self, request: Frame | None, response: Frame) -> str:
+        """The request named for a user: command, what it was about, and where it is."""
+        if request is None:
+            return f"{response.command} (response at packet {response.number})"
+        about = [
+            f"{spec.name.replace('_', ' ')} {request.fields[spec.name]!r}"
+            for spec in self.named.get(request.wire_key, ())
+            if isinstance(request.fields.get(spec.name), str)
+        ]
+        detail = f" for {', '.join(about)}" if about else ""
+        return f"{request.command}{detail} (packet {request.number})"
+
+    def _code(self, frame: Frame, code: int) -> str:
+        return _named(self.status_enum.get(frame.wire_key, {}), code)
+
+    def _unanswered(self, conn: ConnState, request: Request) -> None:
+        frame = request.frame
+        closed = conn.closed_by_server
+        after = (
+            f"; the broker closed the connection at packet {closed.number}"
+            if closed is not None and closed.number >= frame.number
+            else ""
+        )
+        self._diagnose(
+            conn,
+            frame,
+            "warn",
+            "sequence",
+            "unanswered",
+            f"{frame.command} request never answered",
+            f"{self._asked(frame, frame)} with correlation id {request.corr} was never answered{after}",
+        )
+
+    # ------------------------------------------------------------------ negotiation
+
+    def _negotiation(self, conn: ConnState, side: SideState, frame: Frame) -> None:
+        spec = self.spec
+        fields = frame.fields
+        if spec.tune is not None and frame.command == spec.tune.command:
+            frame_max, heartbeat = fields.get(spec.tune.path[0]), fields.get(spec.tune_heartbeat or "")
+            if isinstance(frame_max, int) and isinstance(heartbeat, int):
+                side.tune = (frame_max, heartbeat)
+                if frame.from_client is not False:
+                    conn.negotiated, conn.negotiated_in = side.tune, frame.number
+        if spec.peer_properties is not None and frame.command == spec.peer_properties.command:
+            props = fields.get(spec.peer_properties.path[0])
+            if isinstance(props, dict):
+                side.properties = props
+        if spec.versions is not None and frame.command == spec.versions.command:
+            items = fields.get(spec.versions.path[0])
+            if isinstance(items, list):
+                side.versions = {
+                    item["command_key"]: (item["min_version"], item["max_version"])
+                    for item in items
+                    if isinstance(item, dict) and {"command_key", "min_version", "max_version"} <= set(item)
+                }
+        if frame.command == spec.authenticate and frame.kind == "request":
+            conn.user = _plain_user(fields)
+        if spec.close is not None and frame.command == spec.close.command and frame.kind == "request":
+            self._closing(conn, frame)
+        theirs = conn.side(not frame.from_client).versions
+        if theirs and frame.key in theirs:
+            low, high = theirs[frame.key]
+            if not low <= frame.version <= high:
+                self._note(
+                    conn,
+                    frame,
+                    "warn",
+                    "protocol",
+                    "version",
+                    f"{frame.command} in a version the peer does not support",
+                    f"{frame.command} version {frame.version} is outside the versions the peer "
+                    f"announced ({low}..{high})",
+                )
+
+    def _closing(self, conn: ConnState, frame: Frame) -> None:
+        assert self.spec.close is not None
+        code = frame.fields.get(self.spec.close.path[0])
+        if frame.from_client is not False or not isinstance(code, int):
+            return  # a client closing, with whatever code, is the client's own decision
+        conn.closed_by_server = frame
+        what = _named(self.close_enum, code)
+        reason = frame.fields.get(self.spec.close_reason or "")
+        said = f" {reason!r}" if reason else ""
+        before = conn.client_side.last
+        hint = self.spec.close_hints.get(code)
+        last = (
+            f"; the client's last frame before it was {before.name} "
+            f"(key 0x{before.wire_key:04x}, version {before.version}, {len(before.data)} bytes, "
+            f"packet {before.number})" + (f": {hint}" if hint else "")
+            if before is not None
+            else ""
+        )
+        ok = code in self.spec.ok
+        self._note(
+            conn,
+            frame,
+            "note" if ok else "error",
+            "protocol",
+            "server_close",
+            f"the broker closed the connection: {what}",
+            f"the broker closed the connection: {what}{said}{last}",
+        )
+
+    def _frame_max(self, conn: ConnState, frame: Frame) -> None:
+        if conn.negotiated is None or conn.negotiated[0] <= 0:
+            return
+        limit = conn.negotiated[0]
+        length = frame.size + self.size_len if frame.size else len(frame.data)
+        if length > limit:
+            self._note(
+                conn,
+                frame,
+                "error",
+                "protocol",
+                "frame_max",
+                "frame larger than the negotiated frame_max",
+                f"{frame.name} frame of {length} bytes exceeds the frame_max of {limit} bytes "
+                f"negotiated at packet {conn.negotiated_in}",
+            )
+
+    def _silence(self, conn: ConnState, side: SideState, frame: Frame) -> None:
+        if side.last is not None:
+            self._gap(conn, side.last, frame, until_end=False)
+
+    def _gap(self, conn: ConnState, last: Frame, now: Frame, *, until_end: bool) -> None:
+        if conn.negotiated is None or conn.negotiated[1] <= 0 or last.number < conn.negotiated_in:
+            return
+        heartbeat = conn.negotiated[1]
+        quiet = now.ts - last.ts
+        if quiet <= heartbeat * HEARTBEAT_SLACK:
+            return
+        who = "the client" if last.from_client is not False else "the broker"
+        until = (
+            f"until the connection's last frame (packet {now.number})"
+            if until_end
+            else f"(packets {last.number} to {now.number})"
+        )
+        self._diagnose(
+            conn,
+            last,
+            "warn",
+            "sequence",
+            "heartbeat",
+            "silence longer than the heartbeat interval",
+            f"no frame from {who} for {quiet:.3f} s {until}, while the negotiated heartbeat is {heartbeat} s",
+        )
+
+    # ------------------------------------------------------------------ sessions and acks
+
+    def _sessions(self, conn: ConnState, frame: Frame) -> None:
+        for name, role in self.session_of[frame.command or ""]:
+            spec = self.spec.sessions[name]
+            sid = frame.fields.get(spec.id)
+            if not isinstance(sid, int):
+                continue
+            if role == "open" and frame.kind == "request":
+                conn.sessions[name, sid] = Session(
+                    name, sid, frame.number, {k: frame.fields[k] for k in spec.keep if k in frame.fields}
+                )
+            elif role == "open" and frame.kind == "response":
+                pass
+            elif role == "close" and frame.kind == "request":
+                conn.sessions.pop((name, sid), None)
+            elif role == "use":
+                session = conn.sessions.get((name, sid))
+                if session is not None:
+                    links = _links(frame)
+                    links["opened_in"] = session.opened_in
+                    links.update(session.values)
+
+    def _acks(self, conn: ConnState, frame: Frame) -> None:
+        command = frame.command or ""
+        if command in self.acks_sent and frame.kind != "response":
+            ack = self.acks_sent[command]
+            sid = frame.fields.get(self.spec.sessions[ack.session].id)
+            if not isinstance(sid, int):
+                return
+            flight = conn.in_flight.setdefault((ack.name, sid), {})
+            for item in _values(frame.fields, ack.send.path):
+                if len(flight) >= MAX_IN_FLIGHT:
+                    conn.untracked[ack.name, sid] = conn.untracked.get((ack.name, sid), 0) + 1
+                else:
+                    flight[item] = (frame.number, frame.ts)
+            return
+        failing = command in self.acks_failed
+        ack = self.acks_failed[command] if failing else self.acks_confirmed[command]
+        sid = frame.fields.get(self.spec.sessions[ack.session].id)
+        if not isinstance(sid, int):
+            return
+        ref = ack.fail if failing else ack.confirm
+        assert ref is not None
+        ids = list(_values(frame.fields, ref.path))
+        flight = conn.in_flight.get((ack.name, sid), {})
+        sent_in, waited = [], []
+        for item in ids:
+            sent = flight.pop(item, None)
+            sent_in.append(sent[0] if sent else None)
+            waited.append(round(frame.ts - sent[1], 6) if sent else None)
+        if any(n is not None for n in sent_in):
+            links = _links(frame)
+            links["publish_in"] = sent_in
+            links["confirm_time"] = waited
+        if failing and ack.fail_code is not None:
+            codes: dict[int, int] = {}
+            for code in _values(frame.fields, ack.fail_code.path):
+                codes[code] = codes.get(code, 0) + 1
+            session = conn.sessions.get((ack.session, sid))
+            where = _session_name(ack.session, sid, session)
+            gone = self._announced(conn, session)
+            for code, count in sorted(codes.items()):
+                what = _named(self.fail_enums.get(ack.name, {}), code)
+                self._note(
+                    conn,
+                    frame,
+                    "warn",
+                    "response_code",
+                    "refused_items",
+                    f"{command}: {what}",
+                    f"{count} {ack.noun}{'s' * (count != 1)} of {where} refused: {what}{gone}",
+                )
+
+    def _unconfirmed(
+        self, conn: ConnState, ack: str, sid: int, items: dict[int, tuple[int, float]], extra: int
+    ) -> None:
+        spec = self.spec.acks[ack]
+        session = conn.sessions.get((spec.session, sid))
+        where = _session_name(spec.session, sid, session)
+        count = len(items) + extra
+        ids = sorted(items)
+        first = min(items.values(), default=(0, 0.0))[0]
+        span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
+        self.diagnoses.append(
+            Diagnosis(
+                "warn",
+                "sequence",
+                "unconfirmed",
+                f"{spec.noun}s never confirmed",
+                f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
+                f"({span}; first sent in packet {first})",
+                first,
+                conn.number,
+            )
+        )
+
+    # ------------------------------------------------------------------ credit
+
+    def _credit(self, conn: ConnState, frame: Frame) -> None:
+        spec = self.spec.credit
+        assert spec is not None
+        command = frame.command or ""
+        id_name = self.spec.sessions[spec.session].id
+        sid = frame.fields.get(id_name)
+        if not isinstance(sid, int):
+            return
+        if command in self.grants and frame.kind != "response":
+            amount = frame.fields.get(self.grants[command].path[0])
+            if not isinstance(amount, int):
+                return
+            conn.last_grant[sid] = frame
+            credit = conn.credits.get(sid)
+            if command == self.spec.sessions[spec.session].open:
+                conn.credits[sid] = Credit(amount)
+            elif credit is not None:
+                if credit.zero is not None:
+                    credit.stall = (*credit.zero, frame.number, frame.ts)
+                    credit.zero = None
+                credit.left += amount
+        elif command == spec.spend:
+            credit = conn.credits.get(sid)
+            if credit is None:
+                return
+            if credit.stall is not None:
+                self._stalled(conn, sid, credit, resumed=frame)
+            if credit.left == 0:
+                self._note(
+                    conn,
+                    frame,
+                    "warn",
+                    "sequence",
+                    "beyond_credit",
+                    f"{command} beyond the granted credit",
+                    f"{command} to subscription {sid} while it had no credit left",
+                )
+                return
+            credit.left -= 1
+            _links(frame)["credit_left"] = credit.left
+            if credit.left == 0:
+                credit.zero = (frame.number, frame.ts)
+        elif command == self.spec.sessions[spec.session].close and frame.kind == "request":
+            credit = conn.credits.pop(sid, None)
+            if credit is not None and credit.stall is not None:
+                self._stalled(conn, sid, credit, resumed=None)
+
+    def _stalled(self, conn: ConnState, sid: int, credit: Credit, resumed: Frame | None) -> None:
+        assert credit.stall is not None
+        zero_at, zero_ts, grant_at, grant_ts = credit.stall
+        credit.stall = None
+        if grant_ts - zero_ts < CREDIT_STALL_S:
+            return
+        session = conn.sessions.get((self.spec.credit.session, sid)) if self.spec.credit else None
+        where = _session_name("subscription", sid, session)
+        then = (
+            f"; deliveries resumed at packet {resumed.number}"
+            if resumed is not None
+            else "; no delivery followed the grant"
+        )
+        self._diagnose_at(
+            conn,
+            zero_at,
+            "warn" if resumed is not None else "note",
+            "sequence",
+            "credit_exhausted",
+            "deliveries stopped with credit exhausted",
+            f"{where} ran out of credit at packet {zero_at}; no delivery could follow for "
+            f"{grant_ts - zero_ts:.3f} s until the client granted more at packet {grant_at}{then}",
+        )
+
+    def _credit_end(self, conn: ConnState, sid: int, credit: Credit) -> None:
+        if credit.stall is not None:
+            self._stalled(conn, sid, credit, resumed=None)
+        if credit.zero is None or conn.last is None:
+            return
+        zero_at, zero_ts = credit.zero
+        quiet = conn.last.ts - zero_ts
+        if quiet < CREDIT_STALL_S:
+            return
+        session = conn.sessions.get((self.spec.credit.session, sid)) if self.spec.credit else None
+        where = _session_name("subscription", sid, session)
+        self._diagnose_at(
+            conn,
+            zero_at,
+            "note",
+            "sequence",
+            "credit_exhausted",
+            "credit exhausted and never granted again",
+            f"{where} ran out of credit at packet {zero_at} and was never granted more "
+            f"({quiet:.3f} s until the connection's last frame)",
+        )
+
+    def _credit_refused(self, conn: ConnState, frame: Frame, code: int, what: str) -> None:
+        assert self.spec.credit is not None
+        sid = frame.fields.get(self.spec.sessions[self.spec.credit.session].id)
+        grant = conn.last_grant.get(sid) if isinstance(sid, int) else None
+        if grant is not None:
+            links = _links(frame)
+            links["request_in"] = grant.number
+            links["response_time"] = round(frame.ts - grant.ts, 6)
+            _links(grant)["response_in"] = frame.number
+        asked = f" (packet {grant.number})" if grant is not None else ""
+        self._note(
+            conn,
+            frame,
+            "warn",
+            "response_code",
+            "error_response",
+            f"{frame.command}: {what}",
+            f"{frame.command} for subscription {sid}{asked} refused: {what}",
+        )
+
+    # ------------------------------------------------------------------ reporting
+
+    def _note(
+        self, conn: ConnState, frame: Frame, severity: str, group: str, kind: str, summary: str, message: str
+    ) -> None:
+        """A finding about this frame: on the frame itself, and in the diagnoses."""
+        frame.expert.append(Expert(severity, message, None, group=group))
+        self._diagnose(conn, frame, severity, group, kind, summary, message)
+
+    def _diagnose(
+        self, conn: ConnState, frame: Frame, severity: str, group: str, kind: str, summary: str, message: str
+    ) -> None:
+        self._diagnose_at(conn, frame.number, severity, group, kind, summary, message)
+
+    def _diagnose_at(
+        self, conn: ConnState, number: int, severity: str, group: str, kind: str, summary: str, message: str
+    ) -> None:
+        self.diagnoses.append(Diagnosis(severity, group, kind, summary, message, number, conn.number))
+
+
+def _links(frame: Frame) -> dict[str, Any]:
+    if frame.links is None:
+        frame.links = {}
+    return frame.links
+
+
+def _values(fields: dict[str, Any], path: tuple[str, ...]) -> Iterator[Any]:
+    """Every value a path names, stepping through lists (array elements) and dicts."""
+    value: Any = fields.get(path[0])
+    if isinstance(value, list):
+        for item in value:
+            if len(path) == 1:
+                if isinstance(item, int):
+                    yield item
+            elif isinstance(item, dict):
+                yield from _values(item, path[1:])
+    elif len(path) == 1:
+        if isinstance(value, int):
+            yield value
+    elif isinstance(value, dict):
+        yield from _values(value, path[1:])
+
+
+def _named(enum: dict[int, str], code: int) -> str:
+    name = enum.get(code)
+    return f"{name} (0x{code:02x})" if name else f"code 0x{code:02x}"
+
+
+def _session_name(kind: str, sid: int, session: Session | None) -> str:
+    stream = session.values.get("stream") if session is not None else None
+    return f"{kind} {sid}" + (f" (stream {stream!r})" if stream else "")
+
+
+def _plain_user(fields: dict[str, Any]) -> str | None:
+    """The user name of a PLAIN authentication ("\\0user\\0password"); never the password."""
+    if fields.get("mechanism") != "PLAIN":
+        return None
+    data = fields.get("sasl_opaque_data")
+    if not isinstance(data, bytes | memoryview):
+        return None
+    parts = bytes(data).split(b"\0")
+    return parts[1].decode("utf-8", "replace") if len(parts) == 3 else None

@@ -1,0 +1,262 @@
+"""`streamdump stats`: what a capture adds up to, from frames the conversation tracker linked.
+
+Service response times per command, response codes per command, publish-to-confirm
+latency, messages and bytes per stream and direction, one summary per connection, and
+the expert summary. `Statistics.add` takes frames one at a time and keeps only counters
+and latency samples, so a capture of any length fits; `result()` gives JSON-ready data,
+`render()` the tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from streamdump.conversation import ConnState, Tracker
+from streamdump.frame import Frame
+from streamdump.messages import message_volume
+from streamdump.registry import Protocol
+
+# Keys the peers' properties use for who they are, in the order a summary shows them.
+PEER_KEYS = ("product", "version", "platform", "connection_name")
+
+
+def percentile(ordered: list[float], p: float) -> float:
+    """Nearest-rank percentile of sorted samples: the smallest value with p% at or below it."""
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def latency(samples: list[float]) -> dict[str, Any]:
+    """Count, min, median, p95, p99 and max of samples in seconds, given in milliseconds."""
+    ordered = sorted(samples)
+    if not ordered:
+        return {"count": 0}
+    ms = [round(v * 1000, 3) for v in ordered]
+    return {
+        "count": len(ms),
+        "min_ms": ms[0],
+        "median_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": ms[-1],
+    }
+
+
+@dataclass(slots=True)
+class Volume:
+    frames: int = 0
+    messages: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class Statistics:
+    protocol: Protocol
+    tracker: Tracker
+    frames: int = 0
+    srt: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    codes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    confirm: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, frame: Frame) -> None:
+        self.frames += 1
+        self.commands[frame.name, frame.kind] += 1
+        links = frame.links or {}
+        name = frame.name
+        response_time = links.get("response_time")
+        if isinstance(response_time, float | int):
+            self.srt[name].append(float(response_time))
+        status = self.protocol.conversation.status
+        code = frame.fields.get(status) if status else None
+        if frame.kind == "response" and isinstance(code, int):
+            self.codes[name][self._code_name(frame, code)] += 1
+        waited = links.get("confirm_time")
+        if isinstance(waited, list):
+            self.confirm[name].extend(float(w) for w in waited if w is not None)
+        moved = message_volume(frame)
+        if moved is not None:
+            direction = "publish" if frame.from_client is not False else "deliver"
+            stream = links.get("stream") or "(unknown stream)"
+            volume = self.volume.setdefault((stream, direction), Volume())
+            volume.frames += 1
+            volume.messages += moved[0]
+            volume.bytes += moved[1]
+
+    def _code_name(self, frame: Frame, code: int) -> str:
+        layout = self.protocol.layout_for(frame.wire_key)
+        spec = (
+            next((f for f in layout.fields if f.name == self.protocol.conversation.status), None)
+            if layout
+            else None
+        )
+        names = self.protocol.enums.get(spec.enum, {}) if spec is not None and spec.enum else {}
+        return f"{names.get(code, 'Unknown')} (0x{code:02x})"
+
+    # ------------------------------------------------------------------ result
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "commands": [
+                {"command": command, "kind": kind, "frames": count}
+                for (command, kind), count in sorted(self.commands.items())
+            ],
+            "response_times": [
+                {"command": command} | latency(samples) for command, samples in sorted(self.srt.items())
+            ],
+            "response_codes": [
+                {"command": command, "code": code, "count": count}
+                for command, counts in sorted(self.codes.items())
+                for code, count in sorted(counts.items())
+            ],
+            "confirm_latency": [
+                {"command": command} | latency(samples) for command, samples in sorted(self.confirm.items())
+            ],
+            "streams": [
+                {
+                    "stream": stream,
+                    "direction": direction,
+                    "frames": v.frames,
+                    "messages": v.messages,
+                    "bytes": v.bytes,
+                }
+                for (stream, direction), v in sorted(self.volume.items())
+            ],
+            "connections": [self._connection(conn) for conn in self.tracker.connections.values()],
+            "expert": self.tracker.summary(),
+            "diagnoses": [d.as_dict() for d in self.tracker.diagnoses],
+        }
+
+    def _connection(self, conn: ConnState) -> dict[str, Any]:
+        client, server = conn.client_side, conn.server_side
+        last_ts = conn.last.ts if conn.last is not None else conn.first_ts
+        severities = Counter(d.severity for d in self.tracker.diagnoses if d.conn == conn.number)
+        return {
+            "connection": conn.number,
+            "client": str(conn.client) if conn.client else None,
+            "server": str(conn.server) if conn.server else None,
+            "start": conn.first_ts,
+            "duration_s": round((last_ts or 0.0) - (conn.first_ts or 0.0), 6),
+            "client_frames": client.frames,
+            "client_bytes": client.bytes,
+            "server_frames": server.frames,
+            "server_bytes": server.bytes,
+            "client_properties": _peer(client.properties),
+            "server_properties": _peer(server.properties),
+            "user": conn.user,
+            "frame_max": conn.negotiated[0] if conn.negotiated else None,
+            "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
+            "versions": (
+                {f"0x{key:04x}": list(span) for key, span in sorted(server.versions.items())}
+                if server.versions
+                else None
+            ),
+            "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
+            "expert": dict(sorted(severities.items())),
+        }
+
+
+def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
+    if properties is None:
+        return None
+    return {key: properties[key] for key in PEER_KEYS if key in properties}
+
+
+# ---------------------------------------------------------------------- text
+
+
+def render(result: dict[str, Any], console: Console) -> None:
+    """The statistics as tables, in the order a user debugging a client reads them."""
+    for conn in result["connections"]:
+        console.print(_connection_text(conn))
+    console.print()
+    _table(
+        console,
+        "Service response time (ms)",
+        ("Command", "Count", "Min", "Median", "p95", "p99", "Max"),
+        [
+            (r["command"], r["count"], r["min_ms"], r["median_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"])
+            for r in result["response_times"]
+        ],
+    )
+    _table(
+        console,
+        "Response codes",
+        ("Command", "Code", "Count"),
+        [(r["command"], r["code"], r["count"]) for r in result["response_codes"]],
+    )
+    _table(
+        console,
+        "Publish to confirm latency (ms)",
+        ("Confirmed by", "Count", "Min", "Median", "p95", "p99", "Max"),
+        [
+            (r["command"], r["count"], r["min_ms"], r["median_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"])
+            for r in result["confirm_latency"]
+            if r["count"]
+        ],
+    )
+    _table(
+        console,
+        "Messages per stream",
+        ("Stream", "Direction", "Frames", "Messages", "Bytes"),
+        [(r["stream"], r["direction"], r["frames"], r["messages"], r["bytes"]) for r in result["streams"]],
+    )
+    _table(
+        console,
+        "Expert summary",
+        ("Severity", "Group", "Summary", "Count", "First packet"),
+        [(r["severity"], r["group"], r["summary"], r["count"], r["first_packet"]) for r in result["expert"]],
+    )
+    if result["diagnoses"]:
+        console.print("Diagnoses", style="bold")
+        for d in result["diagnoses"]:
+            console.print(f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False)
+
+
+def _connection_text(conn: dict[str, Any]) -> str:
+    def peer(props: dict[str, Any] | None) -> str:
+        if not props:
+            return "(properties not in the capture)"
+        return " ".join(str(props[k]) for k in PEER_KEYS if k in props and k != "connection_name")
+
+    lines = [
+        f"Connection {conn['connection']}: {conn['client']} → {conn['server']}, {conn['duration_s']:.3f} s",
+        f"  client: {peer(conn['client_properties'])}"
+        + (
+            f", name {conn['client_properties']['connection_name']!r}"
+            if conn["client_properties"] and "connection_name" in conn["client_properties"]
+            else ""
+        )
+        + (f", user {conn['user']!r}" if conn["user"] else ""),
+        f"  server: {peer(conn['server_properties'])}",
+        f"  frames: {conn['client_frames']} from the client ({conn['client_bytes']} bytes), "
+        f"{conn['server_frames']} from the server ({conn['server_bytes']} bytes)",
+    ]
+    if conn["frame_max"] is not None:
+        lines.append(f"  tuned: frame_max {conn['frame_max']}, heartbeat {conn['heartbeat_s']} s")
+    if conn["closed_by_server"] is not None:
+        lines.append(f"  closed by the server at packet {conn['closed_by_server']}")
+    if conn["expert"]:
+        lines.append("  expert: " + ", ".join(f"{n} {s}" for s, n in conn["expert"].items()))
+    return "\n".join(lines)
+
+
+def _table(console: Console, title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    table = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False)
+    for n, column in enumerate(columns):
+        table.add_column(
+            column, justify="left" if n == 0 or isinstance(rows[0][n] if rows else "", str) else "right"
+        )
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    if not rows:
+        table.add_row("(none)", *([""] * (len(columns) - 1)))
+    console.print(table)
+    console.print()
