@@ -26,6 +26,7 @@ from streamdump.conversation import Tracker
 from streamdump.decoder import Decoder
 from streamdump.fieldnames import FrameFilter
 from streamdump.filter import FilterError
+from streamdump.follow import Dialogue
 from streamdump.frame import Frame
 from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames
@@ -192,7 +193,7 @@ def read(
             error = str(exc)
         sys.stdout.flush()
     _print_notices(stats)
-    tracker.finish()
+    tracker.finish(stats.lossy)
     _print_diagnoses(tracker)
     _finish_read(decoder, ports, stats, error)
 
@@ -222,7 +223,7 @@ def stats(
                 statistics.add(frame)
     except CaptureError as exc:
         error = str(exc)
-    tracker.finish()
+    tracker.finish(read_stats.lossy)
     result = statistics.result()
     with _reader_may_leave():
         if fmt is StatsFormat.json:
@@ -234,6 +235,50 @@ def stats(
             render_stats(result, console)
         sys.stdout.flush()
     _print_notices(read_stats)
+    _finish_read(decoder, ports, read_stats, error)
+
+
+@app.command()
+def follow(
+    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
+    connection: Annotated[
+        int | None,
+        typer.Option("--connection", "-c", help="Connection number (as in stats); default: every one."),
+    ] = None,
+    port: Annotated[
+        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
+    ] = None,
+    protocol: ProtocolOpt = "rabbitmq_stream",
+) -> None:
+    """One connection's dialogue: requests and their responses side by side, with the times between."""
+    if connection is not None and connection < 1:
+        raise _fail(f"--connection takes a connection number from 1, got {connection}", 2)
+    decoder, ports = _setup(protocol, port)
+    read_stats = ReadStats()
+    tracker = Tracker(decoder.protocol, decoder.size_st.size)
+    renderer = Renderer(decoder)
+    dialogues: dict[int, Dialogue] = {}
+    error: str | None = None
+    try:
+        for frame in analysed(read_frames(file, decoder, ports, read_stats), tracker):
+            if connection is None or frame.conn == connection:
+                dialogue = dialogues.setdefault(frame.conn, Dialogue(frame.conn))
+                dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
+    except CaptureError as exc:
+        error = str(exc)
+    tracker.finish(read_stats.lossy)
+    if connection is not None and connection not in dialogues and error is None:
+        known = ", ".join(map(str, sorted(tracker.connections))) or "none"
+        raise _fail(f"no connection {connection} in {file} (connections: {known})")
+    with _reader_may_leave():
+        for n, dialogue in enumerate(dialogues.values()):
+            if n:
+                sys.stdout.write("\n")
+            for line in dialogue.lines(tracker.connections.get(dialogue.number)):
+                sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    _print_notices(read_stats)
+    _print_diagnoses(tracker, {connection} if connection is not None else None)
     _finish_read(decoder, ports, read_stats, error)
 
 
@@ -257,9 +302,13 @@ def _selection(decoder: Decoder, text: str | None) -> FrameFilter | None:
         raise _fail(f"--filter: {exc}", 2) from None
 
 
-def _print_diagnoses(tracker: Tracker) -> None:
+def _print_diagnoses(tracker: Tracker, connections: set[int] | None = None) -> None:
     """The conversation's warnings and errors, one line each, after the frames."""
-    shown = [d for d in tracker.diagnoses if d.severity in ("warn", "error")]
+    shown = [
+        d
+        for d in tracker.diagnoses
+        if d.severity in ("warn", "error") and (connections is None or d.conn in connections)
+    ]
     for d in shown[:MAX_DIAGNOSES]:
         print(f"streamdump: {d.severity}: packet {d.number}: {d.message}", file=sys.stderr)
     if len(shown) > MAX_DIAGNOSES:

@@ -16,7 +16,7 @@ so files, the live sniffer and Spark tasks all use it the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,8 @@ from streamdump.registry import FieldSpec, Protocol, Ref
 HEARTBEAT_SLACK = 1.5
 # Credit at zero for less than this is the normal rhythm of a consumer granting as it goes.
 CREDIT_STALL_S = 1.0
-# Unconfirmed items remembered per publisher; beyond this they are only counted.
+# Unconfirmed items (and answers waiting for their request) remembered per publisher or
+# connection; beyond this they are only counted.
 MAX_IN_FLIGHT = 100_000
 
 
@@ -100,6 +101,12 @@ class ConnState:
     client_side: SideState = field(default_factory=SideState)
     server_side: SideState = field(default_factory=SideState)
     pending: dict[tuple[bool, int], Request] = field(default_factory=dict)
+    # A gap can hold one direction back, so a response may come out before its request and a
+    # confirm before its publish: they wait here for it, and only the end calls them orphans.
+    early: dict[tuple[bool, int], Frame] = field(default_factory=dict)
+    early_acks: dict[tuple[str, int], dict[int, tuple[Frame, int, int]]] = field(default_factory=dict)
+    lossy: bool = False  # some frame of the connection is incomplete: bytes are missing
+    beyond: dict[int, tuple[Frame, int]] = field(default_factory=dict)  # sid -> first, count
     sessions: dict[tuple[str, int], Session] = field(default_factory=dict)
     credits: dict[int, Credit] = field(default_factory=dict)
     last_grant: dict[int, Frame] = field(default_factory=dict)
@@ -171,6 +178,8 @@ class Tracker:
                 (frame.src, frame.dst) if frame.from_client is not False else (frame.dst, frame.src)
             )
         side = conn.side(frame.from_client)
+        if frame.incomplete is not None:
+            conn.lossy = True
         self._silence(conn, side, frame)
         self._frame_max(conn, frame)
         command = frame.command
@@ -190,12 +199,23 @@ class Tracker:
         side.bytes += len(frame.data)
         conn.last = frame
 
-    def finish(self) -> None:
-        """What only the end shows: unanswered requests, unconfirmed items, silence, stalls."""
+    def finish(self, lossy: Collection[int] = ()) -> None:
+        """What only the end shows: unanswered requests, unconfirmed items, silence, stalls.
+
+        lossy: connections the capture lost bytes of; what is missing there may be in them,
+        so it is told as a note, not a warning.
+        """
         for conn in self.connections.values():
+            conn.lossy = conn.lossy or conn.number in lossy
+            for sid, (first, count) in conn.beyond.items():
+                self._beyond_credit(conn, sid, first, count)
             for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
                 self._unanswered(conn, request)
             conn.pending.clear()
+            for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
+                self._orphan(conn, frame, corr)
+            conn.early.clear()
+            conn.early_acks.clear()
             for (ack, sid), items in conn.in_flight.items():
                 extra = conn.untracked.get((ack, sid), 0)
                 if items or extra:
@@ -253,6 +273,10 @@ class Tracker:
                     f"{frame.command} request reuses correlation id {corr} while the "
                     f"{earlier.frame.command} request of packet {earlier.frame.number} is still unanswered",
                 )
+            early = conn.early.pop((asker, corr), None)
+            if early is not None and early.command == frame.command:
+                self._pair(conn, frame, early)
+                return
             conn.pending[asker, corr] = Request(frame, corr)
             return
         if frame.kind != "response":
@@ -271,26 +295,35 @@ class Tracker:
             )
             request = None
         if request is None:
-            lowest = conn.side(not frame.from_client).lowest_corr
-            began = lowest is not None and lowest <= corr
-            self._note(
-                conn,
-                frame,
-                "warn" if began else "note",
-                "sequence",
-                "orphan_response",
-                "response without a request",
-                f"{frame.command} response with correlation id {corr} answers no request in the capture"
-                + ("" if began else " (it may have been sent before the capture started)"),
-            )
+            if len(conn.early) < MAX_IN_FLIGHT:
+                conn.early[asker, corr] = frame
             self._status(conn, frame, None)
             return
         del conn.pending[asker, corr]
-        links = _links(frame)
-        links["request_in"] = request.frame.number
-        links["response_time"] = round(frame.ts - request.frame.ts, 6)
-        _links(request.frame)["response_in"] = frame.number
+        self._pair(conn, request.frame, frame)
         self._status(conn, frame, request.frame)
+
+    def _pair(self, conn: ConnState, request: Frame, response: Frame) -> None:
+        links = _links(response)
+        links["request_in"] = request.number
+        # A request held back by a gap comes out late, with a later time than its response.
+        if response.ts >= request.ts:
+            links["response_time"] = round(response.ts - request.ts, 6)
+        _links(request)["response_in"] = response.number
+
+    def _orphan(self, conn: ConnState, frame: Frame, corr: int) -> None:
+        lowest = conn.side(not frame.from_client).lowest_corr
+        began = lowest is not None and lowest <= corr and not conn.lossy
+        self._note(
+            conn,
+            frame,
+            "warn" if began else "note",
+            "sequence",
+            "orphan_response",
+            "response without a request",
+            f"{frame.command} response with correlation id {corr} answers no request in the capture"
+            + ("" if began else " (the request may be before the capture started or in bytes it lost)"),
+        )
 
     def _status(self, conn: ConnState, frame: Frame, request: Frame | None) -> None:
         spec = self.spec
@@ -394,10 +427,12 @@ class Tracker:
             if closed is not None and closed.number >= frame.number
             else ""
         )
+        if conn.lossy and not after:
+            after = "; the capture lost bytes of this connection, maybe the answer"
         self._diagnose(
             conn,
             frame,
-            "warn",
+            "note" if conn.lossy else "warn",
             "sequence",
             "unanswered",
             f"{frame.command} request never answered",
@@ -550,7 +585,16 @@ class Tracker:
             if not isinstance(sid, int):
                 return
             flight = conn.in_flight.setdefault((ack.name, sid), {})
+            early = conn.early_acks.get((ack.name, sid))
             for item in _values(frame.fields, ack.send.path):
+                answer = early.pop(item, None) if early else None
+                if answer is not None:
+                    confirm, index, count = answer
+                    links = _links(confirm)
+                    if "publish_in" not in links:
+                        links["publish_in"], links["confirm_time"] = [None] * count, [None] * count
+                    links["publish_in"][index] = frame.number
+                    continue
                 if len(flight) >= MAX_IN_FLIGHT:
                     conn.untracked[ack.name, sid] = conn.untracked.get((ack.name, sid), 0) + 1
                 else:
@@ -566,10 +610,13 @@ class Tracker:
         ids = list(_values(frame.fields, ref.path))
         flight = conn.in_flight.get((ack.name, sid), {})
         sent_in, waited = [], []
-        for item in ids:
+        early = conn.early_acks.setdefault((ack.name, sid), {})
+        for index, item in enumerate(ids):
             sent = flight.pop(item, None)
             sent_in.append(sent[0] if sent else None)
             waited.append(round(frame.ts - sent[1], 6) if sent else None)
+            if sent is None and len(early) < MAX_IN_FLIGHT:
+                early[item] = (frame, index, len(ids))
         if any(n is not None for n in sent_in):
             links = _links(frame)
             links["publish_in"] = sent_in
@@ -601,16 +648,17 @@ class Tracker:
         where = _session_name(spec.session, sid, session)
         count = len(items) + extra
         ids = sorted(items)
+        lost = "; the capture lost bytes of this connection, maybe the confirms" if conn.lossy else ""
         first = min(items.values(), default=(0, 0.0))[0]
         span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
         self.diagnoses.append(
             Diagnosis(
-                "warn",
+                "note" if conn.lossy else "warn",
                 "sequence",
                 "unconfirmed",
                 f"{spec.noun}s never confirmed",
                 f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
-                f"({span}; first sent in packet {first})",
+                f"({span}; first sent in packet {first}){lost}",
                 first,
                 conn.number,
             )
@@ -646,15 +694,8 @@ class Tracker:
             if credit.stall is not None:
                 self._stalled(conn, sid, credit, resumed=frame)
             if credit.left == 0:
-                self._note(
-                    conn,
-                    frame,
-                    "warn",
-                    "sequence",
-                    "beyond_credit",
-                    f"{command} beyond the granted credit",
-                    f"{command} to subscription {sid} while it had no credit left",
-                )
+                first, count = conn.beyond.get(sid, (frame, 0))
+                conn.beyond[sid] = (first, count + 1)
                 return
             credit.left -= 1
             _links(frame)["credit_left"] = credit.left
@@ -664,6 +705,21 @@ class Tracker:
             credit = conn.credits.pop(sid, None)
             if credit is not None and credit.stall is not None:
                 self._stalled(conn, sid, credit, resumed=None)
+
+    def _beyond_credit(self, conn: ConnState, sid: int, first: Frame, count: int) -> None:
+        assert self.spec.credit is not None
+        spend = self.spec.credit.spend
+        lost = "; the capture lost bytes of this connection, maybe a grant" if conn.lossy else ""
+        self._note(
+            conn,
+            first,
+            "note" if conn.lossy else "warn",
+            "sequence",
+            "beyond_credit",
+            f"{spend} beyond the granted credit",
+            f"{count} {spend} frame{'s' * (count != 1)} to subscription {sid} while it had no credit "
+            f"left (first at packet {first.number}){lost}",
+        )
 
     def _stalled(self, conn: ConnState, sid: int, credit: Credit, resumed: Frame | None) -> None:
         assert credit.stall is not None

@@ -51,6 +51,7 @@ class ReadStats(Tally):
     gap_bytes: int = 0
     skipped_bytes: int = 0
     notices: list[Notice] = field(default_factory=list)
+    lossy: set[int] = field(default_factory=set)  # connections that lost bytes (gaps, passed over)
 
 
 @dataclass(slots=True)
@@ -62,6 +63,7 @@ class Side:
     stream: Stream
     framer: Framer
     floors: dict[int, int] = field(default_factory=dict)  # wire key -> last increasing value
+    conn: int = 0  # the connection's number
 
     @property
     def where(self) -> str:
@@ -194,14 +196,15 @@ class Reader:
     def _open(self, key: tuple[str, int, str, int]) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
         self.stats.connections += 1
+        number = self.stats.connections
         conn = Connection(
-            client, server, self._side(client, server), self._side(server, client), self.stats.connections
+            client, server, self._side(client, server, number), self._side(server, client, number), number
         )
         self.connections[key] = conn
         return conn
 
-    def _side(self, src: Endpoint, dst: Endpoint) -> Side:
-        side = Side(src, dst, Stream(), Framer(self.check, self.limit))
+    def _side(self, src: Endpoint, dst: Endpoint, conn: int) -> Side:
+        side = Side(src, dst, Stream(), Framer(self.check, self.limit), conn=conn)
         side.stream.on_conflict = lambda c: self._conflict(side, c)
         side.stream.on_late = lambda g, n: self._late(side, g, n)
         return side
@@ -256,6 +259,7 @@ class Reader:
         for piece in pieces:
             if piece.kind == "skipped":
                 self.stats.skipped_bytes += piece.length
+                self.stats.lossy.add(conn.number)
                 orphan = self._orphan(side, piece) if piece.islands else None
                 found = f"; {orphan.expert[1].message}" if orphan is not None else ""
                 self._notice(
@@ -402,6 +406,7 @@ class Reader:
         )
 
     def _gap(self, side: Side, gap: Gap) -> None:
+        self.stats.lossy.add(side.conn)
         self.stats.gaps += 1
         self.stats.gap_bytes += gap.length
         lo, hi = gap.seq_range

@@ -217,7 +217,9 @@ def render(result: dict[str, Any], console: Console) -> None:
     if result["diagnoses"]:
         console.print("Diagnoses", style="bold")
         for d in result["diagnoses"]:
-            console.print(f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False)
+            console.print(
+                f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False, soft_wrap=True
+            )
 
 
 def _connection_text(conn: dict[str, Any]) -> str:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from conftest import CAPTURES, GOLDEN
+from typer.testing import CliRunner
 
-from streamdump.cli import Format, analysed, write_frames
+from streamdump.cli import Format, analysed, app, write_frames
 from streamdump.conversation import Tracker
 from streamdump.decoder import Decoder
 from streamdump.pipeline import ReadStats, read_frames
@@ -133,6 +134,19 @@ def test_golden_output(path: Path, view: str, decoder: Decoder, monkeypatch: pyt
         golden.write_text(actual, encoding="utf-8")
     assert golden.exists(), f"missing {golden.name}: run with STREAMDUMP_UPDATE_GOLDEN=1"
     assert actual == golden.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["stats", "follow"])
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: p.name)
+def test_golden_stats_and_follow(path: Path, command: str) -> None:
+    args = [command, str(path)] + (["--format", "json"] if command == "stats" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    golden = GOLDEN / f"{path.name}.{command}.txt"
+    if os.environ.get("STREAMDUMP_UPDATE_GOLDEN"):
+        golden.write_text(result.stdout, encoding="utf-8")
+    assert golden.exists(), f"missing {golden.name}: run with STREAMDUMP_UPDATE_GOLDEN=1"
+    assert result.stdout == golden.read_text(encoding="utf-8")
 
 
 def test_json_lines_carry_the_documented_keys(decoder: Decoder) -> None:

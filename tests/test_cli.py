@@ -202,3 +202,142 @@ def test_messages_view_does_not_combine_with_other_views() -> None:
     code, _, err = run("read", str(CAPTURES / "compression.pcap"), "--messages", "--detail")
     assert code == 2
     one_line_error(err, "--messages")
+
+
+# ---------------------------------------------------------------------- conversation
+
+
+REFUSALS = {
+    # capture: the one line a user gets on stderr after the frames, naming the packet
+    "auth_failure.pcap": "streamdump: error: packet 11: authentication failed: the broker answered "
+    "SaslAuthenticate (PLAIN, user 'guest', packet 10) with Authentication failure (0x08)",
+    "wrong_vhost.pcap": "streamdump: error: packet 17: Open for virtual host 'streamdump-no-such-vhost' "
+    "(packet 15) failed: Virtual host access failure (0x0c)",
+    "unknown_command.pcap": "streamdump: error: packet 19: the broker closed the connection: Unknown frame "
+    "(0x0d) 'unknown frame'; the client's last frame before it was ExchangeCommandVersions (key 0x001b, "
+    "version 1, 34 bytes, packet 18): the broker does not know this command key or version",
+    "unsupported_version.pcap": "streamdump: error: packet 19: the broker closed the connection: Unknown "
+    "frame (0x0d) 'unknown frame'; the client's last frame before it was Metadata (key 0x000f, version 2, "
+    "36 bytes, packet 18): the broker does not know this command key or version",
+    "deleted_stream.pcap": "streamdump: warn: packet 33: 2 messages of publisher 1 (stream "
+    "'streamdump-deleted') refused: Publisher does not exist (0x12); at packet 30 the broker had announced "
+    "stream 'streamdump-deleted': Stream not available (0x06)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_refusals_end_with_a_one_line_diagnosis(name: str) -> None:
+    code, out, err = run("read", str(CAPTURES / name))
+    assert code == 0 and out
+    assert REFUSALS[name] in err.splitlines()
+    assert "Traceback" not in err
+
+
+def test_filter_selects_frames_by_linked_stream() -> None:
+    code, out, _ = run(
+        "read", str(CAPTURES / "session.pcap"), "-Y", 'command == "Deliver" and stream == "streamdump-demo"'
+    )
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 6 and all(" Deliver command " in line for line in lines)
+    code, out, _ = run("read", str(CAPTURES / "session.pcap"), "--filter", 'stream == "elsewhere"')
+    assert code == 0 and out == ""
+
+
+def test_filter_on_codes_names_and_hook_fields() -> None:
+    code, out, _ = run("read", str(CAPTURES / "subscribe_missing_stream.pcap"), "-Y", "response_code != 1")
+    assert code == 0 and out and all("Stream_does_not_exist" in line for line in out.splitlines())
+    code, same, _ = run(
+        "read",
+        str(CAPTURES / "subscribe_missing_stream.pcap"),
+        "-Y",
+        'response_code == "stream does not exist"',
+    )
+    assert same == out
+    # Names only expanded frames have (records below the chunk header) work too.
+    code, out, _ = run("read", str(CAPTURES / "compression.pcap"), "-Y", 'framing contains "snappy"')
+    assert (
+        code == 0
+        and len(out.splitlines()) >= 2
+        and all("Publish" in line or "Deliver" in line for line in out.splitlines())
+    )
+
+
+def test_filter_times_count_from_the_first_frame_of_the_capture() -> None:
+    _, everything, _ = run("read", str(CAPTURES / "session.pcap"))
+    _, some, _ = run("read", str(CAPTURES / "session.pcap"), "-Y", 'command == "Close"')
+    assert some.splitlines() == [line for line in everything.splitlines() if " Close " in line]
+
+
+@pytest.mark.parametrize(
+    ("expression", "column", "text"),
+    [
+        ("strem == 1", 1, "unknown field 'strem' (did you mean: stream"),
+        ("stream == ", 11, "(end of filter)"),
+        ('command == "Deliver" and', 25, "(end of filter)"),
+        ("stream contains 5", 17, ""),
+        ('response_code == "no such code"', 18, "unknown"),
+    ],
+)
+def test_bad_filter_is_one_line_with_the_column(expression: str, column: int, text: str) -> None:
+    code, out, err = run("read", str(CAPTURES / "session.pcap"), "-Y", expression)
+    assert code == 2 and out == ""
+    one_line_error(err, f"--filter: column {column}")
+    assert text in err
+
+
+def test_stats_json_and_text() -> None:
+    code, out, _ = run("stats", str(CAPTURES / "session.pcap"), "--format", "json")
+    result = json.loads(out)
+    assert code == 0 and result["frames"] == 56
+    srt = {row["command"]: row for row in result["response_times"]}
+    assert srt["Create"]["count"] == 1 and srt["Create"]["max_ms"] == 6.81
+    (conn,) = result["connections"]
+    assert conn["client_properties"] == {
+        "product": "RabbitMQ Stream",
+        "version": "1.1.1",
+        "platform": "Python",
+        "connection_name": "streamdump-session",
+    }
+    assert {(s["stream"], s["direction"], s["messages"]) for s in result["streams"]} == {
+        ("streamdump-demo", "publish", 10),
+        ("streamdump-demo", "deliver", 10),
+    }
+    assert result["expert"] == [] and result["confirm_latency"][0]["count"] == 10
+    code, text, _ = run("stats", str(CAPTURES / "session.pcap"))
+    assert code == 0
+    for heading in (
+        "Service response time (ms)",
+        "Response codes",
+        "Publish to confirm latency (ms)",
+        "Messages per stream",
+        "Expert summary",
+    ):
+        assert heading in text
+
+
+def test_stats_filter_and_bad_input(tmp_path: Path) -> None:
+    code, out, _ = run("stats", str(CAPTURES / "session.pcap"), "-T", "json", "-Y", 'command == "Create"')
+    assert code == 0 and json.loads(out)["frames"] == 2
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    code, _, err = run("stats", str(bad))
+    assert code == 1 and "Traceback" not in err
+
+
+def test_follow_puts_responses_beside_requests() -> None:
+    code, out, _ = run("follow", str(CAPTURES / "session.pcap"))
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("Connection 1: 127.0.0.1:")
+    create = next(line for line in lines if "Create corr=5" in line)
+    assert "Create corr=5 code=OK" in create and create.rstrip().endswith("← 21, 6.810 ms")
+    assert sum(" Deliver sub=2" in line for line in lines) == 6
+
+
+def test_follow_picks_one_connection() -> None:
+    code, out, _ = run("follow", str(CAPTURES / "session.pcap"), "--connection", "1")
+    assert code == 0 and out.startswith("Connection 1:")
+    code, out, err = run("follow", str(CAPTURES / "session.pcap"), "-c", "2")
+    assert code == 1 and out == ""
+    one_line_error(err, "no connection 2")
+    code, _, err = run("follow", str(CAPTURES / "session.pcap"), "-c", "0")
+    assert code == 2

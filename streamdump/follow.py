@@ -1,0 +1,111 @@
+"""`streamdump follow`: one connection's whole dialogue, requests and their responses side by side.
+
+The client's frames take the left column and the broker's the right. A response sits on
+its request's row, with its own packet number and the time it took; everything else
+(publishes, deliveries, confirms, heartbeats, requests never answered) has a row of its
+own. Rows are in the order their first frame crossed the wire, and each says how long
+after the previous row it came. Only the text of each frame is kept, not the frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from streamdump.conversation import ConnState
+from streamdump.frame import Frame
+
+MAX_COLUMN = 64
+
+
+@dataclass(slots=True)
+class Row:
+    number: int
+    ts: float
+    client: str = ""
+    server: str = ""
+    answer: str = ""  # "packet N, 0.123 ms" of the response on this row
+
+
+@dataclass(slots=True)
+class Dialogue:
+    """The rows of one connection, built frame by frame in capture order."""
+
+    number: int
+    rows: list[Row] = field(default_factory=list)
+    by_request: dict[int, list[Row]] = field(default_factory=dict)  # request packet -> rows waiting
+
+    def add(self, frame: Frame, text: str) -> None:
+        links = frame.links or {}
+        request_in = links.get("request_in")
+        waiting = self.by_request.get(request_in) if isinstance(request_in, int) else None
+        row = None
+        if waiting:
+            row = waiting.pop(0)
+            if not waiting:
+                del self.by_request[request_in]  # type: ignore[arg-type]
+            taken = links.get("response_time")
+            took = f", {taken * 1000:.3f} ms" if isinstance(taken, float | int) else ""
+            row.answer = f"← {frame.number}{took}"
+        else:
+            row = Row(frame.number, frame.ts)
+            self.rows.append(row)
+            if frame.kind == "request":
+                self.by_request.setdefault(frame.number, []).append(row)
+            row.answer = _acknowledges(links)
+        if frame.from_client is not False:
+            row.client = _join(row.client, text)
+        else:
+            row.server = _join(row.server, text)
+
+    def lines(self, conn: ConnState | None) -> Iterator[str]:
+        yield _heading(self.number, conn)
+        if not self.rows:
+            yield "  (no frames)"
+            return
+        t0 = self.rows[0].ts
+        left = min(MAX_COLUMN, max(len("client → broker"), *(len(r.client) for r in self.rows)))
+        right = min(MAX_COLUMN, max(len("broker → client"), *(len(r.server) for r in self.rows)))
+        columns = f"{'client → broker':<{left}}  {'broker → client':<{right}}"
+        yield f"  {'packet':>7} {'time':>11} {'+delta':>10}  {columns}"
+        previous = t0
+        for row in self.rows:
+            delta = row.ts - previous
+            previous = row.ts
+            text = (
+                f"  {row.number:>7} {row.ts - t0:>11.6f} {delta:>+10.6f}  "
+                f"{_fit(row.client, left):<{left}}  {_fit(row.server, right):<{right}}  {row.answer}"
+            )
+            yield text.rstrip()
+
+
+def _acknowledges(links: dict) -> str:
+    """For a confirm: which packets it confirms and the longest wait, like a response's time."""
+    sent = sorted({n for n in links.get("publish_in") or [] if n is not None})
+    if not sent:
+        return ""
+    waits = [w for w in links.get("confirm_time") or [] if w is not None]
+    shown = ", ".join(map(str, sent[:4])) + (", …" if len(sent) > 4 else "")
+    longest = f", up to {max(waits) * 1000:.3f} ms" if waits else ""
+    return f"→ {shown}{longest}"
+
+
+def _join(before: str, text: str) -> str:
+    return f"{before} + {text}" if before else text
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _heading(number: int, conn: ConnState | None) -> str:
+    if conn is None or conn.client is None:
+        return f"Connection {number}"
+    client = conn.client_side.properties or {}
+    server = conn.server_side.properties or {}
+    who = " ".join(str(client[k]) for k in ("product", "version") if k in client)
+    name = client.get("connection_name")
+    broker = " ".join(str(server[k]) for k in ("product", "version") if k in server)
+    left = f"{conn.client}" + (f" ({who}" + (f", {name!r}" if name else "") + ")" if who else "")
+    right = f"{conn.server}" + (f" ({broker})" if broker else "")
+    return f"Connection {number}: {left} ⇄ {right}"

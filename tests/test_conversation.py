@@ -1,0 +1,556 @@
+"""The conversation tracker: links and diagnoses on the real captures, and on frames built to break rules.
+
+The capture tests pin every diagnosis of every committed capture, and check the links
+against pairings computed here independently (by correlation id and publishing id, with
+the capture's own timestamps). The built-frame tests cover what a real broker would not
+do on request: reused correlation ids, silence, frames over frame_max, lost grants.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CAPTURES
+
+from streamdump.conversation import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
+from streamdump.decoder import Decoder
+from streamdump.frame import Endpoint, Frame
+from streamdump.pipeline import ReadStats, read_frames
+
+CLEAN = [
+    "session.pcap",
+    "session.pcapng",
+    "session_any.pcap",
+    "session_sll.pcap",
+    "offset_specs.pcap",
+    "bulk.pcap",
+    "compression.pcap",
+    "tracking.pcap",
+]
+
+# Every diagnosis of every capture that has one: (severity, kind, packet, message).
+EXPECTED = {
+    "auth_failure.pcap": [
+        (
+            "error",
+            "auth_failure",
+            11,
+            "authentication failed: the broker answered SaslAuthenticate (PLAIN, user 'guest', packet 10) "
+            "with Authentication failure (0x08)",
+        )
+    ],
+    "wrong_vhost.pcap": [
+        (
+            "error",
+            "setup_refused",
+            17,
+            "Open for virtual host 'streamdump-no-such-vhost' (packet 15) failed: "
+            "Virtual host access failure (0x0c)",
+        )
+    ],
+    "unknown_command.pcap": [
+        (
+            "error",
+            "server_close",
+            19,
+            "the broker closed the connection: Unknown frame (0x0d) 'unknown frame'; the client's last frame "
+            "before it was ExchangeCommandVersions (key 0x001b, version 1, 34 bytes, packet 18): the broker "
+            "does not know this command key or version",
+        ),
+        (
+            "warn",
+            "unanswered",
+            18,
+            "ExchangeCommandVersions (packet 18) with correlation id 5 was never answered; the broker closed "
+            "the connection at packet 19",
+        ),
+    ],
+    "unsupported_version.pcap": [
+        (
+            "error",
+            "server_close",
+            19,
+            "the broker closed the connection: Unknown frame (0x0d) 'unknown frame'; the client's last frame "
+            "before it was Metadata (key 0x000f, version 2, 36 bytes, packet 18): the broker does not know "
+            "this command key or version",
+        ),
+        (
+            "warn",
+            "unanswered",
+            18,
+            "Metadata (packet 18) with correlation id 5 was never answered; the broker closed the connection "
+            "at packet 19",
+        ),
+    ],
+    "deleted_stream.pcap": [
+        (
+            "note",
+            "announcement",
+            30,
+            "the broker announced stream 'streamdump-deleted': Stream not available (0x06)",
+        ),
+        (
+            "warn",
+            "refused_items",
+            33,
+            "2 messages of publisher 1 (stream 'streamdump-deleted') refused: Publisher does not exist "
+            "(0x12); at packet 30 the broker had announced stream 'streamdump-deleted': Stream not "
+            "available (0x06)",
+        ),
+        (
+            "warn",
+            "error_response",
+            36,
+            "DeclarePublisher for stream 'streamdump-deleted' (packet 35) failed: Stream does not exist "
+            "(0x02); at packet 30 the broker had announced stream 'streamdump-deleted': Stream not "
+            "available (0x06)",
+        ),
+    ],
+    "subscribe_missing_stream.pcap": [
+        (
+            "warn",
+            "error_response",
+            21,
+            "Subscribe for stream 'streamdump-missing' (packet 19) failed: Stream does not exist (0x02)",
+        )
+    ],
+    "frame_too_large.pcap": [
+        (
+            "error",
+            "frame_max",
+            25,
+            "Publish frame of 100033 bytes exceeds the frame_max of 65536 bytes negotiated at packet 14",
+        )
+    ],
+    "heartbeat_timeout.pcap": [
+        (
+            "warn",
+            "heartbeat",
+            15,
+            "no frame from the client for {quiet} s until the connection's last frame (packet 23), while the "
+            "negotiated heartbeat is 1 s",
+        )
+    ],
+    "credit_exhausted.pcap": [
+        (
+            "warn",
+            "credit_exhausted",
+            45,
+            "subscription 1 (stream 'streamdump-credit') ran out of credit at packet 45; no delivery "
+            "could follow for {stall} s until the client granted more at packet 47; deliveries resumed "
+            "at packet 48",
+        ),
+        (
+            "warn",
+            "error_response",
+            54,
+            "Credit for subscription 9 (packet 53) refused: Subscription ID does not exist (0x04)",
+        ),
+    ],
+}
+
+
+def track(path: Path, decoder: Decoder) -> tuple[list[Frame], Tracker]:
+    stats = ReadStats()
+    tracker = Tracker(decoder.protocol)
+    frames = []
+    for frame in read_frames(path, decoder, [5552], stats):
+        tracker.feed(frame)
+        frames.append(frame)
+    tracker.finish(stats.lossy)
+    return frames, tracker
+
+
+def test_every_capture_is_pinned() -> None:
+    names = {p.name for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng")}
+    assert names == set(CLEAN) | set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_captures_have_no_diagnoses(name: str, decoder: Decoder) -> None:
+    _, tracker = track(CAPTURES / name, decoder)
+    assert tracker.diagnoses == []
+    assert tracker.summary() == []
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_refusals_get_exactly_their_diagnoses(name: str, decoder: Decoder) -> None:
+    frames, tracker = track(CAPTURES / name, decoder)
+    by_number = {f.number: f for f in frames}
+    expected = []
+    for severity, kind, number, message in EXPECTED[name]:
+        # Durations come from the capture's timestamps, computed here on their own.
+        if "{quiet}" in message:
+            client = [f for f in frames if f.from_client]
+            message = message.format(quiet=f"{frames[-1].ts - client[-1].ts:.3f}")
+        if "{stall}" in message:
+            message = message.format(stall=f"{by_number[47].ts - by_number[45].ts:.3f}")
+        expected.append((severity, kind, number, message))
+    assert [(d.severity, d.kind, d.number, d.message) for d in tracker.diagnoses] == expected
+    # What a frame reveals is on the frame too (the line and JSON views show it).
+    for d in tracker.diagnoses:
+        if d.kind in ("auth_failure", "setup_refused", "error_response", "server_close", "frame_max"):
+            assert d.message in [e.message for e in by_number[d.number].expert]
+
+
+def test_summary_counts_rows(decoder: Decoder) -> None:
+    _, tracker = track(CAPTURES / "unknown_command.pcap", decoder)
+    assert tracker.summary() == [
+        {
+            "severity": "error",
+            "group": "protocol",
+            "summary": "the broker closed the connection: Unknown frame (0x0d)",
+            "count": 1,
+            "first_packet": 19,
+        },
+        {
+            "severity": "warn",
+            "group": "sequence",
+            "summary": "ExchangeCommandVersions request never answered",
+            "count": 1,
+            "first_packet": 18,
+        },
+    ]
+
+
+def _independent_pairs(frames: list[Frame]) -> dict[int, tuple[Frame, Frame]]:
+    """Requests and responses paired by (asker, correlation id) in capture order, without the tracker."""
+    waiting: dict[tuple[bool, int], Frame] = {}
+    pairs = {}
+    for frame in frames:
+        corr = frame.fields.get("correlation_id")
+        if corr is None:
+            continue
+        if frame.kind == "request":
+            waiting[bool(frame.from_client), corr] = frame
+        else:
+            request = waiting.pop((not frame.from_client, corr))
+            pairs[id(frame)] = (request, frame)
+    assert waiting == {}
+    return pairs
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_every_response_links_to_its_request(name: str, decoder: Decoder) -> None:
+    frames, _ = track(CAPTURES / name, decoder)
+    pairs = _independent_pairs(frames)
+    assert pairs
+    for request, response in pairs.values():
+        assert response.links["request_in"] == request.number
+        assert response.links["response_time"] == pytest.approx(response.ts - request.ts, abs=1e-6)
+        assert request.links["response_in"] == response.number
+    requests = [f for f in frames if f.kind == "request" and "correlation_id" in f.fields]
+    assert len(requests) == len(pairs)
+
+
+@pytest.mark.parametrize("name", ["session.pcap", "bulk.pcap", "compression.pcap"])
+def test_confirms_link_to_their_publishes(name: str, decoder: Decoder) -> None:
+    frames, _ = track(CAPTURES / name, decoder)
+    published = {}
+    for frame in frames:
+        if frame.command == "Publish":
+            for message in frame.fields["messages"]:
+                published[message["publishing_id"]] = frame
+    confirmed = 0
+    for frame in frames:
+        if frame.command == "PublishConfirm":
+            ids = frame.fields["publishing_ids"]
+            assert frame.links["publish_in"] == [published[i].number for i in ids]
+            assert frame.links["confirm_time"] == pytest.approx(
+                [frame.ts - published[i].ts for i in ids], abs=1e-6
+            )
+            confirmed += len(ids)
+    assert confirmed == len(published)
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_publish_and_deliver_know_their_stream(name: str, decoder: Decoder) -> None:
+    frames, _ = track(CAPTURES / name, decoder)
+    opened = {}
+    for frame in frames:
+        if frame.command in ("Subscribe", "DeclarePublisher") and frame.kind == "request":
+            opened[frame.command, frame.fields.get("subscription_id", frame.fields.get("publisher_id"))] = (
+                frame
+            )
+        elif frame.command in ("Deliver", "Publish", "PublishConfirm"):
+            key = (
+                ("Subscribe", frame.fields["subscription_id"])
+                if frame.command == "Deliver"
+                else (
+                    "DeclarePublisher",
+                    frame.fields["publisher_id"],
+                )
+            )
+            assert frame.links["stream"] == opened[key].fields["stream"]
+            assert frame.links["opened_in"] == opened[key].number
+
+
+def test_tune_and_peer_properties_per_connection(decoder: Decoder) -> None:
+    _, tracker = track(CAPTURES / "session.pcap", decoder)
+    (conn,) = tracker.connections.values()
+    assert conn.negotiated == (1048576, 60)
+    assert conn.client_side.properties["product"] == "RabbitMQ Stream"
+    assert conn.server_side.properties["version"] == "3.10.8"
+    assert conn.user == "guest"
+
+
+def test_credit_left_counts_down(decoder: Decoder) -> None:
+    frames, _ = track(CAPTURES / "credit_exhausted.pcap", decoder)
+    left = [f.links["credit_left"] for f in frames if f.command == "Deliver"]
+    assert left == [1, 0, 2, 1, 0]
+
+
+# ---------------------------------------------------------------------- built frames
+
+
+class Wire:
+    """Frames of one made-up connection, numbered and timed as a capture would give them."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self.tracker = Tracker(decoder.protocol)
+        self.number = 0
+        self.client, self.server = Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 5552)
+
+    def send(self, ts: float, command: str, kind: str, from_client: bool = True, **fields: Any) -> Frame:
+        self.number += 1
+        frame = self.decoder.decode(self.decoder.encode(command, kind, fields))
+        frame.number, frame.ts, frame.conn, frame.from_client = self.number, ts, 1, from_client
+        frame.src, frame.dst = (self.client, self.server) if from_client else (self.server, self.client)
+        self.tracker.feed(frame)
+        return frame
+
+    def kinds(self) -> list[str]:
+        self.tracker.finish()
+        return [d.kind for d in self.tracker.diagnoses]
+
+    def tune(self, frame_max: int = 1_048_576, heartbeat: int = 60) -> None:
+        self.send(0.0, "Tune", "command", False, frame_max=frame_max, heartbeat=heartbeat)
+        self.send(0.001, "Tune", "command", True, frame_max=frame_max, heartbeat=heartbeat)
+
+
+def test_duplicate_correlation_id_in_flight(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(1.0, "Metadata", "request", correlation_id=7, streams=["a"])
+    second = wire.send(1.1, "Metadata", "request", correlation_id=7, streams=["b"])
+    assert "reuses correlation id 7" in second.expert[-1].message
+    assert wire.kinds() == ["duplicate_correlation", "unanswered"]
+
+
+def test_correlation_ids_are_per_asker(decoder: Decoder) -> None:
+    # The broker's Close uses correlation id 1, like the client's first request: no clash.
+    wire = Wire(decoder)
+    wire.send(1.0, "PeerProperties", "request", correlation_id=1, properties={})
+    wire.send(1.1, "Close", "request", False, correlation_id=1, closing_code=1, closing_reason="bye")
+    reply = wire.send(1.2, "Close", "response", True, correlation_id=1, response_code=1)
+    assert reply.links == {"request_in": 2, "response_time": pytest.approx(0.1)}
+    assert wire.kinds() == ["server_close", "unanswered"]
+    assert wire.tracker.diagnoses[0].severity == "note"  # closing with OK is the broker's right
+
+
+def test_response_to_another_command_is_not_paired(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(1.0, "Delete", "request", correlation_id=3, stream="s")
+    wrong = wire.send(1.1, "Create", "response", False, correlation_id=3, response_code=1)
+    assert "answers a Delete request (packet 1)" in wrong.expert[-1].message
+    assert wire.kinds() == ["mismatched_response", "unanswered", "orphan_response"]
+
+
+def test_orphan_response_is_a_note_before_the_first_request(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(1.0, "Delete", "response", False, correlation_id=3, response_code=1)
+    wire.send(1.1, "Delete", "request", correlation_id=4, stream="s")
+    wire.send(1.2, "Delete", "response", False, correlation_id=4, response_code=1)
+    wire.send(1.3, "Delete", "response", False, correlation_id=9, response_code=1)
+    assert [(d.kind, d.severity, d.number) for d in (wire.kinds() and wire.tracker.diagnoses)] == [
+        ("orphan_response", "note", 1),
+        ("orphan_response", "warn", 4),
+    ]
+
+
+def test_response_before_its_request_still_pairs(decoder: Decoder) -> None:
+    # A gap in one direction holds its frames back: the answer can come out first.
+    wire = Wire(decoder)
+    response = wire.send(2.0, "Delete", "response", False, correlation_id=4, response_code=1)
+    request = wire.send(2.5, "Delete", "request", correlation_id=4, stream="s")
+    assert response.links == {"request_in": request.number}
+    assert request.links == {"response_in": response.number}
+    assert wire.kinds() == []
+
+
+def test_frame_over_the_negotiated_frame_max(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.tune(frame_max=64)
+    small = wire.send(1.0, "Metadata", "request", correlation_id=1, streams=["x" * 10])
+    big = wire.send(1.1, "Metadata", "request", correlation_id=2, streams=["x" * 100])
+    assert small.expert == []
+    assert "Metadata frame of 118 bytes exceeds the frame_max of 64 bytes" in big.expert[-1].message
+    assert big.expert[-1].group == "protocol"
+
+
+def test_heartbeat_silence_between_frames(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.tune(heartbeat=2)
+    wire.send(1.0, "Heartbeat", "command")
+    wire.send(1.0 + 2 * HEARTBEAT_SLACK - 0.01, "Heartbeat", "command")  # within the slack
+    wire.send(10.0, "Heartbeat", "command")
+    assert wire.kinds() == ["heartbeat"]
+    assert "no frame from the client for 6.010 s (packets 4 to 5)" in wire.tracker.diagnoses[0].message
+
+
+def test_no_heartbeat_check_when_disabled(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.tune(heartbeat=0)
+    wire.send(1.0, "Heartbeat", "command")
+    wire.send(100.0, "Heartbeat", "command")
+    assert wire.kinds() == []
+
+
+def _subscribe(wire: Wire, credit: int) -> None:
+    wire.send(
+        0.1,
+        "Subscribe",
+        "request",
+        correlation_id=1,
+        subscription_id=3,
+        stream="s",
+        offset_type=1,
+        credit=credit,
+    )
+    wire.send(0.2, "Subscribe", "response", False, correlation_id=1, response_code=1)
+
+
+def _deliver(wire: Wire, ts: float) -> Frame:
+    chunk = {
+        "magic_version": 0x50,
+        "chunk_type": 0,
+        "num_entries": 0,
+        "num_records": 0,
+        "timestamp": 0,
+        "epoch": 1,
+        "chunk_id": 0,
+        "crc": 0,
+        "data_length": 0,
+        "trailer_length": 0,
+        "bloom_size": 0,
+        "reserved": b"\0\0\0",
+        "data": b"",
+    }
+    return wire.send(ts, "Deliver", "command", False, subscription_id=3, chunk=chunk)
+
+
+def test_credit_never_granted_again(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _subscribe(wire, credit=1)
+    _deliver(wire, 1.0)
+    wire.send(1.0 + CREDIT_STALL_S + 0.5, "Heartbeat", "command")
+    assert wire.kinds() == ["credit_exhausted"]
+    assert (
+        "was never granted more (1.500 s until the connection's last frame)"
+        in wire.tracker.diagnoses[0].message
+    )
+
+
+def test_short_zero_credit_is_normal(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _subscribe(wire, credit=1)
+    _deliver(wire, 1.0)
+    wire.send(1.0 + CREDIT_STALL_S / 2, "Credit", "command", subscription_id=3, credit=1)
+    _deliver(wire, 1.6)
+    assert wire.kinds() == []
+
+
+def test_deliveries_beyond_credit(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _subscribe(wire, credit=1)
+    _deliver(wire, 1.0)
+    _deliver(wire, 1.1)
+    _deliver(wire, 1.2)
+    assert wire.kinds() == ["beyond_credit"]
+    assert wire.tracker.diagnoses[0].message.startswith(
+        "2 Deliver frames to subscription 3 while it had no credit"
+    )
+
+
+def test_unconfirmed_publishes_are_counted_by_publisher(decoder: Decoder) -> None:
+    from streamdump.hooks.osiris import simple_entry
+
+    wire = Wire(decoder)
+    wire.send(
+        0.1,
+        "DeclarePublisher",
+        "request",
+        correlation_id=1,
+        publisher_id=2,
+        publisher_reference="",
+        stream="s",
+    )
+    messages = [{"publishing_id": i, "entry": simple_entry(b"x")} for i in range(5)]
+    wire.send(1.0, "Publish", "command", publisher_id=2, messages=messages)
+    confirm = wire.send(1.2, "PublishConfirm", "command", False, publisher_id=2, publishing_ids=[0, 1])
+    assert confirm.links["confirm_time"] == [pytest.approx(0.2), pytest.approx(0.2)]
+    assert wire.kinds() == ["unanswered", "unconfirmed"]
+    assert wire.tracker.diagnoses[1].message == (
+        "3 messages of publisher 2 (stream 's') never confirmed (ids 2..4; first sent in packet 2)"
+    )
+
+
+def test_version_outside_what_the_peer_announced(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    versions = [{"command_key": 0x0F, "min_version": 1, "max_version": 1}]
+    wire.send(0.1, "ExchangeCommandVersions", "request", correlation_id=1, commands=versions)
+    wire.send(
+        0.2,
+        "ExchangeCommandVersions",
+        "response",
+        False,
+        correlation_id=1,
+        response_code=1,
+        commands=versions,
+    )
+    frame = wire.decoder.decode(
+        wire.decoder.encode("Metadata", "request", {"correlation_id": 2, "streams": []})
+    )
+    data = bytearray(frame.data)
+    data[6:8] = (2).to_bytes(2, "big")  # the same request, sent as version 2
+    late = wire.decoder.decode(bytes(data))
+    late.number, late.ts, late.conn, late.from_client = 9, 0.3, 1, True
+    wire.tracker.feed(late)
+    assert "Metadata version 2 is outside the versions the peer announced (1..1)" in late.expert[-1].message
+
+
+def test_plain_user_is_shown_and_the_password_never(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(
+        0.1,
+        "SaslAuthenticate",
+        "request",
+        correlation_id=1,
+        mechanism="PLAIN",
+        sasl_opaque_data=b"\0alice\0s3cret",
+    )
+    wire.send(0.2, "SaslAuthenticate", "response", False, correlation_id=1, response_code=8)
+    wire.kinds()
+    (d,) = wire.tracker.diagnoses
+    assert "user 'alice'" in d.message and "s3cret" not in d.message
+    assert (d.severity, d.kind) == ("error", "auth_failure")
+
+
+def test_routine_codes_are_notes(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(0.1, "QueryOffset", "request", correlation_id=1, reference="r", stream="s")
+    wire.send(0.2, "QueryOffset", "response", False, correlation_id=1, response_code=0x13, offset=0)
+    assert [(d.kind, d.severity) for d in (wire.kinds() and wire.tracker.diagnoses)] == [
+        ("routine_response", "note")
+    ]
+
+
+def test_expanding_keeps_the_trackers_notes(decoder: Decoder) -> None:
+    frames, _ = track(CAPTURES / "deleted_stream.pcap", decoder)
+    refused = next(f for f in frames if f.command == "PublishError")
+    before = [e.message for e in refused.expert]
+    decoder.expand(refused)
+    decoder.tree(refused)
+    assert [e.message for e in refused.expert] == before
