@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -130,11 +130,37 @@ def write_frames(
     return count
 
 
-def analysed(frames: Iterable[Frame], tracker: Tracker) -> Iterator[Frame]:
-    """Frames as the conversation tracker links them (request_in, stream, expert notes)."""
-    for frame in frames:
+def analysed(
+    frames: Iterable[Frame], tracker: Tracker, later: dict[int, dict[str, Any]] | None = None
+) -> Iterator[Frame]:
+    """Frames as the conversation tracker links them (request_in, stream, expert notes).
+
+    later: links a first pass found only after a frame went by (a request's response_in),
+    by the frame's place in the output; reading is deterministic, so places match.
+    """
+    for index, frame in enumerate(frames):
         tracker.feed(frame)
+        if later and index in later:
+            frame.links = (frame.links or {}) | later[index]
         yield frame
+
+
+def _first_pass(file: Path, decoder: Decoder, ports: list[int]) -> dict[int, dict[str, Any]]:
+    """What frames learn from frames after them: requests their response, by output place."""
+    tracker = Tracker(decoder.protocol, decoder.size_st.size)
+    requests: list[tuple[int, Frame]] = []
+    try:
+        for index, frame in enumerate(analysed(read_frames(file, decoder, ports, ReadStats()), tracker)):
+            if frame.kind == "request":
+                requests.append((index, frame))
+                frame.data, frame.fields = b"", {}  # only its links are wanted; keep memory flat
+    except CaptureError:
+        pass  # the second pass meets the same damage and reports it
+    return {
+        index: {"response_in": frame.links["response_in"]}
+        for index, frame in requests
+        if frame.links and "response_in" in frame.links
+    }
 
 
 ProtocolOpt = Annotated[str, typer.Option("--protocol", help="Protocol spec to decode with.")]
@@ -170,6 +196,15 @@ def read(
     ] = False,
     fmt: FormatOpt = Format.text,
     filter_text: FilterOpt = None,
+    two_pass: Annotated[
+        bool,
+        typer.Option(
+            "--two-pass",
+            "-2",
+            help="Read the file twice, so requests also link to their responses (response_in), "
+            "like tshark -2.",
+        ),
+    ] = False,
     protocol: ProtocolOpt = "rabbitmq_stream",
 ) -> None:
     """Decode every frame of a capture file."""
@@ -177,6 +212,7 @@ def read(
         raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     decoder, ports = _setup(protocol, port)
     selection = _selection(decoder, filter_text)
+    later = _first_pass(file, decoder, ports) if two_pass else None
     stats = ReadStats()
     tracker = Tracker(decoder.protocol, decoder.size_st.size)
     renderer = Renderer(decoder)
@@ -184,7 +220,7 @@ def read(
     with _reader_may_leave():
         try:
             frames: Iterable[Frame] = analysed(
-                _telling_notices(read_frames(file, decoder, ports, stats), stats), tracker
+                _telling_notices(read_frames(file, decoder, ports, stats), stats), tracker, later
             )
             if selection is not None:
                 frames = filter(selection, frames)

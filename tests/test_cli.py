@@ -341,3 +341,18 @@ def test_follow_picks_one_connection() -> None:
     one_line_error(err, "no connection 2")
     code, _, err = run("follow", str(CAPTURES / "session.pcap"), "-c", "0")
     assert code == 2
+
+
+def test_two_pass_links_requests_to_their_responses() -> None:
+    _, once, _ = run("read", str(CAPTURES / "session.pcap"), "-T", "jsonl")
+    _, twice, _ = run("read", str(CAPTURES / "session.pcap"), "-T", "jsonl", "--two-pass")
+    once_objects = [json.loads(line) for line in once.splitlines()]
+    objects = [json.loads(line) for line in twice.splitlines()]
+    answered = {o["links"]["request_in"]: o["frame"] for o in objects if "request_in" in o["links"]}
+    requests = [o for o in objects if o["kind"] == "request" and "correlation_id" in o["fields"]]
+    assert requests and all(o["links"]["response_in"] == answered[o["frame"]] for o in requests)
+    # One pass cannot know a response before it comes; everything else is the same.
+    assert not any("response_in" in o["links"] for o in once_objects)
+    for a, b in zip(once_objects, objects, strict=True):
+        b["links"].pop("response_in", None)
+        assert a == b

@@ -13,11 +13,15 @@ from typing import Any
 
 import pytest
 from conftest import CAPTURES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spec_strategies import struct_strategy
 
 from streamdump.conversation import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
 from streamdump.decoder import Decoder
 from streamdump.frame import Endpoint, Frame
 from streamdump.pipeline import ReadStats, read_frames
+from streamdump.registry import default_registry
 
 CLEAN = [
     "session.pcap",
@@ -554,3 +558,48 @@ def test_expanding_keeps_the_trackers_notes(decoder: Decoder) -> None:
     decoder.expand(refused)
     decoder.tree(refused)
     assert [e.message for e in refused.expert] == before
+
+
+# ---------------------------------------------------------------------- garbage
+
+
+LAYOUTS = [
+    (command.name, kind, version)
+    for command in default_registry().get("rabbitmq_stream").commands.values()
+    for kind, layout in command.layouts.items()
+    for version in command.versions
+]
+
+
+@st.composite
+def conversations(draw: st.DrawFn, decoder: Decoder) -> list[Frame]:
+    """Frames of any command with any values, in any order, from either side, at any time."""
+    frames = []
+    ts = 0.0
+    for number in range(1, draw(st.integers(1, 40)) + 1):
+        if draw(st.booleans()):
+            name, kind, version = draw(st.sampled_from(LAYOUTS))
+            layout = decoder.protocol.commands[name].layouts[kind]
+            values = draw(struct_strategy(layout.fields, version))
+            frame = decoder.decode(decoder.encode(name, kind, values, version))
+        else:
+            frame = decoder.decode(draw(st.binary(max_size=60)))
+        ts += draw(st.floats(0, 200, allow_nan=False))
+        frame.number, frame.ts = number, ts
+        frame.conn = draw(st.integers(1, 2))
+        frame.from_client = draw(st.sampled_from([True, False, None]))
+        frames.append(frame)
+    return frames
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tracker_never_raises_on_any_conversation(decoder: Decoder, data: st.DataObject) -> None:
+    tracker = Tracker(decoder.protocol)
+    frames = data.draw(conversations(decoder))
+    for frame in frames:
+        tracker.feed(frame)
+    tracker.finish(lossy=data.draw(st.sets(st.integers(1, 2))))
+    for d in tracker.diagnoses:
+        assert d.severity in ("note", "warn", "error") and "\n" not in d.message
+    assert all(row["count"] >= 1 for row in tracker.summary())

@@ -159,3 +159,19 @@ def test_committed_files_are_what_the_generator_makes(tmp_path: Path) -> None:
         assert (tmp_path / entry["file"]).read_bytes() == (PATHOLOGICAL / entry["file"]).read_bytes(), entry[
             "file"
         ]
+
+
+@pytest.mark.parametrize("command", ["stats", "follow"])
+@pytest.mark.parametrize("entry", entries("tcp"), ids=lambda e: e["file"])
+def test_conversation_views_survive_lossy_captures(entry: dict[str, Any], command: str) -> None:
+    """Losses become notes ("the capture lost bytes"), never warnings the client did not earn."""
+    from typer.testing import CliRunner
+
+    from streamdump.cli import app
+
+    args = [command, str(PATHOLOGICAL / entry["file"])] + (["-T", "json"] if command == "stats" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and result.exception is None, result.stderr
+    if command == "stats":
+        lost = {d["kind"] for d in json.loads(result.stdout)["diagnoses"] if d["severity"] != "note"}
+        assert lost <= {"heartbeat", "credit_exhausted"}, lost
