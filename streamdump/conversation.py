@@ -277,7 +277,8 @@ class Tracker:
             if early is not None and early.command == frame.command:
                 self._pair(conn, frame, early)
                 return
-            conn.pending[asker, corr] = Request(frame, corr)
+            if len(conn.pending) < MAX_IN_FLIGHT:  # a capture of one direction only never answers
+                conn.pending[asker, corr] = Request(frame, corr)
             return
         if frame.kind != "response":
             return

@@ -77,22 +77,30 @@ def map_names(protocol: Protocol) -> frozenset[str]:
     return frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
 
 
-def frame_lookup(frame: Frame, maps: frozenset[str]) -> Callable[[str], list[Any]]:
-    """The values a frame has for each name, gathered once on first use."""
+def frame_lookup(
+    frame: Frame, maps: frozenset[str], wanted: frozenset[str] | None = None
+) -> Callable[[str], list[Any]]:
+    """The values a frame has for each name, gathered once on first use.
+
+    wanted: the only names that will be asked for; fields are not walked when none of them
+    is a field (a filter on the command alone costs no walk).
+    """
     index: dict[str, list[Any]] | None = None
 
     def lookup(name: str) -> list[Any]:
         nonlocal index
         if index is None:
             index = {}
-            for key, value in _frame_items(frame, maps):
-                index.setdefault(key, []).append(value)
+            walk = wanted is None or not wanted <= FRAME_NAMES.keys()
+            for key, value in _frame_items(frame, maps, walk):
+                if wanted is None or key in wanted:
+                    index.setdefault(key, []).append(value)
         return index.get(name, [])
 
     return lookup
 
 
-def _frame_items(frame: Frame, maps: frozenset[str]) -> Iterator[tuple[str, Any]]:
+def _frame_items(frame: Frame, maps: frozenset[str], walk: bool = True) -> Iterator[tuple[str, Any]]:
     yield "frame", frame.number
     yield "ts", frame.ts
     if frame.src is not None:
@@ -115,6 +123,8 @@ def _frame_items(frame: Frame, maps: frozenset[str]) -> Iterator[tuple[str, Any]
         yield "severity", worst
     for note in frame.expert:
         yield "expert", note.message
+    if not walk:
+        return
     yield from _items(frame.fields, maps)
     if frame.links:
         yield from _items(frame.links, maps)
@@ -136,10 +146,8 @@ def _item(key: str, value: Any, maps: frozenset[str]) -> Iterator[tuple[str, Any
     elif isinstance(value, list):
         for element in value:
             yield from _item(key, element, maps)
-    elif isinstance(value, memoryview | bytearray):
-        yield key, bytes(value)
     else:
-        yield key, value
+        yield key, value  # bytes stay views: the filter copies only what it compares
 
 
 class FrameFilter:
@@ -155,4 +163,4 @@ class FrameFilter:
     def __call__(self, frame: Frame) -> bool:
         if self.expand:
             self.decoder.expand(frame)
-        return self.filter(frame_lookup(frame, self.maps))
+        return self.filter(frame_lookup(frame, self.maps, self.filter.names))
