@@ -298,7 +298,10 @@ def follow(
     try:
         for frame in analysed(read_frames(file, decoder, ports, read_stats), tracker):
             if connection is None or frame.conn == connection:
-                dialogue = dialogues.setdefault(frame.conn, Dialogue(frame.conn))
+                dialogue = dialogues.get(frame.conn)
+                if dialogue is None:
+                    correlation = decoder.protocol.conversation.correlation
+                    dialogue = dialogues[frame.conn] = Dialogue(frame.conn, correlation)
                 dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
     except CaptureError as exc:
         error = str(exc)

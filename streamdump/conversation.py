@@ -17,7 +17,7 @@ so files, the live sniffer and Spark tasks all use it the same way.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamdump.frame import SEVERITIES, Endpoint, Expert, Frame
@@ -31,6 +31,8 @@ CREDIT_STALL_S = 1.0
 # Unconfirmed items (and answers waiting for their request) remembered per publisher or
 # connection; beyond this they are only counted.
 MAX_IN_FLIGHT = 100_000
+# A capture that stops less than this after a request or publish may simply have cut its answer.
+ANSWER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +207,16 @@ class Tracker:
         lossy: connections the capture lost bytes of; what is missing there may be in them,
         so it is told as a note, not a warning.
         """
+        lossy_now = {conn.number for conn in self.connections.values() if conn.lossy or conn.number in lossy}
+        # Silence told while the frames went by may be bytes the capture lost: only a note then.
+        self.diagnoses = [
+            replace(d, severity="note", message=f"{d.message}; the capture lost bytes of this connection")
+            if d.kind == "heartbeat" and d.conn in lossy_now and d.severity != "note"
+            else d
+            for d in self.diagnoses
+        ]
         for conn in self.connections.values():
-            conn.lossy = conn.lossy or conn.number in lossy
+            conn.lossy = conn.number in lossy_now
             for sid, (first, count) in conn.beyond.items():
                 self._beyond_credit(conn, sid, first, count)
             for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
@@ -430,10 +440,13 @@ class Tracker:
         )
         if conn.lossy and not after:
             after = "; the capture lost bytes of this connection, maybe the answer"
+        ended = self._ended_soon(conn, frame.ts) if not after else None
+        if ended:
+            after = ended
         self._diagnose(
             conn,
             frame,
-            "note" if conn.lossy else "warn",
+            "note" if conn.lossy or ended else "warn",
             "sequence",
             "unanswered",
             f"{frame.command} request never answered",
@@ -563,6 +576,8 @@ class Tracker:
             sid = frame.fields.get(spec.id)
             if not isinstance(sid, int):
                 continue
+            if role in ("open", "close") and frame.kind == "request":
+                self._flush_acks(conn, name, sid)
             if role == "open" and frame.kind == "request":
                 conn.sessions[name, sid] = Session(
                     name, sid, frame.number, {k: frame.fields[k] for k in spec.keep if k in frame.fields}
@@ -616,7 +631,9 @@ class Tracker:
             sent = flight.pop(item, None)
             sent_in.append(sent[0] if sent else None)
             waited.append(round(frame.ts - sent[1], 6) if sent else None)
-            if sent is None and len(early) < MAX_IN_FLIGHT:
+            if sent is None and conn.untracked.get((ack.name, sid)):
+                conn.untracked[ack.name, sid] -= 1  # one of those too many to remember
+            elif sent is None and len(early) < MAX_IN_FLIGHT:
                 early[item] = (frame, index, len(ids))
         if any(n is not None for n in sent_in):
             links = _links(frame)
@@ -641,6 +658,26 @@ class Tracker:
                     f"{count} {ack.noun}{'s' * (count != 1)} of {where} refused: {what}{gone}",
                 )
 
+    def _ended_soon(self, conn: ConnState, ts: float) -> str | None:
+        """Whether the capture stopped so soon after ts that an answer had no time to come."""
+        if conn.last is None or conn.closed_by_server is not None:
+            return None
+        waited = conn.last.ts - ts
+        if waited >= ANSWER_GRACE_S:
+            return None
+        return f"; the capture ended {waited * 1000:.3f} ms after it"
+
+    def _flush_acks(self, conn: ConnState, session: str, sid: int) -> None:
+        """A session id reopened or closed: what its old self left unconfirmed is told now."""
+        for ack in self.spec.acks.values():
+            if ack.session != session:
+                continue
+            key = (ack.name, sid)
+            items, extra = conn.in_flight.pop(key, {}), conn.untracked.pop(key, 0)
+            if items or extra:
+                self._unconfirmed(conn, ack.name, sid, items, extra)
+            conn.early_acks.pop(key, None)
+
     def _unconfirmed(
         self, conn: ConnState, ack: str, sid: int, items: dict[int, tuple[int, float]], extra: int
     ) -> None:
@@ -650,16 +687,18 @@ class Tracker:
         count = len(items) + extra
         ids = sorted(items)
         lost = "; the capture lost bytes of this connection, maybe the confirms" if conn.lossy else ""
+        last_sent = max((ts for _, ts in items.values()), default=None)
+        ended = self._ended_soon(conn, last_sent) if last_sent is not None and not lost else None
         first = min(items.values(), default=(0, 0.0))[0]
         span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
         self.diagnoses.append(
             Diagnosis(
-                "note" if conn.lossy else "warn",
+                "note" if conn.lossy or ended else "warn",
                 "sequence",
                 "unconfirmed",
                 f"{spec.noun}s never confirmed",
                 f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
-                f"({span}; first sent in packet {first}){lost}",
+                f"({span}; first sent in packet {first}){lost}{ended or ''}",
                 first,
                 conn.number,
             )

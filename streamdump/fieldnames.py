@@ -31,6 +31,7 @@ FRAME_NAMES: dict[str, FieldType] = {
     "size": FieldType("int"),
     "incomplete": FieldType("str"),
     "severity": FieldType("str"),
+    "group": FieldType("str"),
     "expert": FieldType("str"),
 }
 
@@ -118,10 +119,9 @@ def _frame_items(frame: Frame, maps: frozenset[str], walk: bool = True) -> Itera
     yield "size", frame.size
     if frame.incomplete is not None:
         yield "incomplete", frame.incomplete
-    worst = frame.worst_severity
-    if worst is not None:
-        yield "severity", worst
-    for note in frame.expert:
+    for note in frame.expert:  # any note, as Wireshark's expert fields match
+        yield "severity", note.severity
+        yield "group", note.group
         yield "expert", note.message
     if not walk:
         return

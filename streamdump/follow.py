@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamdump.conversation import ConnState
 from streamdump.frame import Frame
@@ -32,18 +33,22 @@ class Dialogue:
     """The rows of one connection, built frame by frame in capture order."""
 
     number: int
+    correlation: str | None = None  # the spec's correlation field: two requests can share a packet
     rows: list[Row] = field(default_factory=list)
-    by_request: dict[int, list[Row]] = field(default_factory=dict)  # request packet -> rows waiting
+    # (request packet, correlation id) -> rows waiting for their response
+    by_request: dict[tuple[int, Any], list[Row]] = field(default_factory=dict)
 
     def add(self, frame: Frame, text: str) -> None:
         links = frame.links or {}
         request_in = links.get("request_in")
-        waiting = self.by_request.get(request_in) if isinstance(request_in, int) else None
+        corr = frame.fields.get(self.correlation) if self.correlation else None
+        key = (request_in, corr)
+        waiting = self.by_request.get(key) if isinstance(request_in, int) else None
         row = None
         if waiting:
             row = waiting.pop(0)
             if not waiting:
-                del self.by_request[request_in]  # type: ignore[arg-type]
+                del self.by_request[key]
             taken = links.get("response_time")
             took = f", {taken * 1000:.3f} ms" if isinstance(taken, float | int) else ""
             row.answer = f"← {frame.number}{took}"
@@ -51,7 +56,7 @@ class Dialogue:
             row = Row(frame.number, frame.ts)
             self.rows.append(row)
             if frame.kind == "request":
-                self.by_request.setdefault(frame.number, []).append(row)
+                self.by_request.setdefault((frame.number, corr), []).append(row)
             row.answer = _acknowledges(links)
         if frame.from_client is not False:
             row.client = _join(row.client, text)

@@ -495,6 +495,7 @@ def test_unconfirmed_publishes_are_counted_by_publisher(decoder: Decoder) -> Non
     wire.send(1.0, "Publish", "command", publisher_id=2, messages=messages)
     confirm = wire.send(1.2, "PublishConfirm", "command", False, publisher_id=2, publishing_ids=[0, 1])
     assert confirm.links["confirm_time"] == [pytest.approx(0.2), pytest.approx(0.2)]
+    wire.send(5.0, "Heartbeat", "command")
     assert wire.kinds() == ["unanswered", "unconfirmed"]
     assert wire.tracker.diagnoses[1].message == (
         "3 messages of publisher 2 (stream 's') never confirmed (ids 2..4; first sent in packet 2)"
@@ -603,3 +604,35 @@ def test_tracker_never_raises_on_any_conversation(decoder: Decoder, data: st.Dat
     for d in tracker.diagnoses:
         assert d.severity in ("note", "warn", "error") and "\n" not in d.message
     assert all(row["count"] >= 1 for row in tracker.summary())
+
+
+def test_a_capture_that_just_stops_is_not_the_clients_fault(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    wire.send(1.0, "Metadata", "request", correlation_id=1, streams=["a"])
+    wire.send(1.0005, "Heartbeat", "command", False)
+    wire.kinds()
+    (d,) = wire.tracker.diagnoses
+    assert (d.kind, d.severity) == ("unanswered", "note")
+    assert d.message.endswith("; the capture ended 0.500 ms after it")
+
+
+def test_a_reused_publisher_id_is_a_new_publisher(decoder: Decoder) -> None:
+    from streamdump.hooks.osiris import simple_entry
+
+    wire = Wire(decoder)
+    for n, stream in enumerate(("orders", "invoices")):
+        wire.send(
+            n,
+            "DeclarePublisher",
+            "request",
+            correlation_id=n,
+            publisher_id=1,
+            publisher_reference="",
+            stream=stream,
+        )
+        wire.send(n + 0.1, "DeclarePublisher", "response", False, correlation_id=n, response_code=1)
+        messages = [{"publishing_id": i, "entry": simple_entry(b"x")} for i in range(3)]
+        wire.send(n + 0.2, "Publish", "command", publisher_id=1, messages=messages)
+    wire.send(9.0, "PublishConfirm", "command", False, publisher_id=1, publishing_ids=[0, 1, 2])
+    assert wire.kinds() == ["unconfirmed"]
+    assert "3 messages of publisher 1 (stream 'orders') never confirmed" in wire.tracker.diagnoses[0].message
