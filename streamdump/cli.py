@@ -164,6 +164,10 @@ def _first_pass(file: Path, decoder: Decoder, ports: list[int]) -> dict[int, dic
 
 
 ProtocolOpt = Annotated[str, typer.Option("--protocol", help="Protocol spec to decode with.")]
+FileArg = Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)]
+PortOpt = Annotated[
+    list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
+]
 FilterOpt = Annotated[
     str | None,
     typer.Option(
@@ -181,10 +185,8 @@ FormatOpt = Annotated[
 
 @app.command()
 def read(
-    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
-    port: Annotated[
-        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
-    ] = None,
+    file: FileArg,
+    port: PortOpt = None,
     detail: Annotated[
         bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
     ] = False,
@@ -236,10 +238,8 @@ def read(
 
 @app.command()
 def stats(
-    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
-    port: Annotated[
-        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
-    ] = None,
+    file: FileArg,
+    port: PortOpt = None,
     fmt: Annotated[
         StatsFormat, typer.Option("--format", "-T", help="text (tables) or json (one object).")
     ] = StatsFormat.text,
@@ -276,14 +276,12 @@ def stats(
 
 @app.command()
 def follow(
-    file: Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)],
+    file: FileArg,
     connection: Annotated[
         int | None,
         typer.Option("--connection", "-c", help="Connection number (as in stats); default: every one."),
     ] = None,
-    port: Annotated[
-        list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
-    ] = None,
+    port: PortOpt = None,
     protocol: ProtocolOpt = "rabbitmq_stream",
 ) -> None:
     """One connection's dialogue: requests and their responses side by side, with the times between."""
