@@ -343,7 +343,7 @@ class Tracker:
         code = frame.fields.get(spec.status)
         if not isinstance(code, int) or code in spec.ok:
             return
-        what = self._code(frame, code)
+        what = self.code_name(frame, code)
         if request is None and spec.credit is not None and frame.command == spec.credit.refusal:
             self._credit_refused(conn, frame, code, what)
             return
@@ -427,7 +427,8 @@ class Tracker:
         detail = f" for {', '.join(about)}" if about else ""
         return f"{request.command}{detail} (packet {request.number})"
 
-    def _code(self, frame: Frame, code: int) -> str:
+    def code_name(self, frame: Frame, code: int) -> str:
+        """A response's status code as its enum name and hex value, e.g. "OK (0x01)"."""
         return _named(self.status_enum.get(frame.wire_key, {}), code)
 
     def _unanswered(self, conn: ConnState, request: Request) -> None:

@@ -136,9 +136,6 @@ class Wiring:
     ports: tuple[int, ...]
     size_type: str
     max_size: int
-    # The frame that negotiates the largest frame size, and its field (e.g. Tune.frame_max).
-    frame_max_command: str | None = None
-    frame_max_field: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,26 +525,15 @@ class _Builder:
         ports = raw.get("ports") or []
         if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
             raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
-        frame_max = framing.get("frame_max")
-        fm_command = fm_field = None
-        if frame_max is not None:
-            fm_command, _, fm_field = str(frame_max).partition(".")
-            command = commands.get(fm_command)
-            if command is None or not any(
-                f.name == fm_field and f.type in INT_TYPES
-                for layout in command.layouts.values()
-                for f in layout.fields
-            ):
-                raise self.fail(
-                    "wiring.framing.frame_max", f"{frame_max!r} must name an integer field as Command.field"
-                )
+        if "frame_max" in framing:
+            raise self.fail(
+                "wiring.framing.frame_max", "the negotiated frame size belongs under conversation.tune"
+            )
         return Wiring(
             transport=str(raw.get("transport", "tcp")),
             ports=tuple(ports),
             size_type=size_type,
             max_size=int(framing.get("max_size", 64 << 20)),
-            frame_max_command=fm_command,
-            frame_max_field=fm_field,
         )
 
     def _enums(self, raw: Any) -> dict[str, dict[int, str]]:

@@ -76,7 +76,7 @@ class Statistics:
         status = self.protocol.conversation.status
         code = frame.fields.get(status) if status else None
         if frame.kind == "response" and isinstance(code, int):
-            self.codes[name][self._code_name(frame, code)] += 1
+            self.codes[name][self.tracker.code_name(frame, code)] += 1
         waited = links.get("confirm_time")
         if isinstance(waited, list):
             self.confirm[name].extend(float(w) for w in waited if w is not None)
@@ -88,16 +88,6 @@ class Statistics:
             volume.frames += 1
             volume.messages += moved[0]
             volume.bytes += moved[1]
-
-    def _code_name(self, frame: Frame, code: int) -> str:
-        layout = self.protocol.layout_for(frame.wire_key)
-        spec = (
-            next((f for f in layout.fields if f.name == self.protocol.conversation.status), None)
-            if layout
-            else None
-        )
-        names = self.protocol.enums.get(spec.enum, {}) if spec is not None and spec.enum else {}
-        return f"{names.get(code, 'Unknown')} (0x{code:02x})"
 
     # ------------------------------------------------------------------ result
 
@@ -181,10 +171,7 @@ def render(result: dict[str, Any], console: Console) -> None:
         console,
         "Service response time (ms)",
         ("Command", "Count", "Min", "Median", "p95", "p99", "Max"),
-        [
-            (r["command"], r["count"], r["min_ms"], r["median_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"])
-            for r in result["response_times"]
-        ],
+        [_latency_row(r) for r in result["response_times"]],
     )
     _table(
         console,
@@ -196,11 +183,7 @@ def render(result: dict[str, Any], console: Console) -> None:
         console,
         "Publish to confirm latency (ms)",
         ("Confirmed by", "Count", "Min", "Median", "p95", "p99", "Max"),
-        [
-            (r["command"], r["count"], r["min_ms"], r["median_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"])
-            for r in result["confirm_latency"]
-            if r["count"]
-        ],
+        [_latency_row(r) for r in result["confirm_latency"] if r["count"]],
     )
     _table(
         console,
@@ -220,6 +203,10 @@ def render(result: dict[str, Any], console: Console) -> None:
             console.print(
                 f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False, soft_wrap=True
             )
+
+
+def _latency_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["command"], r["count"], r["min_ms"], r["median_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"])
 
 
 def _connection_text(conn: dict[str, Any]) -> str:
