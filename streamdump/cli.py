@@ -148,10 +148,13 @@ def analysed(
 def _first_pass(file: Path, decoder: Decoder, ports: list[int]) -> dict[int, dict[str, Any]]:
     """What frames learn from frames after them: requests their response, by output place."""
     tracker = Tracker(decoder.protocol, decoder.size_st.size)
+    credit = decoder.protocol.conversation.credit
+    # Besides requests, a credit grant is answered when the broker refuses it.
+    grants = {ref.command for ref in credit.grant} if credit is not None else set()
     requests: list[tuple[int, Frame]] = []
     try:
         for index, frame in enumerate(analysed(read_frames(file, decoder, ports, ReadStats()), tracker)):
-            if frame.kind == "request":
+            if frame.kind == "request" or frame.command in grants:
                 requests.append((index, frame))
                 frame.data, frame.fields = b"", {}  # only its links are wanted; keep memory flat
     except CaptureError:

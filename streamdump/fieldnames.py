@@ -49,7 +49,14 @@ def field_types(protocol: Protocol) -> dict[str, FieldType]:
     types: dict[str, FieldType] = {}
     for spec in protocol.all_fields():
         element = spec.of if spec.of is not None else spec
-        if spec.type in ("struct", "map") or element.type == "struct":
+        if spec.type == "map" and spec.key is not None and spec.value is not None:
+            # A map's keys are data, so each entry is two fields, as Wireshark shows it.
+            types.setdefault(spec.name, FieldType("any"))
+            for part in (spec.key, spec.value):
+                enum = protocol.enums[part.enum] if part.enum else None
+                types.setdefault(f"{spec.name}.{part.name}", FieldType(_kind(part), enum))
+            continue
+        if spec.type == "struct" or element.type == "struct":
             types.setdefault(spec.name, FieldType("any"))
             continue
         enum = protocol.enums[element.enum] if element.enum else None
@@ -143,6 +150,10 @@ def _item(key: str, value: Any, maps: frozenset[str]) -> Iterator[tuple[str, Any
         yield key, value
         if key not in maps:
             yield from _items(value, maps)
+            return
+        for entry_key, entry_value in value.items():
+            yield f"{key}.key", entry_key
+            yield f"{key}.value", entry_value
     elif isinstance(value, list):
         for element in value:
             yield from _item(key, element, maps)

@@ -32,7 +32,15 @@ COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map", "hook"}
 # Types that only describe what hooks add to a decoded frame; no wire layout uses them.
 HOOK_OUTPUT_TYPES = {"bool", "amqp", "float"}
 KINDS = ("request", "response", "command")
-DISPLAYS = {"hex", "time_ms"}
+# Names every frame has outside its layout's fields (JSON keys, filter names, plugin fields).
+FRAME_NAMES = frozenset(
+    {
+        "frame", "ts", "src", "dst", "connection", "protocol", "kind", "command",
+        "incomplete", "severity", "group", "expert", "links", "payload", "trailing",
+    }
+)  # fmt: skip
+# packet: a packet number (the Wireshark plugin makes it a link; request_/response_ say which way).
+DISPLAYS = {"hex", "time_ms", "packet", "request_packet", "response_packet"}
 FIELD_ATTRS = {
     "type",
     "enum",
@@ -748,6 +756,8 @@ class _Builder:
         return spec
 
     def _check_consistent_name(self, spec: FieldSpec, where: str) -> None:
+        if spec.name in FRAME_NAMES:
+            raise self.fail(where, f"field name {spec.name!r} is taken by the frame itself (JSON, filters)")
         # Filters and the Wireshark plugin use one flat name per field
         # ("rabbitmq_stream.offset"), so a name must mean one type everywhere.
         signature = spec.type if spec.type != "struct" else f"struct {spec.struct}"

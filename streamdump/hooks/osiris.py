@@ -54,7 +54,7 @@ class Entry:
     framing: str | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "size": self.size}
+        out: dict[str, Any] = {"entry_kind": self.kind, "size": self.size}
         if self.kind == SUB_BATCH:
             out |= {
                 "compression": self.compression,
@@ -350,6 +350,8 @@ def _decode_record(
             node.children.append(Node(None, f"Bytes: {amqp.preview(bytes(body))}", node.offset, len(body)))
         return
     message = amqp.decode_message(body, entry_pos if at is None else at)
+    # Wire order and repeats, which the message's section-name keys cannot show.
+    record["sections"] = [section.code for section in message.sections]
     record["message"] = message
     if message.error is not None:
         # Inside compressed bytes the entry is the closest place in the frame.

@@ -1,0 +1,362 @@
+-- Lua twin of streamdump/hooks/osiris.py: Osiris entries (Publish) and chunks (Deliver),
+-- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
+-- inflate), records with their offsets, tracking entries, and AMQP section names.
+
+local OSIRIS_LIMITS = SPEC.limits.osiris
+
+-- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
+-- kept as four bytes, least significant first.
+local XOR8 = {}
+do
+  for a = 0, 255 do
+    for b = 0, 255 do
+      local r, bit, x, y = 0, 1, a, b
+      for _ = 1, 8 do
+        if (x % 2) ~= (y % 2) then r = r + bit end
+        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+      end
+      XOR8[a * 256 + b] = r
+    end
+  end
+end
+local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
+do
+  for n = 0, 255 do
+    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+    for _ = 1, 8 do
+      local low = c[1] % 2
+      -- shift right by one across the four bytes
+      for i = 1, 4 do
+        local carry = (i < 4) and (c[i + 1] % 2) or 0
+        c[i] = math.floor(c[i] / 2) + carry * 128
+      end
+      if low == 1 then
+        c[1] = XOR8[c[1] * 256 + 0x20]
+        c[2] = XOR8[c[2] * 256 + 0x83]
+        c[3] = XOR8[c[3] * 256 + 0xB8]
+        c[4] = XOR8[c[4] * 256 + 0xED]
+      end
+    end
+    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
+  end
+end
+
+local function crc32(tvb, pos, len)
+  local c0, c1, c2, c3 = 255, 255, 255, 255
+  local at, stop = pos, pos + len
+  while at < stop do
+    local n = math.min(4096, stop - at)
+    local bytes = { tvb:raw(at, n):byte(1, n) }
+    for i = 1, n do
+      local idx = XOR8[c0 * 256 + bytes[i]]
+      c0 = XOR8[CRC_T0[idx] * 256 + c1]
+      c1 = XOR8[CRC_T1[idx] * 256 + c2]
+      c2 = XOR8[CRC_T2[idx] * 256 + c3]
+      c3 = CRC_T3[idx]
+    end
+    at = at + n
+  end
+  return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
+end
+
+local function osiris_inflate(range, label)
+  for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
+    local found, fn = pcall(function() return range[method] end)
+    if found and fn then
+      local ok, out = pcall(fn, range, label)
+      if ok then return out end
+      return nil
+    end
+  end
+  return nil
+end
+
+local function budget_of(ctx)
+  if ctx.budget == nil then
+    ctx.budget = { bytes = OSIRIS_LIMITS.bytes, records = OSIRIS_LIMITS.records, spent = false }
+  end
+  return ctx.budget
+end
+
+local function budget_refuse(ctx, where, what)
+  local b = budget_of(ctx)
+  if not b.spent then
+    b.spent = true
+    note(ctx, "error", "malformed", string.format(
+      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
+      where, what, math.floor(OSIRIS_LIMITS.bytes / 1048576), OSIRIS_LIMITS.records))
+  end
+end
+
+-- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
+local function read_entry(tvb, pos, stop, name, base)
+  base = base or 0
+  if stop - pos < 4 then short(name, pos - base, 4, stop - pos) end
+  local first = tvb(pos, 1):uint()
+  if first < 0x80 then
+    local size = tvb(pos, 4):uint()
+    if stop - pos - 4 < size then short(name, pos + 4 - base, size, stop - pos - 4) end
+    return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
+  end
+  if stop - pos < 11 then short(name, pos - base, 11, stop - pos) end
+  local count, uncompressed, length = tvb(pos + 1, 2):uint(), tvb(pos + 3, 4):uint(), tvb(pos + 7, 4):uint()
+  if length > 0x7FFFFFFF then bad(name, pos + 7 - base, name .. ": sub-batch length " .. length .. " is impossible") end
+  local start = pos + 11
+  if stop - start < length then short(name, start - base, length, stop - start) end
+  return {
+    kind = 1, size = 11 + length, pos = pos, body = start, body_len = length,
+    compression = math.floor(first / 16) % 8, record_count = count,
+    uncompressed_length = uncompressed, length = length,
+  }
+end
+
+local function describe_entry(entry)
+  if entry.kind == 0 then return string.format("Simple entry, %d bytes", entry.size - 4) end
+  local codec = VS.compression[entry.compression] or ("unknown compression " .. entry.compression)
+  return string.format("Sub-batch, %d records, %s: %d bytes, %d uncompressed",
+    entry.record_count, codec, entry.length, entry.uncompressed_length)
+end
+
+local function show_entry(tree, tvb, entry, field, label)
+  if tree == nil then return nil end
+  local item = tree:add(field, tvb(entry.pos, entry.size))
+  item:set_text(label .. ": " .. describe_entry(entry))
+  item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
+  item:add(F.size, tvb(entry.pos, entry.size), entry.size)
+  if entry.kind == 1 then
+    item:add(F.compression, tvb(entry.pos, 1), entry.compression)
+    item:add(F.record_count, tvb(entry.pos + 1, 2))
+    item:add(F.uncompressed_length, tvb(entry.pos + 3, 4))
+    item:add(F.length, tvb(entry.pos + 7, 4))
+  end
+  return item
+end
+
+local function decode_tracking(tvb, pos, len, tree, ctx, snapshot, field)
+  local out, at, stop = {}, pos, pos + len
+  while at < stop do
+    if stop - at < 2 then
+      note(ctx, "warn", "malformed", "tracking data ends inside an entry header at byte " .. (at - pos))
+      break
+    end
+    local kind, id_size = tvb(at, 1):uint(), tvb(at + 1, 1):uint()
+    local two = snapshot and kind == 0
+    local need = 2 + id_size + (two and 16 or 8)
+    if stop - at < need then
+      note(ctx, "warn", "malformed", string.format("tracking entry at byte %d needs %d bytes, %d left",
+        at - pos, need, stop - at))
+      break
+    end
+    local item = { tracking_type = kind }
+    local child
+    if tree then
+      child = tree:add(field, tvb(at, need))
+      child:add(F.tracking_type, tvb(at, 1))
+      child:add(F.id, tvb(at + 1, 1 + id_size), id_size > 0 and tvb(at + 2, id_size):string(ENC_UTF_8) or "")
+    end
+    local values = at + 2 + id_size
+    if two then
+      if child then child:add(F.chunk_id, tvb(values, 8)) end
+      values = values + 8
+    end
+    item.value = tvb(values, 8):uint64()
+    if child then
+      child:add(F.value, tvb(values, 8))
+      local what = VS.tracking_type[kind] or ("type " .. kind)
+      child:set_text(string.format("Tracking %s %s: %s", what,
+        quoted(id_size > 0 and tvb(at + 2, id_size):string(ENC_UTF_8) or ""), tostring(item.value)))
+    end
+    out[#out + 1] = item
+    at = at + need
+  end
+  return out
+end
+
+-- Splits a sub-batch body into its records: a list of {tvb, pos, len}.
+local function split_records(btvb, bpos, blen, entry, where, ctx)
+  local out, at, stop = {}, bpos, bpos + blen
+  for n = 0, entry.record_count - 1 do
+    if stop - at < 4 or stop - at - 4 < btvb(at, 4):uint() then
+      note(ctx, "error", "malformed", string.format(
+        "%s: sub-batch declares %d records but its body ends inside record %d", where, entry.record_count, n))
+      return out
+    end
+    local size = btvb(at, 4):uint()
+    out[#out + 1] = { tvb = btvb, pos = at + 4, len = size }
+    at = at + 4 + size
+  end
+  if at ~= stop then
+    note(ctx, "warn", "malformed", string.format("%s: %d bytes after the sub-batch's last record", where, stop - at))
+  end
+  return out
+end
+
+-- The records of one entry as {tvb, pos, len} bodies; sets entry.framing when decompressed.
+local function entry_bodies(tvb, entry, where, ctx)
+  if entry.kind == 0 then return { { tvb = tvb, pos = entry.body, len = entry.body_len } } end
+  local budget = budget_of(ctx)
+  if entry.uncompressed_length > budget.bytes then
+    budget_refuse(ctx, where, entry.record_count .. " records not decoded")
+    return {}
+  end
+  budget.bytes = budget.bytes - entry.uncompressed_length
+  if entry.compression == 0 then
+    entry.framing = "none"
+    return split_records(tvb, entry.body, entry.body_len, entry, where, ctx)
+  end
+  if entry.compression == 1 then
+    local out = entry.body_len > 0 and osiris_inflate(tvb(entry.body, entry.body_len), "gzip sub-batch") or nil
+    if out == nil then
+      note(ctx, "error", "malformed", where .. ": sub-batch: gzip data does not inflate")
+      return {}
+    end
+    entry.framing = "gzip"
+    return split_records(out, 0, out:len(), entry, where, ctx)
+  end
+  local codec = VS.compression[entry.compression] or ("compression " .. entry.compression)
+  note(ctx, "note", "undecoded", string.format(
+    "%s: sub-batch compressed with %s: Wireshark's Lua API cannot decompress it; its records are not shown",
+    where, codec))
+  return {}
+end
+
+local function show_record(holder, body, record, tracking, snapshot, ctx)
+  local btvb, pos, len = body.tvb, body.pos, body.len
+  local child
+  if holder then
+    child = holder:add(F.records, btvb(pos, len))
+    if record.offset then child:add(F.offset, btvb(pos, len), record.offset) end
+    if record.entry_index then child:add(F.entry_index, btvb(pos, len), record.entry_index) end
+    child:add(F.size, btvb(pos, len), len)
+  end
+  local label = record.offset and ("Record at offset " .. tostring(record.offset)) or "Record"
+  label = label .. ": " .. len .. " bytes"
+  if tracking then
+    decode_tracking(btvb, pos, len, child, ctx, snapshot, F.tracking)
+  elseif amqp_looks_like(btvb, pos, len) then
+    local sections, err = amqp_sections(btvb, pos, len)
+    if child then
+      for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
+      child:add(F.message, btvb(pos, len))
+    end
+    if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
+    label = label .. ", AMQP 1.0"
+  else
+    if child then child:add(F.bytes, btvb(pos, len)) end
+    label = label .. ", not AMQP 1.0"
+  end
+  if child then child:set_text(label) end
+end
+
+local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
+  local total = 0
+  for _, bodies in ipairs(bodies_by_entry) do total = total + #bodies end
+  local holder = tree
+  if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
+  local budget = budget_of(ctx)
+  for e, bodies in ipairs(bodies_by_entry) do
+    for i, body in ipairs(bodies) do
+      if budget.records <= 0 then
+        budget_refuse(ctx, bodies.where, (#bodies - i + 1) .. " records not decoded")
+        break
+      end
+      budget.records = budget.records - 1
+      local record = {}
+      if first_offsets then record.offset = first_offsets[e] + (i - 1) end
+      if index_of then record.entry_index = index_of[e] end
+      show_record(holder, body, record, tracking, snapshot, ctx)
+    end
+  end
+end
+
+HOOKS.osiris_entry = {
+  min_size = 4,
+  read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
+    local entry = read_entry(tvb, pos, stop, name)
+    local after = entry.pos + entry.size
+    local item = show_entry(tree, tvb, entry, F[name], struct_title(name))
+    local where = "message " .. tostring(siblings.publishing_id)
+    local bodies = entry_bodies(tvb, entry, where, ctx)
+    bodies.where = where
+    if item and entry.framing then item:add(F.framing, tvb(entry.pos, entry.size), entry.framing) end
+    local holder = nil
+    if tree then holder = tree:add(tvb(entry.pos, entry.size), "Records: " .. #bodies) end
+    show_records(holder, tvb, { bodies }, nil, ctx, false, false, nil)
+    siblings.records = true
+    return entry, after
+  end,
+}
+
+HOOKS.osiris_chunk = {
+  raw = function(spec, tvb, pos, len, tree, ctx, siblings)
+    local magic = siblings.magic_version
+    if type(magic) == "number" and math.floor(magic / 16) ~= 5 then
+      note(ctx, "error", "malformed", string.format("not an Osiris chunk: magic/version byte is 0x%02x", magic))
+    end
+    local chunk_type = siblings.chunk_type
+    if VS.chunk_type[chunk_type] == nil then
+      note(ctx, "warn", "malformed", "unknown chunk type " .. tostring(chunk_type))
+    end
+    local actual = crc32(tvb, pos, len)
+    local crc = siblings.crc
+    if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual) end
+    if crc ~= actual then
+      note(ctx, "error", "malformed", string.format(
+        "chunk CRC mismatch: header says 0x%08x, data gives 0x%08x", crc, actual))
+    end
+    local chunk_id = siblings.chunk_id or UInt64(0)
+    local num_entries = siblings.num_entries or 0
+    local tracking = chunk_type == 1 or chunk_type == 2
+    local holder = nil
+    if tree then holder = tree:add(tvb(pos, len), "Entries: " .. num_entries) end
+    local bodies_by_entry, first_offsets, index_of = {}, {}, {}
+    local counted, at, stop, read = 0, pos, pos + len, 0
+    for index = 0, num_entries - 1 do
+      if at >= stop then
+        note(ctx, "error", "malformed", string.format("chunk declares %d entries but its data holds %d",
+          num_entries, index))
+        break
+      end
+      local ok, entry = pcall(read_entry, tvb, at, stop, "entry " .. index, pos)
+      if not ok then
+        if type(entry) ~= "table" then error(entry, 0) end
+        local what = entry.short and short_message(entry) or entry.text
+        note(ctx, "error", "malformed", "entry " .. index .. ": " .. what)
+        break
+      end
+      local where = "entry " .. index
+      local bodies = entry_bodies(tvb, entry, where, ctx)
+      bodies.where = where
+      local item = show_entry(holder, tvb, entry, F.entries, "Entry " .. index)
+      if item and entry.framing then
+        item:add(F.framing, tvb(entry.pos, entry.size), entry.framing)
+        item:append_text(", " .. entry.framing)
+      end
+      bodies_by_entry[#bodies_by_entry + 1] = bodies
+      first_offsets[#first_offsets + 1] = chunk_id + counted
+      index_of[#index_of + 1] = index
+      counted = counted + entry.record_count
+      at = entry.pos + entry.size
+      read = read + 1
+    end
+    if at < stop and read == num_entries then
+      note(ctx, "warn", "malformed", (stop - at) .. " bytes after the chunk's last entry")
+    end
+    local declared = siblings.num_records or 0
+    if counted ~= declared and read == num_entries then
+      note(ctx, "warn", "malformed", string.format("chunk declares %d records but its entries hold %d",
+        declared, counted))
+    end
+    show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, chunk_type == 2, index_of)
+  end,
+}
+
+HOOKS.osiris_trailer = {
+  raw = function(spec, tvb, pos, len, tree, ctx, siblings)
+    if tree then tree:add(F[spec.name], tvb(pos, len)) end
+    local holder = nil
+    if tree then holder = tree:add(tvb(pos, len), "Trailer tracking") end
+    local items = decode_tracking(tvb, pos, len, holder, ctx, false, F.trailer_tracking)
+    if holder then holder:set_text("Trailer tracking: " .. #items) end
+  end,
+}

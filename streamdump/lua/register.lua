@@ -1,0 +1,144 @@
+-- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
+
+P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
+  "TCP ports on which the server listens", 65535)
+
+local tcp_table = DissectorTable.get("tcp.port")
+local registered = nil
+local conns, memo = {}, {}
+
+local function register_ports()
+  if registered then tcp_table:remove(registered, P) end
+  registered = P.prefs.ports
+  tcp_table:add(registered, P)
+end
+
+function P.init()
+  conns, memo = {}, {}
+end
+
+function P.prefs_changed()
+  if registered ~= P.prefs.ports then register_ports() end
+end
+
+local function in_ports(port)
+  local text = tostring(P.prefs.ports)
+  for part in text:gmatch("[^,]+") do
+    local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
+    if low then
+      if port >= tonumber(low) and port <= tonumber(high) then return true end
+    elseif tonumber(part) == port then
+      return true
+    end
+  end
+  return false
+end
+
+local function conn_key(pinfo)
+  local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
+  local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+  if a < b then return a .. "|" .. b end
+  return b .. "|" .. a
+end
+
+local function show_links(tree, tvb, f)
+  local links = f.links
+  if links == nil or tree == nil then return end
+  local holder = tree:add(F.links, tvb(0, 0))
+  holder:set_generated()
+  local function gen(name, value)
+    if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
+  end
+  gen("request_in", links.request_in)
+  gen("response_in", links.response_in)
+  gen("response_time", links.response_time)
+  gen("opened_in", links.opened_in)
+  for _, pair in ipairs(links.kept or {}) do gen(pair[1], pair[2]) end
+  if links.publish_in then
+    local count = 0
+    for index in pairs(links.publish_in) do if index > count then count = index end end
+    for index = 1, count do gen("publish_in", links.publish_in[index]) end
+    for index = 1, count do gen("confirm_time", links.confirm_time[index]) end
+  end
+  gen("credit_left", links.credit_left)
+  local parts = {}
+  if links.request_in then parts[#parts + 1] = "request in " .. links.request_in end
+  if links.response_in then parts[#parts + 1] = "response in " .. links.response_in end
+  if links.opened_in then parts[#parts + 1] = "opened in " .. links.opened_in end
+  holder:set_text("Conversation: " .. (#parts > 0 and table.concat(parts, ", ") or "linked"))
+end
+
+local function show_notes(tree, notes)
+  if tree == nil or notes == nil then return end
+  for _, n in ipairs(notes) do
+    tree:add_proto_expert_info(E[n.group][n.severity], n.message)
+  end
+end
+
+local function dissect_pdu(tvb, pinfo, root)
+  local tree = nil
+  if root then tree = root:add(P, tvb()) end
+  local frame = decode_frame(tvb, tree)
+  local pdu = pinfo.number .. ":" .. tvb:offset()
+  local f = memo[pdu]
+  if not pinfo.visited and f == nil then
+    f = {
+      number = pinfo.number, ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
+      kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
+      version = frame.version, length = (frame.size or 0) + SIZE_LEN, fields = frame.fields,
+    }
+    if frame.wire_key ~= nil then
+      local key = conn_key(pinfo)
+      conns[key] = conns[key] or new_conn()
+      track(conns[key], f)
+    end
+    if not f.pending then f.fields = nil end
+    memo[pdu] = f
+  end
+  local name = frame.command or (frame.key and string.format("Unknown(0x%04x)", frame.key)) or "Malformed"
+  local text = name
+  if frame.kind == "request" or frame.kind == "response" then text = text .. " " .. frame.kind end
+  if frame.info and frame.info ~= "" then text = text .. " " .. frame.info end
+  if tree then
+    tree:append_text(": " .. text)
+    tree:add(F.command, tvb(0, 0), name):set_generated()
+    tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
+    if f then show_links(tree, tvb, f) end
+    show_notes(tree, frame.notes)
+    if f then show_notes(tree, f.tnotes) end
+  end
+  pinfo.cols.protocol = SPEC.title
+  local worst = nil
+  for _, list in ipairs({ frame.notes, f and f.tnotes or {} }) do
+    for _, n in ipairs(list) do
+      if n.severity == "error" or (n.severity == "warn" and worst == nil) then worst = n end
+    end
+  end
+  if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
+  if pinfo.private.sd_seen == tostring(pinfo.number) .. tostring(pinfo.visited) then
+    pinfo.cols.info:append("; " .. text)
+  else
+    pinfo.private.sd_seen = tostring(pinfo.number) .. tostring(pinfo.visited)
+    pinfo.cols.info = text
+  end
+  return tvb:len()
+end
+
+local function pdu_length(tvb, pinfo, offset)
+  if tvb:len() - offset < SIZE_LEN then
+    return tvb:reported_len() - offset  -- the capture cut the size field (snaplen)
+  end
+  local size = tvb(offset, SIZE_LEN):uint()
+  if size > SPEC.max_size or size < HEADER_SIZE then
+    -- Not a frame boundary (bytes lost before it): the rest of the segment is one unframed run.
+    return tvb:reported_len() - offset
+  end
+  return size + SIZE_LEN
+end
+
+function P.dissector(tvb, pinfo, tree)
+  dissect_tcp_pdus(tvb, tree, SIZE_LEN, pdu_length, dissect_pdu, true)
+  return tvb:len()
+end
+
+register_ports()

@@ -1,0 +1,380 @@
+"""The generated Wireshark plugin, run in a real tshark over every committed capture.
+
+tshark's JSON (-T json) and streamdump's JSON Lines must agree frame by frame: the same
+frames in the same packets, the same command, kind, size, key and version, the same field
+values in the same order, the same conversation links and the same expert notes. The
+Python side is the reference; a difference fails with a line diff of the two frames.
+
+Differences that are allowed, each narrow and named here:
+- AMQP 1.0 records: the plugin names their sections (`sections`) and shows the record as
+  bytes (`message`); the decoded values are the Python side's alone.
+- Sub-batches compressed with codecs Wireshark's Lua API cannot inflate (snappy, lz4,
+  zstd on 4.0): the plugin shows the entry and an "undecoded" note instead of the records.
+- Captures that lost bytes (pathological/*.dropped, midstream, snaplen...): Wireshark's
+  TCP reassembly and streamdump's recovery differ by design, so only the absence of Lua
+  errors is checked there.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from streamdump import luagen
+from streamdump.registry import Protocol
+from tests.conftest import CAPTURES, ROOT, need
+
+PLUGIN = ROOT / "lua" / "rabbitmq_stream.lua"
+PREFIX = "rabbitmq_stream."
+TOP = ("size", "key", "version")
+MANIFEST = json.loads((CAPTURES / "pathological" / "manifest.json").read_text())
+LOSSY = {
+    entry["file"]
+    for entry in MANIFEST
+    if entry["missing"] or entry["first_seq"] or entry["pathology"] in ("snaplen", "midstream")
+}
+UNINFLATABLE = {2, 3, 4}  # compression codes tshark 4.0's Lua API has no codec for
+LUA_ERRORS = ("lua error", "internal error in the streamdump lua plugin", "_ws.lua.error")
+
+
+def all_captures() -> list[Path]:
+    files = sorted(p for p in CAPTURES.rglob("*") if p.suffix in (".pcap", ".pcapng", ".gz", ".zst"))
+    return [p for p in files if "chunks" not in p.parts]
+
+
+def _tshark() -> str:
+    path = shutil.which("tshark")
+    need(path is not None, "tshark is not installed (apt-get install tshark)")
+    assert path is not None
+    return path
+
+
+def _plain(path: Path, tmp: Path) -> Path:
+    """The capture uncompressed, when it is compressed (tshark 4.0 reads no zstd)."""
+    if path.suffix == ".gz":
+        out = tmp / path.stem
+        out.write_bytes(gzip.decompress(path.read_bytes()))
+        return out
+    if path.suffix == ".zst":
+        out = tmp / path.stem
+        out.write_bytes(zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes()))
+        return out
+    return path
+
+
+def run_tshark(path: Path, tmp: Path, *, two_pass: bool = False) -> tuple[list[Any], str]:
+    """tshark's JSON for the capture (objects as lists of pairs: keys repeat) and all it printed."""
+    args = [_tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(_plain(path, tmp)), "-T", "json"]
+    args += ["-J", "frame rabbitmq_stream", "-o", "tcp.reassemble_out_of_order:TRUE"] + (
+        ["-2"] if two_pass else []
+    )
+    env = dict(os.environ, HOME=str(tmp))  # no personal plugins or preferences of the machine
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, f"tshark failed ({result.returncode}): {result.stderr[-2000:]}"
+    return json.loads(result.stdout, object_pairs_hook=list), text
+
+
+def run_streamdump(path: Path, *, two_pass: bool = False) -> list[dict[str, Any]]:
+    args = [sys.executable, "-m", "streamdump", "read", str(path), "-T", "jsonl"]
+    result = subprocess.run(args + (["--two-pass"] if two_pass else []), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+# ---------------------------------------------------------------- tshark's side
+
+
+def tshark_pdus(packets: list[Any]) -> dict[int, list[list[Any]]]:
+    """Per packet number, each rabbitmq_stream tree (a list of pairs) in order."""
+    out: dict[int, list[list[Any]]] = defaultdict(list)
+    for packet in packets:
+        layers = dict(packet)["_source"]
+        layers = dict(layers)["layers"]
+        number = None
+        for key, value in layers:
+            if key == "frame":
+                number = int(dict(value)["frame.number"])
+            elif key == "rabbitmq_stream":
+                assert number is not None
+                out[number].append(value)
+    return out
+
+
+class Flat:
+    """One frame as flat, ordered lists: fields, links and expert notes."""
+
+    def __init__(self) -> None:
+        self.top: dict[str, Any] = {}
+        self.fields: list[tuple[str, Any]] = []
+        self.links: list[tuple[str, Any]] = []
+        self.expert: list[tuple[str, str, str]] = []
+
+    def lines(self) -> list[str]:
+        out = [f"{k} = {v}" for k, v in sorted(self.top.items())]
+        out += [f"{k} = {v}" for k, v in self.fields]
+        out += [f"links.{k} = {v}" for k, v in self.links]
+        out += [f"expert {g}/{s}: {m}" for g, s, m in sorted(self.expert)]
+        return out
+
+
+def flatten_tshark(tree: list[Any]) -> Flat:
+    flat = Flat()
+
+    def walk(pairs: list[Any], into: list[tuple[str, Any]]) -> None:
+        for key, value in pairs:
+            if key == "_ws.expert":
+                notes = dict(value)
+                abbr = next(k for k, _ in value if k.startswith(PREFIX))
+                group, severity = abbr[len(PREFIX) :].rsplit(".", 1)
+                flat.expert.append((group, severity, notes["_ws.expert.message"]))
+            elif "lua" in key and "error" in key.lower():
+                raise AssertionError(f"Lua error in tshark: {value}")
+            elif key == "_ws.lua.text":
+                if isinstance(value, list):
+                    walk(value, into)
+            elif key == PREFIX + "links":
+                walk(value, flat.links)
+            elif key.startswith(PREFIX):
+                name = key[len(PREFIX) :]
+                if name.endswith("_tree"):
+                    walk(value, into)
+                elif name in ("command", "kind") or (
+                    name in TOP and into is flat.fields and name not in flat.top
+                ):
+                    flat.top[name] = value
+                elif isinstance(value, list):
+                    into.append((name, ""))
+                    walk(value, into)
+                else:
+                    into.append((name, value))
+
+    walk(tree, flat.fields)
+    flat.links.sort(key=lambda item: item[0])
+    return flat
+
+
+# ---------------------------------------------------------------- streamdump's side
+
+
+def flatten_streamdump(frame: dict[str, Any], maps: frozenset[str]) -> Flat:
+    flat = Flat()
+    flat.top = {name: frame[name] for name in (*TOP, "command", "kind") if frame.get(name) is not None}
+    if frame.get("command") is None:
+        flat.top["command"] = f"Unknown(0x{frame['key']:04x})"
+
+    def walk(name: str, value: Any, into: list[tuple[str, Any]]) -> None:
+        if value is None:
+            return  # absent in Wireshark, which shows a null as text
+        if isinstance(value, list):
+            for item in value:
+                walk(name, item, into)
+        elif isinstance(value, dict) and name == "message":
+            into.append((name, ANY))  # the plugin shows the record's bytes, not its AMQP values
+        elif isinstance(value, dict) and name in maps:
+            into.append((name, ""))
+            for k, v in value.items():
+                into.append((f"{name}.key", k))
+                walk(f"{name}.value", v, into)
+        elif isinstance(value, dict):
+            into.append((name, ""))
+            for k, v in value.items():
+                walk(k, v, into)
+        else:
+            into.append((name, value))
+
+    for name, value in frame["fields"].items():
+        walk(name, value, flat.fields)
+    for name, value in (frame.get("links") or {}).items():
+        walk(name, value, flat.links)
+    flat.links.sort(key=lambda item: item[0])
+    flat.expert = [(e["group"], e["severity"], e["message"]) for e in frame["expert"]]
+    return flat
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "<any>"
+
+
+ANY = _Any()
+
+
+def without_uninflatable(flat: Flat) -> None:
+    """Drop what the plugin cannot show: records of snappy/lz4/zstd sub-batches (see above)."""
+    items, out = flat.fields, []
+    entries = -1  # index of the chunk entry being read
+    hidden: set[int] = set()  # chunk entries whose records the plugin cannot show
+    hide_publish = False  # the Publish message being read has such an entry
+    i = 0
+    while i < len(items):
+        name = items[i][0]
+        j = i + 1
+        members = {"entry": ENTRY_NAMES, "entries": ENTRY_NAMES, "records": RECORD_NAMES}.get(name, set())
+        while j < len(items) and items[j][0] in members:
+            j += 1
+        block = items[i:j]
+        if name in ("entry", "entries"):
+            entries += name == "entries"
+            uninflatable = dict(block[1:]).get("compression") in UNINFLATABLE
+            if uninflatable:
+                block = [item for item in block if item[0] != "framing"]
+                hidden |= {entries} if name == "entries" else set()
+            if name == "entry":
+                hide_publish = uninflatable
+        elif name == "records":
+            index = dict(block[1:]).get("entry_index")
+            if (index in hidden) if index is not None else hide_publish:
+                block = []
+        out += block
+        i = j
+    flat.fields = out
+
+
+ENTRY_NAMES = {
+    "entry_kind", "size", "compression", "record_count", "uncompressed_length", "length", "framing",
+}  # fmt: skip
+RECORD_NAMES = {
+    "offset", "entry_index", "size", "sections", "message", "bytes",
+    "tracking", "tracking_type", "id", "chunk_id", "value",
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def same(name: str, expected: Any, actual: Any, ftypes: dict[str, str]) -> bool:
+    if expected is ANY:
+        return True
+    if expected is None:
+        return False
+    ftype = ftypes.get(name.split(".", 1)[0] if name not in ftypes else name, "")
+    if isinstance(expected, bool):
+        return actual == ("1" if expected else "0")
+    if isinstance(expected, int):
+        try:
+            return int(actual, 0) == expected
+        except (TypeError, ValueError):
+            return False
+    if isinstance(expected, float):
+        try:
+            return abs(float(actual) - expected) <= 2e-6
+        except (TypeError, ValueError):
+            return False
+    if ftype == "bytes":
+        return isinstance(actual, str) and actual.replace(":", "") == expected
+    return actual == expected
+
+
+def compare(expected: Flat, actual: Flat, ftypes: dict[str, str]) -> list[str]:
+    """The lines that differ, as a unified diff; empty when the frames agree."""
+    ok = set(expected.top) == set(actual.top) and all(
+        same(k, expected.top[k], actual.top[k], ftypes) for k in expected.top
+    )
+    for mine, theirs in ((expected.fields, actual.fields), (expected.links, actual.links)):
+        ok = ok and len(mine) == len(theirs)
+        ok = ok and all(
+            a[0] == b[0] and same(a[0], a[1], b[1], ftypes) for a, b in zip(mine, theirs, strict=False)
+        )
+    ok = ok and sorted(expected.expert) == sorted(actual.expert)
+    if ok:
+        return []
+    # Show tshark's values in streamdump's spelling where they agree, so the diff shows only what differs.
+    shown = Flat()
+    shown.top = {
+        k: expected.top[k] if same(k, expected.top.get(k), v, ftypes) else v for k, v in actual.top.items()
+    }
+    for mine, theirs, into in (
+        (expected.fields, actual.fields, shown.fields),
+        (expected.links, actual.links, shown.links),
+    ):
+        for index, (name, value) in enumerate(theirs):
+            if index < len(mine) and mine[index][0] == name and same(name, mine[index][1], value, ftypes):
+                value = mine[index][1]
+            into.append((name, value))
+    shown.expert = actual.expert
+    return list(difflib.unified_diff(expected.lines(), shown.lines(), "streamdump", "tshark", lineterm=""))
+
+
+def field_types(protocol: Protocol) -> dict[str, str]:
+    return {entry["name"]: entry["ftype"] for entry in luagen.field_names(protocol)}
+
+
+def differences(path: Path, tmp: Path, protocol: Protocol, *, two_pass: bool = False) -> Iterator[str]:
+    packets, _ = run_tshark(path, tmp, two_pass=two_pass)
+    theirs = tshark_pdus(packets)
+    ours: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for frame in run_streamdump(path, two_pass=two_pass):
+        ours[frame["frame"]].append(frame)
+    maps = frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
+    ftypes = field_types(protocol)
+    for number in sorted(set(ours) | set(theirs)):
+        mine, other = ours.get(number, []), theirs.get(number, [])
+        if len(mine) != len(other):
+            yield (
+                f"packet {number}: streamdump has {len(mine)} frames "
+                f"({', '.join(str(f.get('command')) for f in mine)}), tshark {len(other)}"
+            )
+            continue
+        for index, (frame, tree) in enumerate(zip(mine, other, strict=True)):
+            expected, actual = flatten_streamdump(frame, maps), flatten_tshark(tree)
+            if any(group == "undecoded" for group, _, _ in actual.expert):
+                without_uninflatable(expected)
+                actual.expert = [e for e in actual.expert if e[0] != "undecoded"]
+            diff = compare(expected, actual, ftypes)
+            if diff:
+                yield f"packet {number} frame {index} ({frame.get('command')}):\n" + "\n".join(diff)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_plugin_is_current(protocol: Protocol) -> None:
+    """The committed plugin is what `streamdump lua generate` writes today."""
+    assert PLUGIN.read_text(encoding="utf-8") == luagen.generate(protocol), (
+        "lua/ is stale: run `streamdump lua generate`"
+    )
+
+
+def test_plugin_says_it_is_generated() -> None:
+    first = PLUGIN.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("-- Generated by `streamdump lua generate` from dissectors/rabbitmq_stream.yaml")
+
+
+@pytest.mark.parametrize("path", all_captures(), ids=lambda p: str(p.relative_to(CAPTURES)))
+def test_tshark_runs_the_plugin_without_lua_errors(path: Path, tmp_path: Path) -> None:
+    packets, text = run_tshark(path, tmp_path)
+    lowered = text.lower()
+    for marker in LUA_ERRORS:
+        assert marker not in lowered, f"{marker!r} in tshark's output for {path.name}"
+    if path.name not in LOSSY:
+        assert tshark_pdus(packets), "the plugin decoded no frame"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in all_captures() if p.name not in LOSSY],
+    ids=lambda p: str(p.relative_to(CAPTURES)),
+)
+def test_tshark_and_streamdump_agree(path: Path, tmp_path: Path, protocol: Protocol) -> None:
+    found = list(differences(path, tmp_path, protocol))
+    assert not found, f"{len(found)} differences; first ones:\n" + "\n\n".join(found[:5])
+
+
+@pytest.mark.parametrize("name", ["session.pcap", "deleted_stream.pcap", "credit_exhausted.pcap"])
+def test_two_pass_links_agree(name: str, tmp_path: Path, protocol: Protocol) -> None:
+    """`tshark -2` and `streamdump read --two-pass` both point requests at their responses."""
+    found = list(differences(CAPTURES / name, tmp_path, protocol, two_pass=True))
+    assert not found, "\n\n".join(found[:5])
