@@ -2539,7 +2539,7 @@ local all_experts = {}
 for group, gvalue in pairs(GROUPS) do
   E[group] = {}
   for severity, svalue in pairs(SEVERITIES) do
-    local e = ProtoExpert.new(SPEC.name .. "." .. group .. "." .. severity,
+    local e = ProtoExpert.new(SPEC.name .. ".expert." .. group .. "." .. severity,
       SPEC.title .. " " .. group:gsub("_", " ") .. " " .. severity, gvalue, svalue)
     E[group][severity] = e
     all_experts[#all_experts + 1] = e
@@ -2709,11 +2709,14 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       return { pos = pos + prefix, len = length, tvb = tvb }, pos + prefix + length
     end
     local text = length > 0 and tvb:raw(pos + 2, length) or ""
-    if not utf8_valid(text) then
+    if utf8_valid(text) then
+      if tree then tree:add(F[name], tvb(pos, 2 + length), text) end
+    else
       note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
       text = tvb(pos + 2, length):string(ENC_UTF_8)
+      -- Wireshark decodes it (replacing bad bytes) from the bytes themselves.
+      if tree then tree:add_packet_field(F[name], tvb(pos + 2, length), ENC_UTF_8) end
     end
-    if tree then tree:add(F[name], tvb(pos, 2 + length), text) end
     return text, pos + 2 + length
   elseif t == "array" then
     local element = spec.of

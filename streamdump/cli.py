@@ -27,6 +27,7 @@ from streamdump.decoder import Decoder
 from streamdump.fieldnames import FrameFilter
 from streamdump.filter import FilterError
 from streamdump.follow import Dialogue
+from streamdump import luagen
 from streamdump.frame import Frame
 from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames
@@ -462,6 +463,58 @@ def decode(
     with _reader_may_leave():
         write_frames(frames, Renderer(decoder), fmt, detail, sys.stdout)
         sys.stdout.flush()
+
+
+lua_app = typer.Typer(
+    no_args_is_help=True, help="The Wireshark plugin generated from the registry: write it, install it."
+)
+app.add_typer(lua_app, name="lua")
+
+
+@lua_app.command("generate")
+def lua_generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the plugins into.")] = Path("lua"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a plugin there is not current.")
+    ] = False,
+) -> None:
+    """Write one Wireshark Lua dissector per spec in the registry (lua/ in the repository)."""
+    protocols = list(default_registry().protocols.values())
+    if check:
+        stale = [
+            luagen.plugin_name(p)
+            for p in protocols
+            if not (out / luagen.plugin_name(p)).is_file()
+            or (out / luagen.plugin_name(p)).read_text(encoding="utf-8") != luagen.generate(p)
+        ]
+        if stale:
+            raise _fail(f"stale in {out}: {', '.join(stale)} (run `streamdump lua generate`)")
+        print(f"{out}: current")
+        return
+    try:
+        written = luagen.write(protocols, out)
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror or exc}") from None
+    for path in written:
+        print(path)
+
+
+@lua_app.command("install")
+def lua_install(
+    folder: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Plugins folder (default: Wireshark's personal Lua plugins folder)."),
+    ] = None,
+) -> None:
+    """Install the plugins into Wireshark's personal plugins folder and say where."""
+    target = folder or luagen.personal_plugins_folder()
+    try:
+        written = luagen.write(default_registry().protocols.values(), target)
+    except OSError as exc:
+        raise _fail(f"cannot write {target}: {exc.strerror or exc}") from None
+    for path in written:
+        print(f"installed {path}")
+    print("Wireshark loads it when it starts (Analyze > Reload Lua Plugins in a running one).")
 
 
 def main() -> None:

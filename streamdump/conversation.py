@@ -618,6 +618,8 @@ class Tracker:
                     flight[item] = (frame.number, frame.ts)
             return
         failing = command in self.acks_failed
+        if not failing and command not in self.acks_confirmed:
+            return  # e.g. a response to a command that sends items, which has no layout
         ack = self.acks_failed[command] if failing else self.acks_confirmed[command]
         sid = frame.fields.get(self.spec.sessions[ack.session].id)
         if not isinstance(sid, int):

@@ -11,6 +11,10 @@ to a spec shows up in Wireshark with nothing else to edit. Output is determinist
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -70,6 +74,23 @@ def write(protocols: Iterable[Protocol], directory: Path) -> list[Path]:
         path.write_text(generate(protocol), encoding="utf-8")
         written.append(path)
     return written
+
+
+def personal_plugins_folder() -> Path:
+    """Where Wireshark looks for the user's Lua plugins: as tshark says, else the platform default."""
+    tshark = shutil.which("tshark")
+    if tshark is not None:
+        try:
+            result = subprocess.run([tshark, "-G", "folders"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            result = None
+        for line in result.stdout.splitlines() if result is not None else ():
+            name, _, value = line.partition(":")
+            if name.strip() == "Personal Lua Plugins" and value.strip():
+                return Path(value.strip())
+    if sys.platform == "win32":
+        return Path(os.environ.get("APPDATA", Path.home())) / "Wireshark" / "plugins"
+    return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
 
 
 def _source_name(protocol: Protocol) -> str:

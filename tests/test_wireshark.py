@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import difflib
 import gzip
+import io
 import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 from collections import defaultdict
@@ -29,10 +32,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dpkt
 import pytest
 import zstandard
 
 from streamdump import luagen
+from streamdump.decoder import Decoder
+from streamdump.hooks import osiris
 from streamdump.registry import Protocol
 from tests.conftest import CAPTURES, ROOT, need
 
@@ -137,8 +143,8 @@ def flatten_tshark(tree: list[Any]) -> Flat:
         for key, value in pairs:
             if key == "_ws.expert":
                 notes = dict(value)
-                abbr = next(k for k, _ in value if k.startswith(PREFIX))
-                group, severity = abbr[len(PREFIX) :].rsplit(".", 1)
+                abbr = next(k for k, _ in value if k.startswith(PREFIX + "expert."))
+                group, severity = abbr[len(PREFIX + "expert.") :].rsplit(".", 1)
                 flat.expert.append((group, severity, notes["_ws.expert.message"]))
             elif "lua" in key and "error" in key.lower():
                 raise AssertionError(f"Lua error in tshark: {value}")
@@ -336,6 +342,108 @@ def differences(path: Path, tmp: Path, protocol: Protocol, *, two_pass: bool = F
             diff = compare(expected, actual, ftypes)
             if diff:
                 yield f"packet {number} frame {index} ({frame.get('command')}):\n" + "\n".join(diff)
+
+
+# ---------------------------------------------------------------- a capture of damage
+
+
+def _segments(frames: list[tuple[bool, bytes]]) -> bytes:
+    """A pcap of one TCP connection (handshake, then one segment per frame) built with dpkt."""
+    client, server = ("127.0.0.1", 40000), ("127.0.0.1", 5552)
+    out = io.BytesIO()
+    writer = dpkt.pcap.Writer(out)
+    seq = {True: 1000, False: 5000}
+    ts = 1_800_000_000.0
+
+    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
+        nonlocal ts
+        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
+        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
+                           flags=flags, win=65535, data=payload)  # fmt: skip
+        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP, data=tcp)
+        ip.len = 20 + len(bytes(tcp))
+        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
+        writer.writepkt(bytes(eth), ts=ts)
+        ts += 0.001
+        seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
+
+    packet(True, dpkt.tcp.TH_SYN)
+    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
+    packet(True, dpkt.tcp.TH_ACK)
+    for from_client, frame in frames:
+        packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, frame)
+    return out.getvalue()
+
+
+def damage_frames(decoder: Decoder) -> list[tuple[bool, bytes]]:
+    """Tracking chunks cut from the broker's own segment files, and frames damaged on purpose."""
+    frames: list[tuple[bool, bytes]] = []
+    for name in ("user_with_trailer.bin", "tracking_delta.bin", "tracking_snapshot.bin"):
+        stored = (CAPTURES / "chunks" / name).read_bytes()
+        frames.append((False, _deliver(stored)))
+    stored = bytearray((CAPTURES / "chunks" / "user_with_trailer.bin").read_bytes())
+    flipped = bytearray(stored)
+    flipped[60] ^= 0xFF  # inside the data: the CRC no longer matches
+    frames.append((False, _deliver(bytes(flipped)[:105])))
+    more = bytearray(stored[:105])
+    more[3] += 1  # one entry more than the data holds
+    frames.append((False, _deliver(bytes(more))))
+    frames.append((False, _frame(0x0077, b"\x00\x01\x02")))  # a key nobody knows
+    frames.append((False, _frame(0x8002, b"\x01")))  # Publish has no response layout
+    publish = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": []})
+    frames.append((True, _resize(publish + b"\xde\xad")))  # bytes after the last field
+    create = decoder.encode("Create", "request", {"correlation_id": 9, "stream": "s", "arguments": {}})
+    frames.append((True, _resize(create[:-4] + struct.pack(">i", -5))))  # a negative map count
+    declare = decoder.encode(
+        "DeclarePublisher", "request",
+        {"correlation_id": 10, "publisher_id": 2, "publisher_reference": "", "stream": "s\u00e9"},
+    )  # fmt: skip
+    frames.append((True, declare.replace(b"s\xc3\xa9", b"s\xff\xfe")))  # not UTF-8
+    one = decoder.encode(
+        "Publish", "command",
+        {"publisher_id": 1, "messages": [{"publishing_id": 1, "entry": osiris.simple_entry(b"\x00\x53\x75\xa0\x01x")}]},
+    )  # fmt: skip
+    frames.append((True, one[:9] + struct.pack(">i", 5) + one[13:]))  # 5 messages declared, 1 sent
+    metadata = decoder.encode("Metadata", "request", {"correlation_id": 11, "streams": ["s"]})
+    frames.append((True, metadata[:6] + struct.pack(">H", 9) + metadata[8:]))  # a version the registry lacks
+    return frames
+
+
+def _frame(key: int, body: bytes) -> bytes:
+    return struct.pack(">IHH", len(body) + 4, key, 1) + body
+
+
+def _resize(frame: bytes) -> bytes:
+    return struct.pack(">I", len(frame) - 4) + frame[4:]
+
+
+def _deliver(stored_chunk: bytes) -> bytes:
+    return _frame(0x0008, b"\x01" + stored_chunk)
+
+
+def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protocol) -> None:
+    """Tracking chunks, trailers and malformed frames: the same fields and the same notes."""
+    path = tmp_path / "damage.pcap"
+    path.write_bytes(_segments(damage_frames(Decoder(protocol))))
+    found = list(differences(path, tmp_path, protocol))
+    assert not found, f"{len(found)} differences; first ones:\n" + "\n\n".join(found[:5])
+    frames = run_streamdump(path)
+    assert [frame["command"] for frame in frames].count("Deliver") == 5
+    notes = " | ".join(e["message"] for frame in frames for e in frame["expert"])
+    for meant in (
+        "chunk CRC mismatch",
+        "chunk declares 4 entries but its data holds 3",
+        "unknown command key 0x0077",
+        "Publish has no response layout",
+        "2 bytes after the last field",
+        "arguments has negative count -5",
+        "stream is not valid UTF-8",
+        "frame too short: messages (5 entries)",
+        "Metadata version 9 is not in the registry",
+    ):
+        assert meant in notes, f"the damage capture lacks {meant!r}: {notes}"
+    tracking = [r for frame in frames for r in frame["fields"].get("chunk", {}).get("records", []) if "tracking" in r]
+    assert len(tracking) == 2 and any(f["fields"]["chunk"].get("trailer_tracking") for f in frames[:1])
 
 
 # ---------------------------------------------------------------- tests
