@@ -21,13 +21,13 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
+from streamdump import luagen
 from streamdump.capture import CaptureError
 from streamdump.conversation import Tracker
 from streamdump.decoder import Decoder
 from streamdump.fieldnames import FrameFilter
 from streamdump.filter import FilterError
 from streamdump.follow import Dialogue
-from streamdump import luagen
 from streamdump.frame import Frame
 from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames

@@ -360,9 +360,11 @@ def _segments(frames: list[tuple[bool, bytes]]) -> bytes:
         (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
         tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
                            flags=flags, win=65535, data=payload)  # fmt: skip
-        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP, data=tcp)
+        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
+        ip.data = tcp
         ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
+        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP)
+        eth.data = ip
         writer.writepkt(bytes(eth), ts=ts)
         ts += 0.001
         seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
@@ -399,10 +401,8 @@ def damage_frames(decoder: Decoder) -> list[tuple[bool, bytes]]:
         {"correlation_id": 10, "publisher_id": 2, "publisher_reference": "", "stream": "s\u00e9"},
     )  # fmt: skip
     frames.append((True, declare.replace(b"s\xc3\xa9", b"s\xff\xfe")))  # not UTF-8
-    one = decoder.encode(
-        "Publish", "command",
-        {"publisher_id": 1, "messages": [{"publishing_id": 1, "entry": osiris.simple_entry(b"\x00\x53\x75\xa0\x01x")}]},
-    )  # fmt: skip
+    message = {"publishing_id": 1, "entry": osiris.simple_entry(b"\x00\x53\x75\xa0\x01x")}
+    one = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": [message]})
     frames.append((True, one[:9] + struct.pack(">i", 5) + one[13:]))  # 5 messages declared, 1 sent
     metadata = decoder.encode("Metadata", "request", {"correlation_id": 11, "streams": ["s"]})
     frames.append((True, metadata[:6] + struct.pack(">H", 9) + metadata[8:]))  # a version the registry lacks
@@ -442,7 +442,8 @@ def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protoco
         "Metadata version 9 is not in the registry",
     ):
         assert meant in notes, f"the damage capture lacks {meant!r}: {notes}"
-    tracking = [r for frame in frames for r in frame["fields"].get("chunk", {}).get("records", []) if "tracking" in r]
+    records = [r for frame in frames for r in frame["fields"].get("chunk", {}).get("records", [])]
+    tracking = [r for r in records if "tracking" in r]
     assert len(tracking) == 2 and any(f["fields"]["chunk"].get("trailer_tracking") for f in frames[:1])
 
 
