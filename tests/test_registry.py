@@ -118,6 +118,9 @@ BAD_SPECS = [
     (spec("- x: {type: hook, hook: osiris_entry}", replace=("commands:", HOOKS)), ["must name a struct"]),
     (spec("- x: shape", replace=("commands:", HOOKS)), ["unknown type 'shape'"]),
     (spec("- x: bool"), ["only describes what a hook adds"]),
+    (spec("- kind: uint8"), ["field name 'kind' is taken by the frame itself"]),
+    (spec("- links: uint8"), ["field name 'links' is taken by the frame itself"]),
+    (spec("- x: {type: uint32, display: colour}"), ["unknown display 'colour'"]),
     ("protocol: [unclosed", ["not valid YAML"]),
     ("- just a list", ["top level must be a mapping"]),
 ]
@@ -135,3 +138,10 @@ def test_registry_refuses_a_protocol_defined_twice(tmp_path: Path) -> None:
         load_registry(tmp_path)
     with pytest.raises(SpecError, match="no protocol specs"):
         load_registry(tmp_path / "nowhere")
+
+
+def test_amqp_section_names_are_the_amqp_hooks(protocol: Protocol) -> None:
+    """The registry's section enum (filters, the plugin) and the AMQP decoder name sections alike."""
+    from streamdump.hooks import amqp
+
+    assert dict(protocol.enums["amqp_section"]) == amqp.SECTION_NAMES
