@@ -21,6 +21,7 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("streamdump-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "streamdump/dissectors/rabbitmq_stream.yaml" in names
+    assert {"streamdump/lua/dissector.lua", "streamdump/hooks/osiris.lua"} <= set(names)
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
@@ -40,3 +41,10 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
     spec_path, line = proc.stdout.splitlines()
     assert Path(spec_path).is_relative_to(target)
     assert "DeletePublisher request 0x0006 corr=7 pub=1" in line
+    plugin = subprocess.run(
+        [sys.executable, "-m", "streamdump", "lua", "generate", "--out", str(tmp_path / "lua")],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert plugin.returncode == 0, plugin.stderr
+    generated = (tmp_path / "lua" / "rabbitmq_stream.lua").read_bytes()
+    assert generated == (ROOT / "lua" / "rabbitmq_stream.lua").read_bytes()
