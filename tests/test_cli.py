@@ -262,6 +262,21 @@ def test_filter_on_codes_names_and_hook_fields() -> None:
     )
 
 
+def test_filter_on_map_entries_and_amqp_sections() -> None:
+    """Map entries are name.key / name.value, record sections are named by their enum: as in Wireshark."""
+    session = str(CAPTURES / "session.pcap")
+    product = 'properties.key == "product" && properties.value contains "Rabbit"'
+    code, out, _ = run("read", session, "-Y", product)
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["4", "6"]
+    code, out, _ = run("read", session, "-Y", 'connection_properties.key == "advertised_port"')
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["17"]
+    compression = str(CAPTURES / "compression.pcap")
+    code, out, _ = run("read", compression, "-Y", 'sections == "application_properties"')
+    assert code == 0 and out
+    code, none, _ = run("read", compression, "-Y", "sections == 0x70")
+    assert code == 0 and none == ""  # no record of that capture carries a header section
+
+
 def test_filter_times_count_from_the_first_frame_of_the_capture() -> None:
     _, everything, _ = run("read", str(CAPTURES / "session.pcap"))
     _, some, _ = run("read", str(CAPTURES / "session.pcap"), "-Y", 'command == "Close"')
