@@ -2549,6 +2549,15 @@ P.experts = all_experts
 
 -- Small helpers ----------------------------------------------------------------------
 
+-- Under Lua 5.4 a number Wireshark hands over may be a float (3.0), which prints as "3.0":
+-- counts, sizes and packet numbers become integers where the Lua has integers.
+local int = function(x) return x end
+if math.tointeger then
+  int = function(x) return math.tointeger(x) or x end
+end
+local function uint_of(range) return int(range:uint()) end
+local function int_of(range) return int(range:int()) end
+
 local function struct_title(name)
   local words = {}
   for word in name:gmatch("[^_]+") do
@@ -2666,7 +2675,7 @@ local read_value, decode_fields
 
 local function read_count(tvb, pos, stop, name, element_min, ctx)
   if stop - pos < 4 then short(name, pos, 4, stop - pos) end
-  local count = tvb(pos, 4):int()
+  local count = int_of(tvb(pos, 4))
   pos = pos + 4
   if count == -1 then return nil, pos end
   if count < 0 then bad(name, pos - 4, name .. " has negative count " .. count) end
@@ -2689,6 +2698,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     if stop - pos < width then short(name, pos, width, stop - pos) end
     local range = tvb(pos, width)
     local value = range[READ[t]](range)
+    if width <= 4 then value = int(value) end
     if tree then
       local item = tree:add(F[name], range)
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
@@ -2697,7 +2707,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   elseif t == "string" or t == "bytes" then
     local prefix = t == "string" and 2 or 4
     if stop - pos < prefix then short(name, pos, prefix, stop - pos) end
-    local length = tvb(pos, prefix):int()
+    local length = int_of(tvb(pos, prefix))
     if length == -1 then
       add_null(tree, tvb, pos, prefix, name)
       return nil, pos + prefix
@@ -2909,18 +2919,18 @@ end
 local function decode_frame(tvb, tree)
   local ctx = { notes = {} }
   local frame = { fields = {}, notes = ctx.notes, kind = "unknown" }
-  local avail = tvb:len()
-  local partial = avail < tvb:reported_len()
+  local avail = int(tvb:len())
+  local partial = avail < int(tvb:reported_len())
   if avail < SIZE_LEN + HEADER_SIZE then
     note(ctx, "error", "malformed", "frame too short for a header: " .. avail .. " bytes")
     return frame
   end
-  local size = tvb(0, SIZE_LEN):uint()
+  local size = uint_of(tvb(0, SIZE_LEN))
   if size > SPEC.max_size or size < HEADER_SIZE then
     frame.unframed = true
     note(ctx, "warn", "malformed", string.format(
       "%d bytes that do not start a frame (the size field says %d): the capture may have lost bytes before them",
-      tvb:reported_len(), size))
+      int(tvb:reported_len()), size))
     if tree then tree:add(F.payload, tvb(0, avail)) end
     return frame
   end
@@ -2935,8 +2945,8 @@ local function decode_frame(tvb, tree)
       "frame size says " .. size .. " bytes but only " .. (stop - SIZE_LEN) .. " present")
   end
   if tree then tree:add(F.size, tvb(0, SIZE_LEN)) end
-  local wire_key = tvb(SIZE_LEN, 2):uint()
-  local version = tvb(SIZE_LEN + 2, 2):uint()
+  local wire_key = uint_of(tvb(SIZE_LEN, 2))
+  local version = uint_of(tvb(SIZE_LEN + 2, 2))
   local key = wire_key
   if has_bit(wire_key, RESPONSE_BIT) then key = wire_key - RESPONSE_BIT end
   frame.wire_key, frame.key, frame.version = wire_key, key, version
@@ -3456,7 +3466,7 @@ local function amqp_fail(pos, text) error({ amqp = true, offset = pos, text = te
 local function amqp_skip(tvb, pos, stop, depth)
   if depth > 64 then amqp_fail(pos, "values nest too deep") end
   if pos >= stop then amqp_fail(pos, "the message ends inside a value") end
-  local c = tvb(pos, 1):uint()
+  local c = uint_of(tvb(pos, 1))
   if c == 0x00 then
     local after = amqp_skip(tvb, pos + 1, stop, depth + 1)
     return amqp_skip(tvb, after, stop, depth + 1)
@@ -3469,16 +3479,16 @@ local function amqp_skip(tvb, pos, stop, depth)
   local width = AMQP_SIZED[c]
   if width == nil then amqp_fail(pos, string.format("unknown constructor 0x%02x", c)) end
   if stop - pos - 1 < width then amqp_fail(pos, string.format("the size of constructor 0x%02x is cut", c)) end
-  local size = tvb(pos + 1, width):uint()
+  local size = uint_of(tvb(pos + 1, width))
   if stop - pos - 1 - width < size then amqp_fail(pos, string.format("the value of constructor 0x%02x is cut", c)) end
   return pos + 1 + width + size
 end
 
 local function amqp_section_code(tvb, pos, stop)
   if pos >= stop then amqp_fail(pos, "the message ends inside a section descriptor") end
-  local c = tvb(pos, 1):uint()
+  local c = uint_of(tvb(pos, 1))
   local after = amqp_skip(tvb, pos, stop, 1)
-  if c == 0x53 then return tvb(pos + 1, 1):uint(), after end
+  if c == 0x53 then return uint_of(tvb(pos + 1, 1)), after end
   if c == 0x80 then
     local value = tvb(pos + 1, 8):uint64()
     if value <= UInt64(0x78) then return tonumber(tostring(value)), after end
@@ -3497,10 +3507,10 @@ end
 
 -- Whether the record starts with a described message section, as amqp.looks_like_amqp says.
 local function amqp_looks_like(tvb, pos, len)
-  if len < 3 or tvb(pos, 1):uint() ~= 0 then return false end
-  local c = tvb(pos + 1, 1):uint()
+  if len < 3 or uint_of(tvb(pos, 1)) ~= 0 then return false end
+  local c = uint_of(tvb(pos + 1, 1))
   if c == 0x53 then
-    local code = tvb(pos + 2, 1):uint()
+    local code = uint_of(tvb(pos + 2, 1))
     return code >= 0x70 and code <= 0x78
   end
   if c == 0x80 then
@@ -3521,8 +3531,8 @@ local function amqp_sections(tvb, pos, len)
   local sections, stop = {}, pos + len
   local ok, err = pcall(function()
     while pos < stop do
-      if tvb(pos, 1):uint() ~= 0x00 then
-        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", tvb(pos, 1):uint()))
+      if uint_of(tvb(pos, 1)) ~= 0x00 then
+        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", uint_of(tvb(pos, 1))))
       end
       local code, after = amqp_section_code(tvb, pos + 1, stop)
       if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos, "unknown section descriptor") end
@@ -3630,14 +3640,14 @@ end
 local function read_entry(tvb, pos, stop, name, base)
   base = base or 0
   if stop - pos < 4 then short(name, pos - base, 4, stop - pos) end
-  local first = tvb(pos, 1):uint()
+  local first = uint_of(tvb(pos, 1))
   if first < 0x80 then
-    local size = tvb(pos, 4):uint()
+    local size = uint_of(tvb(pos, 4))
     if stop - pos - 4 < size then short(name, pos + 4 - base, size, stop - pos - 4) end
     return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
   end
   if stop - pos < 11 then short(name, pos - base, 11, stop - pos) end
-  local count, uncompressed, length = tvb(pos + 1, 2):uint(), tvb(pos + 3, 4):uint(), tvb(pos + 7, 4):uint()
+  local count, uncompressed, length = uint_of(tvb(pos + 1, 2)), uint_of(tvb(pos + 3, 4)), uint_of(tvb(pos + 7, 4))
   if length > 0x7FFFFFFF then bad(name, pos + 7 - base, name .. ": sub-batch length " .. length .. " is impossible") end
   local start = pos + 11
   if stop - start < length then short(name, start - base, length, stop - start) end
@@ -3677,7 +3687,7 @@ local function decode_tracking(tvb, pos, len, tree, ctx, snapshot, field)
       note(ctx, "warn", "malformed", "tracking data ends inside an entry header at byte " .. (at - pos))
       break
     end
-    local kind, id_size = tvb(at, 1):uint(), tvb(at + 1, 1):uint()
+    local kind, id_size = uint_of(tvb(at, 1)), uint_of(tvb(at + 1, 1))
     local two = snapshot and kind == 0
     local need = 2 + id_size + (two and 16 or 8)
     if stop - at < need then
@@ -3714,12 +3724,12 @@ end
 local function split_records(btvb, bpos, blen, entry, where, ctx)
   local out, at, stop = {}, bpos, bpos + blen
   for n = 0, entry.record_count - 1 do
-    if stop - at < 4 or stop - at - 4 < btvb(at, 4):uint() then
+    if stop - at < 4 or stop - at - 4 < uint_of(btvb(at, 4)) then
       note(ctx, "error", "malformed", string.format(
         "%s: sub-batch declares %d records but its body ends inside record %d", where, entry.record_count, n))
       return out
     end
-    local size = btvb(at, 4):uint()
+    local size = uint_of(btvb(at, 4))
     out[#out + 1] = { tvb = btvb, pos = at + 4, len = size }
     at = at + 4 + size
   end
@@ -3749,7 +3759,7 @@ local function entry_bodies(tvb, entry, where, ctx)
       return {}
     end
     entry.framing = "gzip"
-    return split_records(out, 0, out:len(), entry, where, ctx)
+    return split_records(out, 0, int(out:len()), entry, where, ctx)
   end
   local codec = VS.compression[entry.compression] or ("compression " .. entry.compression)
   note(ctx, "note", "undecoded", string.format(
@@ -3980,11 +3990,11 @@ local function dissect_pdu(tvb, pinfo, root)
   local tree = nil
   if root then tree = root:add(P, tvb()) end
   local frame = decode_frame(tvb, tree)
-  local pdu = pinfo.number .. ":" .. tvb:offset()
+  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
   if not pinfo.visited and f == nil then
     f = {
-      number = pinfo.number, ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
+      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
       version = frame.version, length = (frame.size or 0) + SIZE_LEN, fields = frame.fields,
     }
@@ -4016,30 +4026,30 @@ local function dissect_pdu(tvb, pinfo, root)
     end
   end
   if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
-  if pinfo.private.sd_seen == tostring(pinfo.number) .. tostring(pinfo.visited) then
+  if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
     pinfo.cols.info:append("; " .. text)
   else
-    pinfo.private.sd_seen = tostring(pinfo.number) .. tostring(pinfo.visited)
+    pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
     pinfo.cols.info = text
   end
-  return tvb:len()
+  return int(tvb:len())
 end
 
 local function pdu_length(tvb, pinfo, offset)
-  if tvb:len() - offset < SIZE_LEN then
-    return tvb:reported_len() - offset  -- the capture cut the size field (snaplen)
+  if int(tvb:len()) - offset < SIZE_LEN then
+    return int(tvb:reported_len()) - offset  -- the capture cut the size field (snaplen)
   end
-  local size = tvb(offset, SIZE_LEN):uint()
+  local size = uint_of(tvb(offset, SIZE_LEN))
   if size > SPEC.max_size or size < HEADER_SIZE then
     -- Not a frame boundary (bytes lost before it): the rest of the segment is one unframed run.
-    return tvb:reported_len() - offset
+    return int(tvb:reported_len()) - offset
   end
   return size + SIZE_LEN
 end
 
 function P.dissector(tvb, pinfo, tree)
   dissect_tcp_pdus(tvb, tree, SIZE_LEN, pdu_length, dissect_pdu, true)
-  return tvb:len()
+  return int(tvb:len())
 end
 
 register_ports()

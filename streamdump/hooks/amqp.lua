@@ -25,7 +25,7 @@ local function amqp_fail(pos, text) error({ amqp = true, offset = pos, text = te
 local function amqp_skip(tvb, pos, stop, depth)
   if depth > 64 then amqp_fail(pos, "values nest too deep") end
   if pos >= stop then amqp_fail(pos, "the message ends inside a value") end
-  local c = tvb(pos, 1):uint()
+  local c = uint_of(tvb(pos, 1))
   if c == 0x00 then
     local after = amqp_skip(tvb, pos + 1, stop, depth + 1)
     return amqp_skip(tvb, after, stop, depth + 1)
@@ -38,16 +38,16 @@ local function amqp_skip(tvb, pos, stop, depth)
   local width = AMQP_SIZED[c]
   if width == nil then amqp_fail(pos, string.format("unknown constructor 0x%02x", c)) end
   if stop - pos - 1 < width then amqp_fail(pos, string.format("the size of constructor 0x%02x is cut", c)) end
-  local size = tvb(pos + 1, width):uint()
+  local size = uint_of(tvb(pos + 1, width))
   if stop - pos - 1 - width < size then amqp_fail(pos, string.format("the value of constructor 0x%02x is cut", c)) end
   return pos + 1 + width + size
 end
 
 local function amqp_section_code(tvb, pos, stop)
   if pos >= stop then amqp_fail(pos, "the message ends inside a section descriptor") end
-  local c = tvb(pos, 1):uint()
+  local c = uint_of(tvb(pos, 1))
   local after = amqp_skip(tvb, pos, stop, 1)
-  if c == 0x53 then return tvb(pos + 1, 1):uint(), after end
+  if c == 0x53 then return uint_of(tvb(pos + 1, 1)), after end
   if c == 0x80 then
     local value = tvb(pos + 1, 8):uint64()
     if value <= UInt64(0x78) then return tonumber(tostring(value)), after end
@@ -66,10 +66,10 @@ end
 
 -- Whether the record starts with a described message section, as amqp.looks_like_amqp says.
 local function amqp_looks_like(tvb, pos, len)
-  if len < 3 or tvb(pos, 1):uint() ~= 0 then return false end
-  local c = tvb(pos + 1, 1):uint()
+  if len < 3 or uint_of(tvb(pos, 1)) ~= 0 then return false end
+  local c = uint_of(tvb(pos + 1, 1))
   if c == 0x53 then
-    local code = tvb(pos + 2, 1):uint()
+    local code = uint_of(tvb(pos + 2, 1))
     return code >= 0x70 and code <= 0x78
   end
   if c == 0x80 then
@@ -90,8 +90,8 @@ local function amqp_sections(tvb, pos, len)
   local sections, stop = {}, pos + len
   local ok, err = pcall(function()
     while pos < stop do
-      if tvb(pos, 1):uint() ~= 0x00 then
-        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", tvb(pos, 1):uint()))
+      if uint_of(tvb(pos, 1)) ~= 0x00 then
+        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", uint_of(tvb(pos, 1))))
       end
       local code, after = amqp_section_code(tvb, pos + 1, stop)
       if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos, "unknown section descriptor") end

@@ -92,14 +92,14 @@ end
 local function read_entry(tvb, pos, stop, name, base)
   base = base or 0
   if stop - pos < 4 then short(name, pos - base, 4, stop - pos) end
-  local first = tvb(pos, 1):uint()
+  local first = uint_of(tvb(pos, 1))
   if first < 0x80 then
-    local size = tvb(pos, 4):uint()
+    local size = uint_of(tvb(pos, 4))
     if stop - pos - 4 < size then short(name, pos + 4 - base, size, stop - pos - 4) end
     return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
   end
   if stop - pos < 11 then short(name, pos - base, 11, stop - pos) end
-  local count, uncompressed, length = tvb(pos + 1, 2):uint(), tvb(pos + 3, 4):uint(), tvb(pos + 7, 4):uint()
+  local count, uncompressed, length = uint_of(tvb(pos + 1, 2)), uint_of(tvb(pos + 3, 4)), uint_of(tvb(pos + 7, 4))
   if length > 0x7FFFFFFF then bad(name, pos + 7 - base, name .. ": sub-batch length " .. length .. " is impossible") end
   local start = pos + 11
   if stop - start < length then short(name, start - base, length, stop - start) end
@@ -139,7 +139,7 @@ local function decode_tracking(tvb, pos, len, tree, ctx, snapshot, field)
       note(ctx, "warn", "malformed", "tracking data ends inside an entry header at byte " .. (at - pos))
       break
     end
-    local kind, id_size = tvb(at, 1):uint(), tvb(at + 1, 1):uint()
+    local kind, id_size = uint_of(tvb(at, 1)), uint_of(tvb(at + 1, 1))
     local two = snapshot and kind == 0
     local need = 2 + id_size + (two and 16 or 8)
     if stop - at < need then
@@ -176,12 +176,12 @@ end
 local function split_records(btvb, bpos, blen, entry, where, ctx)
   local out, at, stop = {}, bpos, bpos + blen
   for n = 0, entry.record_count - 1 do
-    if stop - at < 4 or stop - at - 4 < btvb(at, 4):uint() then
+    if stop - at < 4 or stop - at - 4 < uint_of(btvb(at, 4)) then
       note(ctx, "error", "malformed", string.format(
         "%s: sub-batch declares %d records but its body ends inside record %d", where, entry.record_count, n))
       return out
     end
-    local size = btvb(at, 4):uint()
+    local size = uint_of(btvb(at, 4))
     out[#out + 1] = { tvb = btvb, pos = at + 4, len = size }
     at = at + 4 + size
   end
@@ -211,7 +211,7 @@ local function entry_bodies(tvb, entry, where, ctx)
       return {}
     end
     entry.framing = "gzip"
-    return split_records(out, 0, out:len(), entry, where, ctx)
+    return split_records(out, 0, int(out:len()), entry, where, ctx)
   end
   local codec = VS.compression[entry.compression] or ("compression " .. entry.compression)
   note(ctx, "note", "undecoded", string.format(

@@ -77,6 +77,15 @@ P.experts = all_experts
 
 -- Small helpers ----------------------------------------------------------------------
 
+-- Under Lua 5.4 a number Wireshark hands over may be a float (3.0), which prints as "3.0":
+-- counts, sizes and packet numbers become integers where the Lua has integers.
+local int = function(x) return x end
+if math.tointeger then
+  int = function(x) return math.tointeger(x) or x end
+end
+local function uint_of(range) return int(range:uint()) end
+local function int_of(range) return int(range:int()) end
+
 local function struct_title(name)
   local words = {}
   for word in name:gmatch("[^_]+") do
@@ -194,7 +203,7 @@ local read_value, decode_fields
 
 local function read_count(tvb, pos, stop, name, element_min, ctx)
   if stop - pos < 4 then short(name, pos, 4, stop - pos) end
-  local count = tvb(pos, 4):int()
+  local count = int_of(tvb(pos, 4))
   pos = pos + 4
   if count == -1 then return nil, pos end
   if count < 0 then bad(name, pos - 4, name .. " has negative count " .. count) end
@@ -217,6 +226,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     if stop - pos < width then short(name, pos, width, stop - pos) end
     local range = tvb(pos, width)
     local value = range[READ[t]](range)
+    if width <= 4 then value = int(value) end
     if tree then
       local item = tree:add(F[name], range)
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
@@ -225,7 +235,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   elseif t == "string" or t == "bytes" then
     local prefix = t == "string" and 2 or 4
     if stop - pos < prefix then short(name, pos, prefix, stop - pos) end
-    local length = tvb(pos, prefix):int()
+    local length = int_of(tvb(pos, prefix))
     if length == -1 then
       add_null(tree, tvb, pos, prefix, name)
       return nil, pos + prefix
@@ -437,18 +447,18 @@ end
 local function decode_frame(tvb, tree)
   local ctx = { notes = {} }
   local frame = { fields = {}, notes = ctx.notes, kind = "unknown" }
-  local avail = tvb:len()
-  local partial = avail < tvb:reported_len()
+  local avail = int(tvb:len())
+  local partial = avail < int(tvb:reported_len())
   if avail < SIZE_LEN + HEADER_SIZE then
     note(ctx, "error", "malformed", "frame too short for a header: " .. avail .. " bytes")
     return frame
   end
-  local size = tvb(0, SIZE_LEN):uint()
+  local size = uint_of(tvb(0, SIZE_LEN))
   if size > SPEC.max_size or size < HEADER_SIZE then
     frame.unframed = true
     note(ctx, "warn", "malformed", string.format(
       "%d bytes that do not start a frame (the size field says %d): the capture may have lost bytes before them",
-      tvb:reported_len(), size))
+      int(tvb:reported_len()), size))
     if tree then tree:add(F.payload, tvb(0, avail)) end
     return frame
   end
@@ -463,8 +473,8 @@ local function decode_frame(tvb, tree)
       "frame size says " .. size .. " bytes but only " .. (stop - SIZE_LEN) .. " present")
   end
   if tree then tree:add(F.size, tvb(0, SIZE_LEN)) end
-  local wire_key = tvb(SIZE_LEN, 2):uint()
-  local version = tvb(SIZE_LEN + 2, 2):uint()
+  local wire_key = uint_of(tvb(SIZE_LEN, 2))
+  local version = uint_of(tvb(SIZE_LEN + 2, 2))
   local key = wire_key
   if has_bit(wire_key, RESPONSE_BIT) then key = wire_key - RESPONSE_BIT end
   frame.wire_key, frame.key, frame.version = wire_key, key, version

@@ -79,11 +79,11 @@ local function dissect_pdu(tvb, pinfo, root)
   local tree = nil
   if root then tree = root:add(P, tvb()) end
   local frame = decode_frame(tvb, tree)
-  local pdu = pinfo.number .. ":" .. tvb:offset()
+  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
   if not pinfo.visited and f == nil then
     f = {
-      number = pinfo.number, ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
+      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
       version = frame.version, length = (frame.size or 0) + SIZE_LEN, fields = frame.fields,
     }
@@ -115,30 +115,30 @@ local function dissect_pdu(tvb, pinfo, root)
     end
   end
   if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
-  if pinfo.private.sd_seen == tostring(pinfo.number) .. tostring(pinfo.visited) then
+  if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
     pinfo.cols.info:append("; " .. text)
   else
-    pinfo.private.sd_seen = tostring(pinfo.number) .. tostring(pinfo.visited)
+    pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
     pinfo.cols.info = text
   end
-  return tvb:len()
+  return int(tvb:len())
 end
 
 local function pdu_length(tvb, pinfo, offset)
-  if tvb:len() - offset < SIZE_LEN then
-    return tvb:reported_len() - offset  -- the capture cut the size field (snaplen)
+  if int(tvb:len()) - offset < SIZE_LEN then
+    return int(tvb:reported_len()) - offset  -- the capture cut the size field (snaplen)
   end
-  local size = tvb(offset, SIZE_LEN):uint()
+  local size = uint_of(tvb(offset, SIZE_LEN))
   if size > SPEC.max_size or size < HEADER_SIZE then
     -- Not a frame boundary (bytes lost before it): the rest of the segment is one unframed run.
-    return tvb:reported_len() - offset
+    return int(tvb:reported_len()) - offset
   end
   return size + SIZE_LEN
 end
 
 function P.dissector(tvb, pinfo, tree)
   dissect_tcp_pdus(tvb, tree, SIZE_LEN, pdu_length, dissect_pdu, true)
-  return tvb:len()
+  return int(tvb:len())
 end
 
 register_ports()
