@@ -372,8 +372,8 @@ def _segments(frames: list[tuple[bool, bytes]]) -> bytes:
     packet(True, dpkt.tcp.TH_SYN)
     packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
     packet(True, dpkt.tcp.TH_ACK)
-    for from_client, frame in frames:
-        packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, frame)
+    for from_client, payload in frames:
+        packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload)
     return out.getvalue()
 
 
@@ -390,8 +390,8 @@ def damage_frames(decoder: Decoder) -> list[tuple[bool, bytes]]:
     more = bytearray(stored[:105])
     more[3] += 1  # one entry more than the data holds
     frames.append((False, _deliver(bytes(more))))
-    frames.append((False, _frame(0x0077, b"\x00\x01\x02")))  # a key nobody knows
-    frames.append((False, _frame(0x8002, b"\x01")))  # Publish has no response layout
+    # One segment with two frames: a key nobody knows, and a response Publish has no layout for.
+    frames.append((False, _frame(0x0077, b"\x00\x01\x02") + _frame(0x8002, b"\x01")))
     publish = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": []})
     frames.append((True, _resize(publish + b"\xde\xad")))  # bytes after the last field
     create = decoder.encode("Create", "request", {"correlation_id": 9, "stream": "s", "arguments": {}})
@@ -405,7 +405,8 @@ def damage_frames(decoder: Decoder) -> list[tuple[bool, bytes]]:
     one = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": [message]})
     frames.append((True, one[:9] + struct.pack(">i", 5) + one[13:]))  # 5 messages declared, 1 sent
     metadata = decoder.encode("Metadata", "request", {"correlation_id": 11, "streams": ["s"]})
-    frames.append((True, metadata[:6] + struct.pack(">H", 9) + metadata[8:]))  # a version the registry lacks
+    metadata = metadata[:6] + struct.pack(">H", 9) + metadata[8:]  # a version the registry lacks
+    frames += [(True, metadata[:5]), (True, metadata[5:])]  # and split across two segments
     return frames
 
 
@@ -444,6 +445,14 @@ def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protoco
         assert meant in notes, f"the damage capture lacks {meant!r}: {notes}"
     records = [r for frame in frames for r in frame["fields"].get("chunk", {}).get("records", [])]
     tracking = [r for r in records if "tracking" in r]
+    shared = [n for n in {f["frame"] for f in frames} if sum(f["frame"] == n for f in frames) == 2]
+    assert len(shared) == 1, "one segment carries two frames"
+    lines = subprocess.run(
+        [_tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(path), "-Y", f"frame.number == {shared[0]}"],
+        capture_output=True, text=True, env=dict(os.environ, HOME=str(tmp_path)),
+    ).stdout  # fmt: skip
+    joined = "Unknown(0x0077) [warn: unknown command key 0x0077]; Publish response [warn: Publish has no"
+    assert joined in lines
     assert len(tracking) == 2 and any(f["fields"]["chunk"].get("trailer_tracking") for f in frames[:1])
 
 
