@@ -3960,18 +3960,18 @@ local function show_links(tree, tvb, f)
   local function gen(name, value)
     if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
   end
-  gen("request_in", links.request_in)
-  gen("response_in", links.response_in)
-  gen("response_time", links.response_time)
-  gen("opened_in", links.opened_in)
-  for _, pair in ipairs(links.kept or {}) do gen(pair[1], pair[2]) end
-  if links.publish_in then
-    local count = 0
-    for index in pairs(links.publish_in) do if index > count then count = index end end
-    for index = 1, count do gen("publish_in", links.publish_in[index]) end
-    for index = 1, count do gen("confirm_time", links.confirm_time[index]) end
+  -- In the order the spec's conversation.links lists them; an array link gives one item per element.
+  for _, name in ipairs(SPEC.conversation.links) do
+    local value = links[name]
+    if type(value) == "table" then
+      local count = 0
+      for index in pairs(value) do if index > count then count = index end end
+      for index = 1, count do gen(name, value[index]) end
+    else
+      gen(name, value)
+    end
   end
-  gen("credit_left", links.credit_left)
+  for _, pair in ipairs(links.kept or {}) do gen(pair[1], pair[2]) end
   local parts = {}
   if links.request_in then parts[#parts + 1] = "request in " .. links.request_in end
   if links.response_in then parts[#parts + 1] = "response in " .. links.response_in end
