@@ -1738,60 +1738,6 @@ local SPEC = {
       },
     },
   },
-  hooks = {
-    osiris_entry = {
-      adds = {
-        {
-          name = "records",
-          type = "array",
-          of = {
-            name = "records",
-            type = "struct",
-            struct = "osiris_record",
-          },
-        },
-      },
-    },
-    osiris_chunk = {
-      adds = {
-        {
-          name = "crc_valid",
-          type = "bool",
-        },
-        {
-          name = "entries",
-          type = "array",
-          of = {
-            name = "entries",
-            type = "struct",
-            struct = "osiris_entry_info",
-          },
-        },
-        {
-          name = "records",
-          type = "array",
-          of = {
-            name = "records",
-            type = "struct",
-            struct = "osiris_record",
-          },
-        },
-      },
-    },
-    osiris_trailer = {
-      adds = {
-        {
-          name = "trailer_tracking",
-          type = "array",
-          of = {
-            name = "trailer_tracking",
-            type = "struct",
-            struct = "tracking_entry",
-          },
-        },
-      },
-    },
-  },
   names = {
     {
       name = "active",
@@ -2430,6 +2376,7 @@ local SPEC = {
           command = "PublishError",
           path = { "errors", "code" },
         },
+        fail_enum = "response_code",
       },
     },
     links = { "request_in", "response_in", "response_time", "opened_in", "publish_in", "confirm_time", "credit_left" },
@@ -2442,11 +2389,13 @@ local SPEC = {
       command = "Close",
       code = "closing_code",
       reason = "closing_reason",
+      enum = "response_code",
     },
     announcement = {
       command = "MetadataUpdate",
       code = "code",
       about = "stream",
+      enum = "response_code",
     },
     versions = {
       command = "ExchangeCommandVersions",
@@ -2888,17 +2837,15 @@ end
 local function info_parts(specs, values, parts)
   for _, spec in ipairs(specs) do
     local value = values[spec.name]
-    if value ~= nil or spec.info then
-      if spec.type == "struct" and type(value) == "table" then
-        info_parts(SPEC.structs[spec.struct], value, parts)
-      elseif spec.info and value ~= nil then
-        if spec.type == "array" or spec.type == "map" then
-          local n = 0
-          for _ in pairs(value) do n = n + 1 end
-          parts[#parts + 1] = spec.info .. "=" .. n
-        else
-          parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value)
-        end
+    if spec.type == "struct" and type(value) == "table" then
+      info_parts(SPEC.structs[spec.struct], value, parts)
+    elseif spec.info and value ~= nil then
+      if spec.type == "array" or spec.type == "map" then
+        local n = 0
+        for _ in pairs(value) do n = n + 1 end
+        parts[#parts + 1] = spec.info .. "=" .. n
+      else
+        parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value)
       end
     end
   end
@@ -3046,41 +2993,11 @@ for wire_key, layout in pairs(SPEC.layouts) do
     end
   end
 end
-local function enum_of(command_name, field_name)
-  for _, layout in pairs(SPEC.layouts) do
-    if layout.command == command_name then
-      for _, spec in ipairs(layout.fields) do
-        if spec.name == field_name and spec.enum then return VS[spec.enum] end
-      end
-    end
-  end
-  return {}
-end
-local CLOSE_ENUM = CONV.close and enum_of(CONV.close.command, CONV.close.code) or {}
-local ANNOUNCE_ENUM = CONV.announcement and enum_of(CONV.announcement.command, CONV.announcement.code) or {}
+-- Enum names the generator resolved from the spec's references (none: codes shown in hex).
+local CLOSE_ENUM = CONV.close and VS[CONV.close.enum] or {}
+local ANNOUNCE_ENUM = CONV.announcement and VS[CONV.announcement.enum] or {}
 local FAIL_ENUMS = {}
-for name, ack in pairs(CONV.acks) do
-  FAIL_ENUMS[name] = {}
-  if ack.fail_code then
-    for _, layout in pairs(SPEC.layouts) do
-      if layout.command == ack.fail_code.command then
-        local specs = layout.fields
-        for i, step in ipairs(ack.fail_code.path) do
-          for _, spec in ipairs(specs) do
-            if spec.name == step then
-              local element = spec.of or spec
-              if i == #ack.fail_code.path then
-                if element.enum then FAIL_ENUMS[name] = VS[element.enum] end
-              elseif element.struct then
-                specs = SPEC.structs[element.struct]
-              end
-            end
-          end
-        end
-      end
-    end
-  end
-end
+for name, ack in pairs(CONV.acks) do FAIL_ENUMS[name] = VS[ack.fail_enum] or {} end
 
 local function set_of(list)
   local out = {}

@@ -137,9 +137,6 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "structs": structs,
         "commands": commands,
         "layouts": layouts,
-        "hooks": {
-            name: {"adds": [_field(spec) for spec in hook.adds]} for name, hook in protocol.hooks.items()
-        },
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it.
         "limits": {"osiris": {"bytes": osiris.MAX_EXPANDED_BYTES, "records": osiris.MAX_EXPANDED_RECORDS}},
@@ -232,6 +229,14 @@ def _ref(ref: Ref | None) -> dict[str, Any] | None:
     return None if ref is None else {"command": ref.command, "path": list(ref.path)}
 
 
+def _enum_at(protocol: Protocol, ref: Ref | None) -> str | None:
+    """The enum of the field a Command.path names (of its elements, for an array)."""
+    spec = protocol.field_at(ref) if ref is not None else None
+    if spec is None:
+        return None
+    return (spec.of or spec).enum
+
+
 def _conversation(protocol: Protocol) -> dict[str, Any]:
     conv = protocol.conversation
     out: dict[str, Any] = {
@@ -260,6 +265,7 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
                 "confirm": _ref(a.confirm),
                 "fail": _ref(a.fail),
                 "fail_code": _ref(a.fail_code),
+                "fail_enum": _enum_at(protocol, a.fail_code),
             }
             for name, a in conv.acks.items()
         },
@@ -276,12 +282,14 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
             "command": conv.close.command,
             "code": conv.close.path[0],
             "reason": conv.close_reason,
+            "enum": _enum_at(protocol, conv.close),
         }
     if conv.announcement is not None:
         out["announcement"] = {
             "command": conv.announcement.command,
             "code": conv.announcement.path[0],
             "about": conv.announcement_about,
+            "enum": _enum_at(protocol, conv.announcement),
         }
     if conv.versions is not None:
         out["versions"] = _ref(conv.versions)

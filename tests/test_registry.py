@@ -145,3 +145,12 @@ def test_amqp_section_names_are_the_amqp_hooks(protocol: Protocol) -> None:
     from streamdump.hooks import amqp
 
     assert dict(protocol.enums["amqp_section"]) == amqp.SECTION_NAMES
+
+
+def test_the_frame_names_agree() -> None:
+    """What filters, the registry and the plugin call the frame's own names are one set."""
+    from streamdump import fieldnames, luagen, registry
+
+    header = {"key", "version", "size"}  # the frame's header: fields of every frame, not reserved
+    assert set(fieldnames.FRAME_NAMES) - header <= registry.FRAME_NAMES
+    assert {name for name, _, _ in luagen.FRAME_FIELDS} - header <= registry.FRAME_NAMES

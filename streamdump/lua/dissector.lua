@@ -416,17 +416,15 @@ end
 local function info_parts(specs, values, parts)
   for _, spec in ipairs(specs) do
     local value = values[spec.name]
-    if value ~= nil or spec.info then
-      if spec.type == "struct" and type(value) == "table" then
-        info_parts(SPEC.structs[spec.struct], value, parts)
-      elseif spec.info and value ~= nil then
-        if spec.type == "array" or spec.type == "map" then
-          local n = 0
-          for _ in pairs(value) do n = n + 1 end
-          parts[#parts + 1] = spec.info .. "=" .. n
-        else
-          parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value)
-        end
+    if spec.type == "struct" and type(value) == "table" then
+      info_parts(SPEC.structs[spec.struct], value, parts)
+    elseif spec.info and value ~= nil then
+      if spec.type == "array" or spec.type == "map" then
+        local n = 0
+        for _ in pairs(value) do n = n + 1 end
+        parts[#parts + 1] = spec.info .. "=" .. n
+      else
+        parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value)
       end
     end
   end
@@ -574,41 +572,11 @@ for wire_key, layout in pairs(SPEC.layouts) do
     end
   end
 end
-local function enum_of(command_name, field_name)
-  for _, layout in pairs(SPEC.layouts) do
-    if layout.command == command_name then
-      for _, spec in ipairs(layout.fields) do
-        if spec.name == field_name and spec.enum then return VS[spec.enum] end
-      end
-    end
-  end
-  return {}
-end
-local CLOSE_ENUM = CONV.close and enum_of(CONV.close.command, CONV.close.code) or {}
-local ANNOUNCE_ENUM = CONV.announcement and enum_of(CONV.announcement.command, CONV.announcement.code) or {}
+-- Enum names the generator resolved from the spec's references (none: codes shown in hex).
+local CLOSE_ENUM = CONV.close and VS[CONV.close.enum] or {}
+local ANNOUNCE_ENUM = CONV.announcement and VS[CONV.announcement.enum] or {}
 local FAIL_ENUMS = {}
-for name, ack in pairs(CONV.acks) do
-  FAIL_ENUMS[name] = {}
-  if ack.fail_code then
-    for _, layout in pairs(SPEC.layouts) do
-      if layout.command == ack.fail_code.command then
-        local specs = layout.fields
-        for i, step in ipairs(ack.fail_code.path) do
-          for _, spec in ipairs(specs) do
-            if spec.name == step then
-              local element = spec.of or spec
-              if i == #ack.fail_code.path then
-                if element.enum then FAIL_ENUMS[name] = VS[element.enum] end
-              elseif element.struct then
-                specs = SPEC.structs[element.struct]
-              end
-            end
-          end
-        end
-      end
-    end
-  end
-end
+for name, ack in pairs(CONV.acks) do FAIL_ENUMS[name] = VS[ack.fail_enum] or {} end
 
 local function set_of(list)
   local out = {}
