@@ -15,6 +15,7 @@ from streamdump.frame import Expert, Frame, Node
 from streamdump.hooks import build_hooks
 from streamdump.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
 from streamdump.registry import INT_TYPES, FieldSpec, Layout, Protocol
+from streamdump.specialise import Fallback, Specialised, specialise
 
 
 def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
@@ -39,7 +40,7 @@ class EncodeError(ValueError):
 
 
 class Decoder:
-    def __init__(self, protocol: Protocol) -> None:
+    def __init__(self, protocol: Protocol, *, fast: bool = True) -> None:
         self.protocol = protocol
         self.size_st = struct.Struct(">" + INT_TYPES[protocol.wiring.size_type][0])
         self.hooks = build_hooks(protocol)
@@ -58,6 +59,16 @@ class Decoder:
                         layout,
                         compile_fields(layout.fields, version, self.hooks),
                     )
+        # The generated fast path of every layout; fast=False keeps only the general ops
+        # (the tests decode with both and compare).
+        self.fast: dict[tuple[int, int], Specialised] = (
+            {
+                (key, version): specialise(ops, f"{layout.command} {layout.kind} v{version}")
+                for (key, version), (layout, ops) in self.compiled.items()
+            }
+            if fast
+            else {}
+        )
         # Wire keys with a hooked field in some version: only their frames need expanding. By key,
         # not version, so a frame of a version the registry lacks (decoded as a known one) counts.
         self.hooked = {
@@ -148,6 +159,18 @@ class Decoder:
                 )
             )
         _, ops = self.compiled[wire_key, layout_version]
+        fast = self.fast.get((wire_key, layout_version)) if nodes is None and not partial else None
+        if fast is not None:
+            mark = len(expert)
+            try:
+                pos = fast(mv, pos, end, fields, ctx)
+                self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
+                return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
+            except (Fallback, Short, BadValue, struct.error):
+                # Start again with the general ops, which keep partial values and explain.
+                del expert[mark:]
+                fields.clear()
+                ctx.budget = None
         try:
             pos = decode_ops(ops, mv, pos, end, fields, ctx)
         except Short as exc:

@@ -317,6 +317,16 @@ def _read_element(
     return new_pos
 
 
+def run_hook(hook: Any, value: Any, out: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+    """A hooked field's check, and its expand step when a view needs it."""
+    try:
+        hook.check(value, out, pos, ctx)
+        if ctx.expand or node is not None:
+            hook.expand(value, out, pos, ctx, node)
+    except Exception as exc:  # decoding never raises: a hook bug is shown, not fatal
+        ctx.expert.append(Expert("error", f"hook {hook.name} failed: {type(exc).__name__}: {exc}", pos))
+
+
 # ---------------------------------------------------------------- field ops
 
 
@@ -404,16 +414,8 @@ class FieldOp:
         if node is not None:
             node.length = new_pos - pos
             node.value = value
-        hook = self.hook
-        if hook is not None and value is not None:
-            try:
-                hook.check(value, out, pos, ctx)
-                if ctx.expand or node is not None:
-                    hook.expand(value, out, pos, ctx, node)
-            except Exception as exc:  # decoding never raises: a hook bug is shown, not fatal
-                ctx.expert.append(
-                    Expert("error", f"hook {hook.name} failed: {type(exc).__name__}: {exc}", pos)
-                )
+        if self.hook is not None and value is not None:
+            run_hook(self.hook, value, out, pos, ctx, node)
         return new_pos
 
     def _read_raw(self, mv: memoryview, pos: int, end: int, out: dict[str, Any]) -> tuple[Any, int]:

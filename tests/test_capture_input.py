@@ -139,3 +139,24 @@ def test_snaplen_cut_payload_keeps_its_wire_length() -> None:
     seg = parse(101, ip + tcp + b"x" * 100, 5, 1.0)
     assert isinstance(seg, Segment)
     assert (seg.seq, seg.ack, len(seg.payload), seg.wire_len) == (7, 9, 100, 1000)
+
+
+@pytest.mark.parametrize("read_size", [1, 17, 1500, 1 << 20])
+def test_pcap_records_match_dpkt_whatever_the_read_size(
+    monkeypatch: pytest.MonkeyPatch, read_size: int
+) -> None:
+    """The record walker over large reads gives dpkt's records: same timestamps, same bytes."""
+    import dpkt
+
+    import streamdump.capture as capture
+
+    monkeypatch.setattr(capture, "READ_SIZE", read_size)
+    files = [CAPTURES / "bulk.pcap", CAPTURES / "session.pcap"]
+    files += sorted((CAPTURES / "pathological").glob("*.pcap"))  # both byte orders, nanoseconds
+    for path in files:
+        with path.open("rb") as fh:
+            expected = [(float(ts), bytes(buf)) for ts, buf in dpkt.pcap.Reader(fh)]
+        with path.open("rb") as fh:
+            src = capture._Exact(fh, str(path))
+            got = [(ts, bytes(buf)) for ts, _link, buf in capture._packets(src, str(path))]
+        assert got == expected, path.name
