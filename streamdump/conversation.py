@@ -31,6 +31,8 @@ CREDIT_STALL_S = 1.0
 # Unconfirmed items (and answers waiting for their request) remembered per publisher or
 # connection; beyond this they are only counted.
 MAX_IN_FLIGHT = 100_000
+# Findings kept whole (with their messages); further ones are counted by kind and connection.
+MAX_DIAGNOSES = 10_000
 # A capture that stops less than this after a request or publish may simply have cut its answer.
 ANSWER_GRACE_S = 1.0
 
@@ -59,6 +61,19 @@ class Diagnosis:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the tracker remembers of a connection's latest frame: enough to name it, not its bytes."""
+
+    number: int
+    ts: float
+    name: str
+    wire_key: int
+    version: int
+    length: int
+    from_client: bool | None
+
+
 @dataclass(slots=True)
 class Request:
     frame: Frame
@@ -84,7 +99,7 @@ class Credit:
 class SideState:
     """What one side of a connection sent and announced."""
 
-    last: Frame | None = None
+    last: Seen | None = None
     tune: tuple[int, int] | None = None  # (frame_max, heartbeat)
     properties: dict[str, Any] | None = None
     versions: dict[int, tuple[int, int]] | None = None
@@ -99,7 +114,7 @@ class ConnState:
     client: Endpoint | None = None
     server: Endpoint | None = None
     first_ts: float | None = None
-    last: Frame | None = None
+    last: Seen | None = None
     client_side: SideState = field(default_factory=SideState)
     server_side: SideState = field(default_factory=SideState)
     pending: dict[tuple[bool, int], Request] = field(default_factory=dict)
@@ -134,6 +149,9 @@ class Tracker:
         self.size_len = size_len
         self.connections: dict[int, ConnState] = {}
         self.diagnoses: list[Diagnosis] = []
+        # Findings past MAX_DIAGNOSES, counted:
+        # (severity, group, kind, summary, conn) -> (count, first packet).
+        self.untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = {}
         self.first_ts: float | None = None  # of the capture's first frame: time zero of every view
         conv = self.spec
         self.session_of: dict[str, list[tuple[str, str]]] = {}  # command -> [(session, role)]
@@ -196,10 +214,14 @@ class Tracker:
                 self._credit(conn, frame)
             if self.spec.announcement is not None and command == self.spec.announcement.command:
                 self._announcement(conn, frame)
-        side.last = frame
+        length = len(frame.data)
+        seen = Seen(
+            frame.number, frame.ts, frame.name, frame.wire_key, frame.version, length, frame.from_client
+        )
+        side.last = seen
         side.frames += 1
-        side.bytes += len(frame.data)
-        conn.last = frame
+        side.bytes += length
+        conn.last = seen
 
     def finish(self, lossy: Collection[int] = ()) -> None:
         """What only the end shows: unanswered requests, unconfirmed items, silence, stalls.
@@ -215,6 +237,14 @@ class Tracker:
             else d
             for d in self.diagnoses
         ]
+        untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = {}
+        for (severity, group, kind, summary, conn_number), (count, first) in self.untold.items():
+            if kind == "heartbeat" and conn_number in lossy_now:
+                severity = "note"
+            key = (severity, group, kind, summary, conn_number)
+            before, earliest = untold.get(key, (0, first))
+            untold[key] = (before + count, min(earliest, first))
+        self.untold = untold
         for conn in self.connections.values():
             conn.lossy = conn.number in lossy_now
             for sid, (first, count) in conn.beyond.items():
@@ -253,6 +283,13 @@ class Tracker:
                 }
             else:
                 row["count"] += 1
+        for (severity, group, _kind, summary, _conn), (count, first) in self.untold.items():
+            row = rows.setdefault(
+                (severity, group, summary),
+                {"severity": severity, "group": group, "summary": summary, "count": 0, "first_packet": first},
+            )
+            row["count"] += count
+            row["first_packet"] = min(row["first_packet"], first)
         return sorted(rows.values(), key=lambda r: (-SEVERITIES.index(r["severity"]), r["first_packet"]))
 
     # ------------------------------------------------------------------ requests and responses
@@ -509,7 +546,7 @@ class Tracker:
         hint = self.spec.close_hints.get(code)
         last = (
             f"; the client's last frame before it was {before.name} "
-            f"(key 0x{before.wire_key:04x}, version {before.version}, {len(before.data)} bytes, "
+            f"(key 0x{before.wire_key:04x}, version {before.version}, {before.length} bytes, "
             f"packet {before.number})" + (f": {hint}" if hint else "")
             if before is not None
             else ""
@@ -546,7 +583,7 @@ class Tracker:
         if side.last is not None:
             self._gap(conn, side.last, frame, until_end=False)
 
-    def _gap(self, conn: ConnState, last: Frame, now: Frame, *, until_end: bool) -> None:
+    def _gap(self, conn: ConnState, last: Seen, now: Frame | Seen, *, until_end: bool) -> None:
         if conn.negotiated is None or conn.negotiated[1] <= 0 or last.number < conn.negotiated_in:
             return
         heartbeat = conn.negotiated[1]
@@ -709,7 +746,7 @@ class Tracker:
         ended = self._ended_soon(conn, last_sent) if last_sent is not None and not lost else None
         first = min(items.values(), default=(0, 0.0))[0]
         span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
-        self.diagnoses.append(
+        self._add(
             Diagnosis(
                 "note" if conn.lossy or ended else "warn",
                 "sequence",
@@ -855,14 +892,31 @@ class Tracker:
         self._diagnose(conn, frame, severity, group, kind, summary, message)
 
     def _diagnose(
-        self, conn: ConnState, frame: Frame, severity: str, group: str, kind: str, summary: str, message: str
+        self,
+        conn: ConnState,
+        frame: Frame | Seen,
+        severity: str,
+        group: str,
+        kind: str,
+        summary: str,
+        message: str,
     ) -> None:
         self._diagnose_at(conn, frame.number, severity, group, kind, summary, message)
 
     def _diagnose_at(
         self, conn: ConnState, number: int, severity: str, group: str, kind: str, summary: str, message: str
     ) -> None:
-        self.diagnoses.append(Diagnosis(severity, group, kind, summary, message, number, conn.number))
+        self._add(Diagnosis(severity, group, kind, summary, message, number, conn.number))
+
+    def _add(self, diagnosis: Diagnosis) -> None:
+        """Keep the finding, or past MAX_DIAGNOSES only count it: a capture of any length fits."""
+        if len(self.diagnoses) < MAX_DIAGNOSES:
+            self.diagnoses.append(diagnosis)
+            return
+        d = diagnosis
+        key = (d.severity, d.group, d.kind, d.summary, d.conn)
+        count, first = self.untold.get(key, (0, d.number))
+        self.untold[key] = (count + 1, min(first, d.number))
 
 
 def _links(frame: Frame) -> dict[str, Any]:

@@ -26,25 +26,80 @@ from streamdump.registry import Protocol
 PEER_KEYS = ("product", "version", "platform", "connection_name")
 
 
-def percentile(ordered: list[float], p: float) -> float:
-    """Nearest-rank percentile of sorted samples: the smallest value with p% at or below it."""
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+class Samples:
+    """Latencies in seconds, counted by their value in microseconds: exact, and small.
+
+    Confirms of one Publish frame, confirmed together, share one latency, so a million
+    messages make a few thousand distinct values. Should a capture make more than
+    MAX_DISTINCT, values are kept to SIGNIFICANT digits from then on (percentiles within
+    0.05%), which bounds memory for any capture length.
+    """
+
+    __slots__ = ("coarse", "counts", "total")
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+        self.total = 0
+        self.coarse = False
+
+    def add(self, seconds: float) -> None:
+        micros = round(seconds * 1_000_000)
+        self.counts[_coarsen(micros) if self.coarse else micros] += 1
+        self.total += 1
+        if len(self.counts) > MAX_DISTINCT and not self.coarse:
+            self.coarse = True
+            coarse: Counter[int] = Counter()
+            for value, count in self.counts.items():
+                coarse[_coarsen(value)] += count
+            self.counts = coarse
+
+    def __len__(self) -> int:
+        return self.total
+
+    def ordered_ms(self) -> list[tuple[float, int]]:
+        return [(round(micros / 1000, 3), count) for micros, count in sorted(self.counts.items())]
 
 
-def latency(samples: list[float]) -> dict[str, Any]:
+MAX_DISTINCT = 100_000
+SIGNIFICANT = 4
+
+
+def _coarsen(micros: int) -> int:
+    digits = len(str(abs(micros)))
+    if digits <= SIGNIFICANT:
+        return micros
+    step = 10 ** (digits - SIGNIFICANT)
+    return round(micros / step) * step
+
+
+def latency(samples: Samples) -> dict[str, Any]:
     """Count, min, median, p95, p99 and max of samples in seconds, given in milliseconds."""
-    ordered = sorted(samples)
+    ordered = samples.ordered_ms()
     if not ordered:
         return {"count": 0}
-    ms = [round(v * 1000, 3) for v in ordered]
-    return {
-        "count": len(ms),
-        "min_ms": ms[0],
-        "median_ms": percentile(ms, 50),
-        "p95_ms": percentile(ms, 95),
-        "p99_ms": percentile(ms, 99),
-        "max_ms": ms[-1],
+    total = len(samples)
+
+    def rank(p: float) -> float:
+        # Nearest rank: the smallest value with p% of the samples at or below it.
+        wanted = max(1, math.ceil(p / 100 * total))
+        seen = 0
+        for value, count in ordered:
+            seen += count
+            if seen >= wanted:
+                return value
+        return ordered[-1][0]
+
+    out = {
+        "count": total,
+        "min_ms": ordered[0][0],
+        "median_ms": rank(50),
+        "p95_ms": rank(95),
+        "p99_ms": rank(99),
+        "max_ms": ordered[-1][0],
     }
+    if samples.coarse:
+        out["approximate"] = True
+    return out
 
 
 @dataclass(slots=True)
@@ -59,9 +114,9 @@ class Statistics:
     protocol: Protocol
     tracker: Tracker
     frames: int = 0
-    srt: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    srt: dict[str, Samples] = field(default_factory=lambda: defaultdict(Samples))
     codes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    confirm: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    confirm: dict[str, Samples] = field(default_factory=lambda: defaultdict(Samples))
     volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
 
@@ -72,14 +127,17 @@ class Statistics:
         name = frame.name
         response_time = links.get("response_time")
         if isinstance(response_time, float | int):
-            self.srt[name].append(float(response_time))
+            self.srt[name].add(float(response_time))
         status = self.protocol.conversation.status
         code = frame.fields.get(status) if status else None
         if frame.kind == "response" and isinstance(code, int):
             self.codes[name][self.tracker.code_name(frame, code)] += 1
         waited = links.get("confirm_time")
         if isinstance(waited, list):
-            self.confirm[name].extend(float(w) for w in waited if w is not None)
+            samples = self.confirm[name]
+            for w in waited:
+                if w is not None:
+                    samples.add(w)
         moved = message_volume(frame)
         if moved is not None:
             direction = "publish" if frame.from_client is not False else "deliver"
@@ -92,6 +150,11 @@ class Statistics:
     # ------------------------------------------------------------------ result
 
     def result(self) -> dict[str, Any]:
+        severities: dict[int, Counter[str]] = defaultdict(Counter)
+        for d in self.tracker.diagnoses:
+            severities[d.conn][d.severity] += 1
+        for (severity, _group, _kind, _summary, conn), (count, _first) in self.tracker.untold.items():
+            severities[conn][severity] += count
         return {
             "frames": self.frames,
             "commands": [
@@ -119,15 +182,18 @@ class Statistics:
                 }
                 for (stream, direction), v in sorted(self.volume.items())
             ],
-            "connections": [self._connection(conn) for conn in self.tracker.connections.values()],
+            "connections": [
+                self._connection(conn, severities[conn.number]) for conn in self.tracker.connections.values()
+            ],
             "expert": self.tracker.summary(),
             "diagnoses": [d.as_dict() for d in self.tracker.diagnoses],
+            # Findings past the listed ones: in the expert summary's counts, not listed one by one.
+            "diagnoses_not_listed": sum(count for count, _first in self.tracker.untold.values()),
         }
 
-    def _connection(self, conn: ConnState) -> dict[str, Any]:
+    def _connection(self, conn: ConnState, severities: Counter[str]) -> dict[str, Any]:
         client, server = conn.client_side, conn.server_side
         last_ts = conn.last.ts if conn.last is not None else conn.first_ts
-        severities = Counter(d.severity for d in self.tracker.diagnoses if d.conn == conn.number)
         return {
             "connection": conn.number,
             "client": str(conn.client) if conn.client else None,
@@ -202,6 +268,11 @@ def render(result: dict[str, Any], console: Console) -> None:
         for d in result["diagnoses"]:
             console.print(
                 f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False, soft_wrap=True
+            )
+        if result["diagnoses_not_listed"]:
+            console.print(
+                f"  … and {result['diagnoses_not_listed']} more, counted in the expert summary above",
+                highlight=False,
             )
 
 

@@ -636,3 +636,81 @@ def test_a_reused_publisher_id_is_a_new_publisher(decoder: Decoder) -> None:
     wire.send(9.0, "PublishConfirm", "command", False, publisher_id=1, publishing_ids=[0, 1, 2])
     assert wire.kinds() == ["unconfirmed"]
     assert "3 messages of publisher 1 (stream 'orders') never confirmed" in wire.tracker.diagnoses[0].message
+
+
+# ---------------------------------------------------------------- bounded memory
+
+
+def test_diagnoses_past_the_cap_are_counted_not_kept(
+    decoder: Decoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture with endless findings keeps MAX_DIAGNOSES of them whole; the summary still counts all."""
+    import streamdump.conversation as conversation
+    from streamdump.stats import Statistics
+
+    name = max(EXPECTED, key=lambda n: len(EXPECTED[n]))
+    _, whole = track(CAPTURES / name, decoder)
+    monkeypatch.setattr(conversation, "MAX_DIAGNOSES", 1)
+    _, capped = track(CAPTURES / name, decoder)
+    assert len(whole.diagnoses) > 1
+    assert capped.diagnoses == whole.diagnoses[:1]
+    assert sum(count for count, _ in capped.untold.values()) == len(whole.diagnoses) - 1
+    assert capped.summary() == whole.summary()
+    capped_result = Statistics(decoder.protocol, capped).result()
+    whole_result = Statistics(decoder.protocol, whole).result()
+    assert capped_result["diagnoses_not_listed"] == len(whole.diagnoses) - 1
+    assert [c["expert"] for c in capped_result["connections"]] == [
+        c["expert"] for c in whole_result["connections"]
+    ]
+
+
+def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) -> None:
+    """Per connection only a small record of the latest frame stays, not the frame and its fields."""
+    from streamdump.conversation import Seen
+
+    frames, tracker = track(CAPTURES / "bulk.pcap", decoder)
+    for conn in tracker.connections.values():
+        assert isinstance(conn.last, Seen)
+        assert conn.last.number == max(f.number for f in frames if f.conn == conn.number)
+        for side in (conn.client_side, conn.server_side):
+            assert side.last is None or isinstance(side.last, Seen)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 30, allow_nan=False), min_size=1, max_size=300))
+def test_latency_figures_are_the_exact_nearest_rank_percentiles(samples: list[float]) -> None:
+    import math
+
+    from streamdump.stats import Samples, latency
+
+    store = Samples()
+    for value in samples:
+        store.add(value)
+    ms = sorted(round(round(v * 1_000_000) / 1000, 3) for v in samples)
+
+    def nearest(p: float) -> float:
+        return ms[max(0, math.ceil(p / 100 * len(ms)) - 1)]
+
+    assert latency(store) == {
+        "count": len(ms),
+        "min_ms": ms[0],
+        "median_ms": nearest(50),
+        "p95_ms": nearest(95),
+        "p99_ms": nearest(99),
+        "max_ms": ms[-1],
+    }
+
+
+def test_latency_store_stays_small_for_any_number_of_distinct_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamdump.stats as stats
+
+    monkeypatch.setattr(stats, "MAX_DISTINCT", 1000)
+    store = stats.Samples()
+    for n in range(50_000):
+        store.add(n * 0.000_137)  # every value distinct, spread over 7 s
+    # Below 10 ms every microsecond value is kept; above, 9,000 values per decade at most.
+    assert len(store) == 50_000 and len(store.counts) <= 10_000 + 9_000 * 3
+    figures = stats.latency(store)
+    assert figures["approximate"] is True and figures["count"] == 50_000
+    exact_median = 25_000 * 0.137
+    assert abs(figures["median_ms"] - exact_median) / exact_median < 0.001
