@@ -15,7 +15,7 @@ import lzma
 import struct
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -71,6 +71,8 @@ class Tally:
     compression: str | None = None
     skipped: Counter[Skip] = field(default_factory=Counter)
     first_skipped: dict[Skip, int] = field(default_factory=dict)
+    # How far into the file (compressed bytes, for compressed input) reading has come.
+    position: Callable[[], int] | None = None
 
 
 class _Exact:
@@ -220,6 +222,7 @@ def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segm
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with raw:
+        tally.position = raw.tell
         head = raw.read(6)
         raw.seek(0)
         fh, tally.compression = _decompressed(raw, head)

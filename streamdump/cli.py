@@ -31,6 +31,7 @@ from streamdump.follow import Dialogue
 from streamdump.frame import Frame
 from streamdump.messages import MESSAGE_COMMANDS, MessageLines
 from streamdump.pipeline import ReadStats, read_frames
+from streamdump.progress import ReadProgress, wanted
 from streamdump.registry import SpecError, default_registry
 from streamdump.render import Renderer
 from streamdump.stats import Statistics
@@ -146,15 +147,17 @@ def analysed(
         yield frame
 
 
-def _first_pass(file: Path, decoder: Decoder, ports: list[int]) -> dict[int, dict[str, Any]]:
+def _first_pass(file: Path, decoder: Decoder, ports: list[int], show: bool) -> dict[int, dict[str, Any]]:
     """What frames learn from frames after them: requests their response, by output place."""
     tracker = Tracker(decoder.protocol, decoder.size_st.size)
     credit = decoder.protocol.conversation.credit
     # Besides requests, a credit grant is answered when the broker refuses it.
     grants = {ref.command for ref in credit.grant} if credit is not None else set()
     requests: list[tuple[int, Frame]] = []
+    stats = ReadStats()
     try:
-        for index, frame in enumerate(analysed(read_frames(file, decoder, ports, ReadStats()), tracker)):
+        frames = _progress(read_frames(file, decoder, ports, stats), file, stats, show, "pass 1 of 2")
+        for index, frame in enumerate(analysed(frames, tracker)):
             if frame.kind == "request" or frame.command in grants:
                 requests.append((index, frame))
                 frame.data, frame.fields = b"", {}  # only its links are wanted; keep memory flat
@@ -218,16 +221,16 @@ def read(
         raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     decoder, ports = _setup(protocol, port)
     selection = _selection(decoder, filter_text)
-    later = _first_pass(file, decoder, ports) if two_pass else None
+    show = wanted(sys.stdout, sys.stderr, frames_on_stdout=True)
+    later = _first_pass(file, decoder, ports, show) if two_pass else None
     stats = ReadStats()
     tracker = Tracker(decoder.protocol, decoder.size_st.size)
     renderer = Renderer(decoder)
     error: str | None = None
     with _reader_may_leave():
         try:
-            frames: Iterable[Frame] = analysed(
-                _telling_notices(read_frames(file, decoder, ports, stats), stats), tracker, later
-            )
+            read = _progress(read_frames(file, decoder, ports, stats), file, stats, show)
+            frames: Iterable[Frame] = analysed(_telling_notices(read, stats), tracker, later)
             if selection is not None:
                 frames = filter(selection, frames)
             write_frames(frames, renderer, fmt, detail, sys.stdout, messages, tracker)
@@ -257,8 +260,10 @@ def stats(
     tracker = Tracker(decoder.protocol, decoder.size_st.size)
     statistics = Statistics(decoder.protocol, tracker)
     error: str | None = None
+    show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
-        for frame in analysed(read_frames(file, decoder, ports, read_stats), tracker):
+        read = _progress(read_frames(file, decoder, ports, read_stats), file, read_stats, show)
+        for frame in analysed(read, tracker):
             if selection is None or selection(frame):
                 statistics.add(frame)
     except CaptureError as exc:
@@ -297,8 +302,10 @@ def follow(
     renderer = Renderer(decoder)
     dialogues: dict[int, Dialogue] = {}
     error: str | None = None
+    show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
-        for frame in analysed(read_frames(file, decoder, ports, read_stats), tracker):
+        read = _progress(read_frames(file, decoder, ports, read_stats), file, read_stats, show)
+        for frame in analysed(read, tracker):
             if connection is None or frame.conn == connection:
                 dialogue = dialogues.get(frame.conn)
                 if dialogue is None:
@@ -321,6 +328,26 @@ def follow(
     _print_notices(read_stats)
     _print_diagnoses(tracker, {connection} if connection is not None else None)
     _finish_read(decoder, ports, read_stats, error)
+
+
+def _progress(
+    frames: Iterable[Frame], file: Path, stats: ReadStats, show: bool, label: str = "reading"
+) -> Iterable[Frame]:
+    """The frames, with a progress bar on stderr when the read turns out slow and show allows."""
+    if not show:
+        return frames
+    try:
+        total = file.stat().st_size
+    except OSError:
+        return frames  # reading will say what is wrong with the file
+
+    def position() -> int:
+        try:
+            return stats.position() if stats.position is not None else 0
+        except (OSError, ValueError):  # the file is closed once reading ends
+            return total
+
+    return ReadProgress(total, position, Console(stderr=True), label=label).follow(frames)
 
 
 def _setup(protocol: str, port: list[int] | None) -> tuple[Decoder, list[int]]:
