@@ -41,6 +41,8 @@ _RECORD_LE = struct.Struct("<IIII")
 _RECORD_BE = struct.Struct(">IIII")
 _RECORD_SIZE = _RECORD_LE.size
 READ_SIZE = 1 << 20
+# No link layer captures more in one packet (TSO segments reach 256 KiB); beyond, the file is damaged.
+MAX_RECORD = 64 << 20
 # Decompressed input is read this much at a time: a damaged stream loses at most this.
 COMPRESSED_PIECE = 4 << 10
 
@@ -178,6 +180,10 @@ def _pcap_records(header: bytes, src: _Exact, name: str) -> Iterator[tuple[float
                     raise CaptureError(f"{name}: capture is cut short after packet {count}")
                 return
         sec, frac, caplen, _wire = record.unpack_from(buf, pos)
+        if caplen > MAX_RECORD:
+            raise CaptureError(
+                f"{name}: capture is damaged after packet {count}: the next record claims {caplen} bytes"
+            )
         end = pos + _RECORD_SIZE + caplen
         if end > len(buf):
             missing = end - len(buf)

@@ -160,3 +160,17 @@ def test_pcap_records_match_dpkt_whatever_the_read_size(
             src = capture._Exact(fh, str(path))
             got = [(ts, bytes(buf)) for ts, _link, buf in capture._packets(src, str(path))]
         assert got == expected, path.name
+
+
+def test_pcap_record_claiming_gigabytes_is_damage_not_an_allocation(tmp_path: Path) -> None:
+    data = SESSION.read_bytes()
+    bogus = struct.pack("<IIII", 0, 0, 0xFFFF0000, 0xFFFF0000)  # session.pcap is little-endian
+    path = tmp_path / "bogus.pcap"
+    path.write_bytes(data + bogus + b"\0" * 100)
+    tally = Tally()
+    with pytest.raises(CaptureError, match="claims 4294901760 bytes"):
+        for _ in read_segments(path, tally):
+            pass
+    whole = Tally()
+    list(read_segments(SESSION, whole))
+    assert tally.packets == whole.packets  # every packet before the damage was read
