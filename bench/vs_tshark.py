@@ -1,0 +1,355 @@
+"""streamdump against tshark on the same captures: wall time, throughput and peak memory.
+
+For every capture and every mode, each decoder runs in a child process with its output
+thrown away (stdout to /dev/null), and the runner records the child's wall time
+(perf_counter around start and wait4) and its peak resident size (ru_maxrss from wait4).
+The modes, and what tshark does for each:
+
+    one-line   streamdump read F             tshark summary lines
+    json       streamdump read F -T jsonl    tshark -T json -J rabbitmq_stream
+    messages   streamdump read F --messages  tshark -T fields: publishing id/offset/sections of every record
+    stats      streamdump stats F            tshark -q -z io,stat,0,rabbitmq_stream -z expert,rabbitmq_stream
+
+There are two references. "tshark+plugin" is tshark with the Lua dissector this project
+generates (lua/rabbitmq_stream.lua), decoding what streamdump decodes. "framing-only" is
+tshark with a Lua dissector of a dozen lines, written to a temp dir by this script, that
+only reassembles and splits the frames and reads the key: a floor for any Lua dissector
+under tshark, so a win over it is not a win over slow Lua. It is run for one-line and json.
+tshark runs with -n and HOME set to an empty temp dir, so no personal plugin or
+preference takes part. The capture is read once before timing (streamdump stats, which
+also gives the frame count), so every timed run reads it from the page cache.
+
+Reproduce (the captures need root and a running RabbitMQ; about 250 MB each):
+
+    sudo python bench/make_captures.py
+    python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,json] [--no-plugin]
+                              [--json-out figures.json]
+
+tshark+plugin takes minutes on the 250 MB captures; --no-plugin leaves it out. No test
+asserts these times: they depend on the machine, and are for reading, not for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import make_captures
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "lua" / "rabbitmq_stream.lua"
+MODES = ("one-line", "json", "messages", "stats")
+STREAMDUMP = [sys.executable, "-m", "streamdump"]
+
+STREAMDUMP_ARGS = {
+    "one-line": ["read", "{capture}"],
+    "json": ["read", "{capture}", "-T", "jsonl"],
+    "messages": ["read", "{capture}", "--messages"],
+    "stats": ["stats", "{capture}"],
+}
+# Record-level fields, so tshark has to decode every record of every Publish and Deliver
+# and print them, as streamdump --messages does; occurrence=a keeps all of a frame's.
+PLUGIN_ARGS = {
+    "one-line": [],
+    "json": ["-T", "json", "-J", "rabbitmq_stream"],
+    "messages": [
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=a",
+        "-e",
+        "frame.number",
+        "-e",
+        "rabbitmq_stream.publishing_id",
+        "-e",
+        "rabbitmq_stream.offset",
+        "-e",
+        "rabbitmq_stream.sections",
+    ],
+    "stats": ["-q", "-z", "io,stat,0,rabbitmq_stream", "-z", "expert,rabbitmq_stream"],
+}
+
+FRAMING_PROTO = "rmqs_framing"
+FRAMING_ARGS = {"one-line": [], "json": ["-T", "json", "-J", FRAMING_PROTO]}
+FRAMING_LUA = f"""\
+-- Framing only: reassemble, split on the 4-byte size, read the key. Written by bench/vs_tshark.py.
+local p = Proto("{FRAMING_PROTO}", "RabbitMQ Streams framing only")
+local f_key = ProtoField.uint16("{FRAMING_PROTO}.key", "Key", base.HEX)
+p.fields = {{ f_key }}
+
+local function pdu_len(tvb, pinfo, offset)
+  return tvb(offset, 4):uint() + 4
+end
+
+local function pdu(tvb, pinfo, tree)
+  pinfo.cols.protocol = "RMQS"
+  tree:add(p, tvb()):add(f_key, tvb(4, 2))
+  pinfo.cols.info = string.format("0x%04x", tvb(4, 2):uint())
+  return tvb:len()
+end
+
+function p.dissector(tvb, pinfo, tree)
+  dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
+  return tvb:len()
+end
+
+DissectorTable.get("tcp.port"):add(5552, p)
+"""
+
+
+@dataclass
+class Run:
+    seconds: float
+    rss_mib: float
+    exit_code: int
+    last_stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> Run:
+    """Wall time and peak RSS of one child; wait4 gives the child's own rusage, which
+    resource.getrusage(RUSAGE_CHILDREN) would mix with every earlier child's."""
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE, env=env)
+        assert proc.stderr is not None
+        with proc.stderr:
+            err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    return Run(elapsed, usage.ru_maxrss / 1024, proc.returncode, last_line(err.decode(errors="replace")))
+
+
+def best_of(argv: list[str], repeat: int, env: dict[str, str] | None = None) -> Run:
+    """Fastest of `repeat` runs (the others lost time to noise); peak RSS is the largest seen."""
+    runs = []
+    for _ in range(repeat):
+        run = run_child(argv, env)
+        if not run.ok:
+            return run
+        runs.append(run)
+    best = min(runs, key=lambda r: r.seconds)
+    best.rss_mib = max(r.rss_mib for r in runs)
+    return best
+
+
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def count_frames(capture: Path) -> int | str:
+    """RabbitMQ Streams frames in the capture, or why streamdump could not count them.
+
+    This pass also puts the file in the page cache, so no timed run pays for the disk."""
+    done = subprocess.run(
+        [*STREAMDUMP, "stats", str(capture), "-T", "json"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return f"streamdump stats exited {done.returncode}: {last_line(done.stderr)}"
+    frames = json.loads(done.stdout).get("frames")
+    if isinstance(frames, int):
+        return frames
+    # Changed stats output: one line per frame is the same count.
+    done = subprocess.run([*STREAMDUMP, "read", str(capture)], capture_output=True, check=False)
+    if done.returncode != 0:
+        return f"streamdump read exited {done.returncode}: {last_line(done.stderr.decode(errors='replace'))}"
+    return done.stdout.count(b"\n")
+
+
+def tshark_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, HOME=str(home))
+    # These would point Wireshark at a personal configuration despite the fresh HOME.
+    for name in ("XDG_CONFIG_HOME", "WIRESHARK_CONFIG_DIR", "WIRESHARK_PLUGIN_DIR"):
+        env.pop(name, None)
+    return env
+
+
+def tshark_argv(tshark: str, capture: Path, lua: Path, extra: list[str]) -> list[str]:
+    base = [tshark, "-n", "-r", str(capture), "-X", f"lua_script:{lua}"]
+    return [*base, "-o", "tcp.reassemble_out_of_order:TRUE", *extra]
+
+
+def commands(capture: Path, mode: str, tshark: str, framing_lua: Path, plugin: bool) -> dict[str, list[str]]:
+    """The command lines measured for one mode, by column name."""
+    sd = [*STREAMDUMP, *(a.format(capture=capture) for a in STREAMDUMP_ARGS[mode])]
+    cmds = {"streamdump": sd}
+    if plugin:
+        cmds["tshark_plugin"] = tshark_argv(tshark, capture, PLUGIN, PLUGIN_ARGS[mode])
+    if mode in FRAMING_ARGS:
+        cmds["tshark_framing"] = tshark_argv(tshark, capture, framing_lua, FRAMING_ARGS[mode])
+    return cmds
+
+
+def machine(tshark: str, env: dict[str, str]) -> dict[str, str | int | None]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    version = subprocess.run([tshark, "-v"], capture_output=True, text=True, env=env, check=False)
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tshark": (version.stdout.splitlines() or ["unknown"])[0],
+    }
+
+
+def ratio(reference: Run | None, ours: Run) -> str:
+    if reference is None:
+        return "-"
+    if not (reference.ok and ours.ok):
+        return "failed"
+    if reference.seconds >= ours.seconds:
+        return f"{reference.seconds / ours.seconds:.1f}x faster"
+    return f"{ours.seconds / reference.seconds:.1f}x slower"
+
+
+def seconds(run: Run | None) -> str:
+    if run is None:
+        return "-"
+    return f"{run.seconds:.2f}" if run.ok else f"exit {run.exit_code}"
+
+
+HEADER = (
+    f"{'mode':<9} {'streamdump s':>12} {'MB/s':>7} {'frames/s':>10} {'RSS MiB':>8}"
+    f" {'tshark+plugin s':>15} {'vs plugin':>13} {'framing-only s':>14} {'vs framing':>13}"
+)
+
+
+def table_row(mode: str, runs: dict[str, Run], size: int, frames: int) -> str:
+    sd = runs["streamdump"]
+    plugin, framing = runs.get("tshark_plugin"), runs.get("tshark_framing")
+    rate = f"{size / 1e6 / sd.seconds:7.1f} {frames / sd.seconds:10,.0f}" if sd.ok else f"{'-':>7} {'-':>10}"
+    return (
+        f"{mode:<9} {seconds(sd):>12} {rate} {sd.rss_mib:8.1f}"
+        f" {seconds(plugin):>15} {ratio(plugin, sd):>13} {seconds(framing):>14} {ratio(framing, sd):>13}"
+    )
+
+
+def bench_capture(
+    capture: Path, modes: list[str], args: argparse.Namespace, framing_lua: Path, env: dict[str, str]
+) -> dict:
+    size = capture.stat().st_size
+    frames = count_frames(capture)
+    if isinstance(frames, str):
+        # Every streamdump mode would fail the same way; the other captures may still run.
+        print(f"\nvs_tshark: {capture}: skipped, {frames}", file=sys.stderr, flush=True)
+        return {"capture": str(capture), "bytes": size, "error": frames, "modes": {}}
+    print(f"\n{capture}: {size:,} bytes, {frames:,} RabbitMQ Streams frames", flush=True)
+    result: dict = {"capture": str(capture), "bytes": size, "frames": frames, "modes": {}}
+    rows = []
+    for mode in modes:
+        cmds = commands(capture, mode, args.tshark, framing_lua, plugin=not args.no_plugin)
+        runs: dict[str, Run] = {}
+        for column, argv in cmds.items():
+            print(f"  {mode:<9} {column:<15} ...", end="", flush=True)
+            run = best_of(argv, args.repeat, None if column == "streamdump" else env)
+            print(f" {seconds(run)}", flush=True)
+            if not run.ok:
+                print(
+                    f"    {shlex.join(argv)}\n    exited {run.exit_code}: {run.last_stderr}", file=sys.stderr
+                )
+            runs[column] = run
+        rows.append(table_row(mode, runs, size, frames))
+        result["modes"][mode] = {
+            column: {**asdict(run), "argv": cmds[column]} for column, run in runs.items()
+        }
+    print(f"\n{capture.name} ({size / 1e6:.1f} MB, {frames:,} frames, best of {args.repeat})")
+    print(HEADER)
+    print("\n".join(rows))
+    return result
+
+
+def print_commands(results: list[dict]) -> None:
+    print("\nCommands (tshark with HOME=<empty temp dir>; framing-only Lua written by this script):")
+    for result in results:
+        for mode, columns in result["modes"].items():
+            for column, figures in columns.items():
+                print(f"  [{mode} {column}] {shlex.join(figures['argv'])}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "captures", nargs="*", type=Path, default=make_captures.default_paths(), help="capture files"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per command; the best time is kept")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
+    parser.add_argument("--no-plugin", action="store_true", help="skip the slow tshark+plugin reference")
+    parser.add_argument("--json-out", type=Path, help="also write every figure to this JSON file")
+    parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark", help="tshark binary")
+    args = parser.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or not args.modes:
+        parser.error(
+            f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}"
+        )
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    if not (os.path.isfile(args.tshark) and os.access(args.tshark, os.X_OK)):
+        raise SystemExit(f"vs_tshark: tshark not found at {args.tshark} (apt-get install tshark)")
+    if not args.no_plugin and not PLUGIN.is_file():
+        raise SystemExit(f"vs_tshark: {PLUGIN} missing (streamdump lua generate)")
+    for capture in args.captures:
+        if not capture.is_file():
+            raise SystemExit(
+                f"vs_tshark: {capture}: no such capture (make it: python bench/make_captures.py)"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    check_inputs(args)
+    with tempfile.TemporaryDirectory(prefix="vs_tshark-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        framing_lua = Path(tmp) / f"{FRAMING_PROTO}.lua"
+        framing_lua.write_text(FRAMING_LUA)
+        env = tshark_env(home)
+        host = machine(args.tshark, env)
+        print(
+            f"machine: {host['cpu']}, {host['cores']} cores; python {host['python']}; {host['tshark']}",
+            flush=True,
+        )
+        results = [bench_capture(c, args.modes, args, framing_lua, env) for c in args.captures]
+    print_commands(results)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"machine": host, "captures": results}, indent=2) + "\n")
+        print(f"\nfigures written to {args.json_out}")
+    failed = any("error" in result for result in results) or any(
+        figures["exit_code"] != 0
+        for result in results
+        for columns in result["modes"].values()
+        for figures in columns.values()
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
