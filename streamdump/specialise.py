@@ -17,12 +17,12 @@ tests check that on every capture and on garbage.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from streamdump.hooks import Hook
 from streamdump.layout import (
-    _I32,
     ArrayCodec,
     Ctx,
     FieldOp,
@@ -35,6 +35,7 @@ from streamdump.layout import (
 )
 
 Specialised = Callable[[memoryview, int, int, dict[str, Any], Ctx], int]
+_COUNT = struct.Struct(">i")  # array counts, as layout.py reads them
 
 
 class Fallback(Exception):
@@ -49,7 +50,7 @@ class _Source:
         self.env: dict[str, Any] = {
             "Fallback": Fallback,
             "run_hook": run_hook,
-            "I32": _I32,
+            "I32": _COUNT,
         }
         self.count = 0
 
@@ -73,7 +74,6 @@ def specialise(ops: tuple[Op, ...], label: str) -> Specialised:
     code = compile("\n".join(src.lines) + "\n", f"<specialised {label}>", "exec")
     exec(code, src.env)  # the source is generated above from the compiled spec, never from input
     decode: Specialised = src.env["decode"]
-    decode.source = "\n".join(src.lines)  # type: ignore[attr-defined]
     return decode
 
 
