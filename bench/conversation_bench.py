@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamdump.conversation import Tracker
-from streamdump.decoder import Decoder
-from streamdump.fieldnames import FrameFilter
-from streamdump.frame import Frame
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.registry import default_registry
-from streamdump.stats import Statistics
+from streamdump.core.conversation import Tracker
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
+from streamdump.views.fieldnames import FrameFilter
+from streamdump.views.stats import Statistics
 
 DEFAULT = Path(__file__).resolve().parent.parent / "captures" / "bulk.pcap"
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamdump.decoder import Decoder
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.registry import default_registry
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 HEADER = struct.Struct(">IHH")

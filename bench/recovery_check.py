@@ -28,11 +28,11 @@ import time
 from bisect import bisect_right
 from pathlib import Path
 
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame
-from streamdump.packet import Segment, parse
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.registry import default_registry
+from streamdump.core.frame import Frame
+from streamdump.core.packet import Segment, parse
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 
 PCAP_RECORD = struct.Struct("<IIII")
 SEQ_MOD = 1 << 32

@@ -21,21 +21,22 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
-from streamdump import luagen
-from streamdump.capture import CaptureError
-from streamdump.conversation import Tracker
-from streamdump.decoder import Decoder
-from streamdump.fieldnames import FrameFilter
-from streamdump.filter import FilterError
-from streamdump.follow import Dialogue
-from streamdump.frame import Frame
-from streamdump.messages import MESSAGE_COMMANDS, MessageLines
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.progress import ReadProgress, wanted
-from streamdump.registry import SpecError, default_registry
-from streamdump.render import Renderer
-from streamdump.stats import Statistics
-from streamdump.stats import render as render_stats
+from streamdump.core.capture import CaptureError
+from streamdump.core.conversation import Tracker
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.dissector import dissector_of
+from streamdump.spec.registry import SpecError, default_registry
+from streamdump.views.fieldnames import FrameFilter
+from streamdump.views.filter import FilterError
+from streamdump.views.follow import Dialogue
+from streamdump.views.messages import MessageLines
+from streamdump.views.progress import ReadProgress, wanted
+from streamdump.views.render import Renderer
+from streamdump.views.stats import Statistics
+from streamdump.views.stats import render as render_stats
+from streamdump.wireshark import luagen
 
 app = typer.Typer(
     add_completion=False,
@@ -109,7 +110,8 @@ def write_frames(
     count = 0
     t0: float | None = None
     console = None
-    lines = MessageLines(dict(renderer.protocol.enums)) if messages else None
+    protocol = renderer.protocol
+    lines = MessageLines({protocol.name: dissector_of(protocol).messages(protocol)}) if messages else None
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
@@ -119,7 +121,7 @@ def write_frames(
             t0 = tracker.first_ts if tracker is not None and tracker.first_ts is not None else frame.ts
         count += 1
         if lines is not None:
-            if frame.command in MESSAGE_COMMANDS:
+            if lines.carries(frame):
                 renderer.decoder.expand(frame)
             for line in lines.lines(frame, t0):
                 out.write(line + "\n")
@@ -277,7 +279,7 @@ def stats(
             console = _FilterConsole(
                 file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200
             )
-            render_stats(result, console)
+            render_stats(result, console, statistics.subject)
         sys.stdout.flush()
     _print_notices(read_stats)
     _finish_read(decoder, ports, read_stats, error)

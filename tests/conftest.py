@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdump.decoder import Decoder
-from streamdump.registry import Protocol, default_registry
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import Protocol, default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "captures"

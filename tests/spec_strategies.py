@@ -7,10 +7,16 @@ import zlib
 from typing import Any
 
 from hypothesis import strategies as st
+from streamdump.dissectors.rabbitmq_stream.osiris import (
+    Entry,
+    records_body,
+    simple_entry,
+    sub_batch_entry,
+    write_entry,
+)
 
-from streamdump.hooks.compression import FRAMINGS, compress
-from streamdump.hooks.osiris import Entry, records_body, simple_entry, sub_batch_entry, write_entry
-from streamdump.registry import INT_TYPES, FieldSpec
+from streamdump.codecs.compression import FRAMINGS, compress
+from streamdump.spec.registry import INT_TYPES, FieldSpec
 
 RECORDS = st.lists(st.binary(max_size=12), min_size=1, max_size=4)
 

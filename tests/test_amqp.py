@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from proton import Data
 from rstream._pyamqp.message import Header as RstreamHeader
 
-from streamdump.hooks import amqp
-from streamdump.hooks.amqp import (
+from streamdump.codecs import amqp
+from streamdump.codecs.amqp import (
     Array,
     Char,
     Decimal,

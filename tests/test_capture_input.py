@@ -13,10 +13,10 @@ import zstandard
 from conftest import CAPTURES
 from typer.testing import CliRunner
 
-from streamdump.capture import CaptureError, Skip, Tally, read_segments
 from streamdump.cli import app
-from streamdump.packet import Segment, parse
-from streamdump.pcapng import PcapngError, read_packets
+from streamdump.core.capture import CaptureError, Skip, Tally, read_segments
+from streamdump.core.packet import Segment, parse
+from streamdump.core.pcapng import PcapngError, read_packets
 
 SESSION = CAPTURES / "session.pcap"
 COMPRESSORS = {
@@ -148,7 +148,7 @@ def test_pcap_records_match_dpkt_whatever_the_read_size(
     """The record walker over large reads gives dpkt's records: same timestamps, same bytes."""
     import dpkt
 
-    import streamdump.capture as capture
+    import streamdump.core.capture as capture
 
     monkeypatch.setattr(capture, "READ_SIZE", read_size)
     files = [CAPTURES / "bulk.pcap", CAPTURES / "session.pcap"]

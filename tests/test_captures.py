@@ -16,10 +16,10 @@ from conftest import CAPTURES, GOLDEN
 from typer.testing import CliRunner
 
 from streamdump.cli import Format, analysed, app, write_frames
-from streamdump.conversation import Tracker
-from streamdump.decoder import Decoder
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.render import Renderer
+from streamdump.core.conversation import Tracker
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.views.render import Renderer
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
 VIEWS = {

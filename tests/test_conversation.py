@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
 
-from streamdump.conversation import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
-from streamdump.decoder import Decoder
-from streamdump.frame import Endpoint, Frame
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.registry import default_registry
+from streamdump.core.conversation import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
+from streamdump.core.frame import Endpoint, Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 
 CLEAN = [
     "session.pcap",
@@ -479,7 +479,7 @@ def test_deliveries_beyond_credit(decoder: Decoder) -> None:
 
 
 def test_unconfirmed_publishes_are_counted_by_publisher(decoder: Decoder) -> None:
-    from streamdump.hooks.osiris import simple_entry
+    from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
     wire = Wire(decoder)
     wire.send(
@@ -617,7 +617,7 @@ def test_a_capture_that_just_stops_is_not_the_clients_fault(decoder: Decoder) ->
 
 
 def test_a_reused_publisher_id_is_a_new_publisher(decoder: Decoder) -> None:
-    from streamdump.hooks.osiris import simple_entry
+    from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
     wire = Wire(decoder)
     for n, stream in enumerate(("orders", "invoices")):
@@ -645,8 +645,8 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
     decoder: Decoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A capture with endless findings keeps MAX_DIAGNOSES of them whole; the summary still counts all."""
-    import streamdump.conversation as conversation
-    from streamdump.stats import Statistics
+    import streamdump.core.conversation as conversation
+    from streamdump.views.stats import Statistics
 
     name = max(EXPECTED, key=lambda n: len(EXPECTED[n]))
     _, whole = track(CAPTURES / name, decoder)
@@ -666,7 +666,7 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
 
 def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) -> None:
     """Per connection only a small record of the latest frame stays, not the frame and its fields."""
-    from streamdump.conversation import Seen
+    from streamdump.core.conversation import Seen
 
     frames, tracker = track(CAPTURES / "bulk.pcap", decoder)
     for conn in tracker.connections.values():
@@ -681,7 +681,7 @@ def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) 
 def test_latency_figures_are_the_exact_nearest_rank_percentiles(samples: list[float]) -> None:
     import math
 
-    from streamdump.stats import Samples, latency
+    from streamdump.views.stats import Samples, latency
 
     store = Samples()
     for value in samples:
@@ -702,7 +702,7 @@ def test_latency_figures_are_the_exact_nearest_rank_percentiles(samples: list[fl
 
 
 def test_latency_store_stays_small_for_any_number_of_distinct_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamdump.stats as stats
+    import streamdump.views.stats as stats
 
     monkeypatch.setattr(stats, "MAX_DISTINCT", 1000)
     store = stats.Samples()

@@ -7,7 +7,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdump.decoder import Decoder, EncodeError
+from streamdump.spec.decoder import Decoder, EncodeError
 
 DELETE_PUBLISHER = bytes.fromhex("00000009000600010000000701")
 

@@ -18,9 +18,9 @@ import pytest
 from conftest import CAPTURES, need
 from test_osiris import check_delivered, check_published
 
-from streamdump.capture import read_segments
-from streamdump.decoder import Decoder
-from streamdump.pipeline import ReadStats, read_frames
+from streamdump.core.capture import read_segments
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
 
 pytestmark = pytest.mark.broker
 

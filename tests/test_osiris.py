@@ -12,13 +12,18 @@ from conftest import CAPTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spec_strategies import encode_chunk
+from streamdump.dissectors.rabbitmq_stream.osiris import (
+    SUB_BATCH,
+    records_body,
+    simple_entry,
+    sub_batch_entry,
+)
 
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame
-from streamdump.hooks import amqp
-from streamdump.hooks.compression import FRAMINGS, compress
-from streamdump.hooks.osiris import SUB_BATCH, records_body, simple_entry, sub_batch_entry
-from streamdump.pipeline import ReadStats, read_frames
+from streamdump.codecs import amqp
+from streamdump.codecs.compression import FRAMINGS, compress
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
 
 SENT = json.loads((CAPTURES / "compression.sent.json").read_text())
 # The recording script's names for the variants it sent, and what streamdump calls them.
@@ -100,8 +105,8 @@ def test_one_line_decoding_does_not_touch_records(decoder: Decoder, monkeypatch:
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("decoded below the chunk header")
 
-    monkeypatch.setattr("streamdump.hooks.osiris.decompress", boom)
-    monkeypatch.setattr("streamdump.hooks.osiris.amqp.decode_message", boom)
+    monkeypatch.setattr("streamdump.dissectors.rabbitmq_stream.osiris.decompress", boom)
+    monkeypatch.setattr("streamdump.dissectors.rabbitmq_stream.osiris.amqp.decode_message", boom)
     frames = list(read_frames(CAPTURES / "compression.pcap", decoder, [5552], ReadStats()))
     delivers = [f for f in frames if f.command == "Deliver"]
     assert delivers and all("records" not in f.fields["chunk"] for f in delivers)
@@ -368,7 +373,7 @@ def test_a_gzip_sub_batch_declaring_nothing_is_not_inflated_without_limit(decode
 def test_the_detail_view_shows_what_expanding_found(decoder: Decoder) -> None:
     from rich.console import Console
 
-    from streamdump.render import Renderer
+    from streamdump.views.render import Renderer
 
     chunk = sub_batch_chunk(4, b"not zstd at all", RECORDS)
     wire = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": _chunk_fields(chunk)})

@@ -19,9 +19,17 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
         capture_output=True,
     )
     (wheel,) = wheels.glob("streamdump-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "streamdump/dissectors/rabbitmq_stream.yaml" in names
-    assert {"streamdump/lua/dissector.lua", "streamdump/hooks/osiris.lua"} <= set(names)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # Every protocol folder ships whole: its spec, its package and its Lua twins.
+    for folder in sorted(p for p in (ROOT / "dissectors").iterdir() if (p / "spec.yaml").is_file()):
+        shipped = {
+            f"streamdump/dissectors/{folder.name}/{f.name}"
+            for f in folder.iterdir()
+            if f.suffix in (".yaml", ".py", ".lua")
+        }
+        assert f"streamdump/dissectors/{folder.name}/spec.yaml" in shipped
+        assert shipped <= names, sorted(shipped - names)
+    assert {"streamdump/wireshark/dissector.lua", "streamdump/codecs/amqp.lua"} <= names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
@@ -30,7 +38,7 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     probe = (
-        "import streamdump.registry as r, sys; print(r.spec_dir()); "
+        "import streamdump.spec.registry as r, sys; print(r.spec_dir()); "
         "sys.argv=['streamdump','decode','00000009000600010000000701','--brief']; "
         "import streamdump.cli as c; c.main()"
     )

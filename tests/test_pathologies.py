@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from conftest import CAPTURES, merged
 
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame
-from streamdump.pipeline import ReadStats, read_frames
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
 
 PATHOLOGICAL = CAPTURES / "pathological"
 MANIFEST: list[dict[str, Any]] = json.loads((PATHOLOGICAL / "manifest.json").read_text())
@@ -53,7 +53,7 @@ def direction(frame: Frame) -> str:
 
 @cache
 def truth(source: str) -> tuple[Truth, ...]:
-    from streamdump.registry import default_registry
+    from streamdump.spec.registry import default_registry
 
     frames, stats = read(CAPTURES / source, Decoder(default_registry().get("rabbitmq_stream")))
     assert stats.gaps == 0 and stats.incomplete == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from streamdump.progress import DELAY_S, ReadProgress, wanted
+from streamdump.views.progress import DELAY_S, ReadProgress, wanted
 
 
 class FakeClock:

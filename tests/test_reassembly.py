@@ -12,11 +12,11 @@ from conftest import CAPTURES, merged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdump.capture import Segment, read_segments
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame
-from streamdump.pipeline import ReadStats, decode_segments
-from streamdump.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_SYN, Stream
+from streamdump.core.capture import Segment, read_segments
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, decode_segments
+from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_SYN, Stream
+from streamdump.spec.decoder import Decoder
 
 SESSION = list(read_segments(CAPTURES / "session.pcap"))
 

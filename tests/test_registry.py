@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdump.registry import Protocol, SpecError, load_registry, load_spec, spec_dir
+from streamdump.spec.registry import Protocol, SpecError, load_registry, load_spec, spec_dir
 
 MINIMAL = """
 protocol: demo
@@ -73,7 +73,7 @@ def test_shipped_registry(protocol: Protocol) -> None:
 
 
 def test_specs_are_found_where_installed() -> None:
-    assert (spec_dir() / "rabbitmq_stream.yaml").is_file()
+    assert (spec_dir() / "rabbitmq_stream" / "spec.yaml").is_file()
 
 
 HOOKS = """hooks:
@@ -131,25 +131,32 @@ def test_bad_specs_are_refused(text: str, fragments: list[str]) -> None:
     refuse(text, *fragments)
 
 
-def test_registry_refuses_a_protocol_defined_twice(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text(spec())
-    (tmp_path / "b.yaml").write_text(spec())
-    with pytest.raises(SpecError, match=r"b.yaml: protocol 'demo' is also defined in a.yaml"):
-        load_registry(tmp_path)
+def test_registry_finds_protocol_folders_named_as_their_protocol(tmp_path: Path) -> None:
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "spec.yaml").write_text(spec())
+    (tmp_path / "loose.yaml").write_text(spec())  # not in a protocol folder: not a protocol
+    registry = load_registry(tmp_path, package=None)
+    assert list(registry.protocols) == ["demo"] and registry.get("demo").package is None
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "spec.yaml").write_text(spec())
+    with pytest.raises(SpecError, match=r"other/spec.yaml: protocol 'demo' must live in a folder"):
+        load_registry(tmp_path, package=None)
     with pytest.raises(SpecError, match="no protocol specs"):
         load_registry(tmp_path / "nowhere")
 
 
 def test_amqp_section_names_are_the_amqp_hooks(protocol: Protocol) -> None:
     """The registry's section enum (filters, the plugin) and the AMQP decoder name sections alike."""
-    from streamdump.hooks import amqp
+    from streamdump.codecs import amqp
 
     assert dict(protocol.enums["amqp_section"]) == amqp.SECTION_NAMES
 
 
 def test_the_frame_names_agree() -> None:
     """What filters, the registry and the plugin call the frame's own names are one set."""
-    from streamdump import fieldnames, luagen, registry
+    from streamdump.spec import registry
+    from streamdump.views import fieldnames
+    from streamdump.wireshark import luagen
 
     header = {"key", "version", "size"}  # the frame's header: fields of every frame, not reserved
     assert set(fieldnames.FRAME_NAMES) - header <= registry.FRAME_NAMES

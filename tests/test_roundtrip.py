@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import comparable, struct_strategy
 
-from streamdump.decoder import Decoder
-from streamdump.registry import default_registry
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 ENTRIES = [

@@ -10,15 +10,15 @@ from conftest import CAPTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
+from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame
-from streamdump.hooks.osiris import simple_entry
-from streamdump.layout import Ctx, Short, decode_ops
-from streamdump.pipeline import ReadStats, read_frames
-from streamdump.registry import default_registry
-from streamdump.render import _json_default
-from streamdump.specialise import Fallback
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.layout import Ctx, Short, decode_ops
+from streamdump.spec.registry import default_registry
+from streamdump.spec.specialise import Fallback
+from streamdump.views.render import _json_default
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 FAST = Decoder(PROTOCOL)

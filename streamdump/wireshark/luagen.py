@@ -20,17 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from streamdump.hooks import osiris
-from streamdump.layout import title
-from streamdump.registry import INT_TYPES, FieldSpec, Protocol, Ref
+from streamdump.spec.dissector import dissector_of
+from streamdump.spec.layout import title
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
 
-# Which Lua twin implements each hook the registry may name, and which Lua file holds it.
-# (Files in the order they must load: osiris.lua uses amqp.lua's section walker.)
-LUA_HOOK_FILES = {
-    "osiris_entry": ("amqp", "osiris"),
-    "osiris_chunk": ("amqp", "osiris"),
-    "osiris_trailer": ("amqp", "osiris"),
-}
 # What every frame carries besides its layout's fields (the JSON object's own keys).
 FRAME_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("size", "uint32", "Frame size in bytes, after the size field"),
@@ -54,14 +47,12 @@ def generate(protocol: Protocol) -> str:
         "-- Install: `streamdump lua install`, or copy this file into Wireshark's personal Lua\n"
         "-- plugins folder; or run `tshark -X lua_script:<this file> -r capture.pcap`.\n",
         "local SPEC = " + _lua(spec_table(protocol), 0) + "\n",
-        _template("streamdump.lua", "dissector.lua"),
+        _template(__package__, "dissector.lua"),
     ]
-    modules: list[str] = []
-    for name in sorted(protocol.hooks):
-        modules += [m for m in LUA_HOOK_FILES[name] if m not in modules]
-    for module in modules:
-        parts.append(_template("streamdump.hooks", f"{module}.lua"))
-    parts.append(_template("streamdump.lua", "register.lua"))
+    for name in dissector_of(protocol).lua:
+        package, _, file = name.rpartition(":")
+        parts.append(_template(package or protocol.package or "", file))
+    parts.append(_template(__package__, "register.lua"))
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
 
 
@@ -94,7 +85,7 @@ def personal_plugins_folder() -> Path:
 
 
 def _source_name(protocol: Protocol) -> str:
-    return f"dissectors/{Path(protocol.source).name}"
+    return f"dissectors/{protocol.source}"
 
 
 def _template(package: str, name: str) -> str:
@@ -105,9 +96,6 @@ def _template(package: str, name: str) -> str:
 
 
 def spec_table(protocol: Protocol) -> dict[str, Any]:
-    unknown = sorted(set(protocol.hooks) - LUA_HOOK_FILES.keys())
-    if unknown:
-        raise ValueError(f"{protocol.source}: hooks without a Lua twin: {', '.join(unknown)}")
     layouts: dict[int, Any] = {}
     commands: dict[int, Any] = {}
     for command in protocol.commands.values():
@@ -139,7 +127,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "layouts": layouts,
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it.
-        "limits": {"osiris": {"bytes": osiris.MAX_EXPANDED_BYTES, "records": osiris.MAX_EXPANDED_RECORDS}},
+        "limits": dict(dissector_of(protocol).lua_limits),
         "conversation": _conversation(protocol),
     }
 

@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdump.frame import Expert, Node
-from streamdump.hooks import Hook, amqp
-from streamdump.hooks.compression import DecompressionError, decompress
-from streamdump.layout import BadValue, Ctx, Short
+from streamdump.codecs import amqp
+from streamdump.codecs.compression import DecompressionError, decompress
+from streamdump.core.frame import Expert, Node
+from streamdump.spec.hooks import Hook
+from streamdump.spec.layout import BadValue, Ctx, Short
 
 _U32 = struct.Struct(">I")
 _SUB_BATCH = struct.Struct(">BHII")  # flags, record count, uncompressed length, length

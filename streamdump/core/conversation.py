@@ -20,8 +20,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamdump.frame import SEVERITIES, Endpoint, Expert, Frame
-from streamdump.registry import FieldSpec, Protocol, Ref
+from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
+from streamdump.spec.dissector import dissector_of
+from streamdump.spec.registry import FieldSpec, Protocol, Ref
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed.
@@ -147,6 +148,7 @@ class Tracker:
         self.protocol = protocol
         self.spec = protocol.conversation
         self.size_len = size_len
+        self.user_of = dissector_of(protocol).user
         self.connections: dict[int, ConnState] = {}
         self.diagnoses: list[Diagnosis] = []
         # Findings past MAX_DIAGNOSES, counted:
@@ -514,8 +516,8 @@ class Tracker:
                     for item in items
                     if isinstance(item, dict) and {"command_key", "min_version", "max_version"} <= set(item)
                 }
-        if frame.command == spec.authenticate and frame.kind == "request":
-            conn.user = _plain_user(fields)
+        if frame.command == spec.authenticate and frame.kind == "request" and self.user_of is not None:
+            conn.user = self.user_of(fields)
         if spec.close is not None and frame.command == spec.close.command and frame.kind == "request":
             self._closing(conn, frame)
         theirs = conn.side(not frame.from_client).versions
@@ -954,13 +956,3 @@ def _session_name(kind: str, sid: int, session: Session | None) -> str:
     stream = session.values.get("stream") if session is not None else None
     return f"{kind} {sid}" + (f" (stream {stream!r})" if stream else "")
 
-
-def _plain_user(fields: dict[str, Any]) -> str | None:
-    """The user name of a PLAIN authentication ("\\0user\\0password"); never the password."""
-    if fields.get("mechanism") != "PLAIN":
-        return None
-    data = fields.get("sasl_opaque_data")
-    if not isinstance(data, bytes | memoryview):
-        return None
-    parts = bytes(data).split(b"\0")
-    return parts[1].decode("utf-8", "replace") if len(parts) == 3 else None

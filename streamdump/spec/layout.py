@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from streamdump.frame import Expert, Node
-from streamdump.registry import INT_TYPES, FieldSpec
+from streamdump.core.frame import Expert, Node
+from streamdump.spec.registry import INT_TYPES, FieldSpec
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

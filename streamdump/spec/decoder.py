@@ -11,11 +11,11 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from streamdump.frame import Expert, Frame, Node
-from streamdump.hooks import build_hooks
-from streamdump.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
-from streamdump.registry import INT_TYPES, FieldSpec, Layout, Protocol
-from streamdump.specialise import Fallback, Specialised, specialise
+from streamdump.core.frame import Expert, Frame, Node
+from streamdump.spec.hooks import build_hooks
+from streamdump.spec.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol
+from streamdump.spec.specialise import Fallback, Specialised, specialise
 
 
 def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:

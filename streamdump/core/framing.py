@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streamdump.reassembly import Gap
+from streamdump.core.reassembly import Gap
 
 # Hunting keeps at most this much unsynced data that holds no candidate start.
 HUNT_WINDOW = 64 << 10

@@ -220,6 +220,7 @@ class Protocol:
     name: str
     title: str
     source: str
+    package: str | None  # the Python package with the protocol's code (hooks, framing, messages)
     wiring: Wiring
     header: tuple[FieldSpec, ...]
     response_bit: int
@@ -294,8 +295,9 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 class _Builder:
     """Builds one Protocol from parsed YAML, tracking where in the file it is for errors."""
 
-    def __init__(self, source: str, doc: Mapping[str, Any]) -> None:
+    def __init__(self, source: str, doc: Mapping[str, Any], package: str | None = None) -> None:
         self.source = source
+        self.package = package
         self.doc = doc
         self.enums: dict[str, dict[int, str]] = {}
         self.raw_structs: Mapping[str, Any] = {}
@@ -350,6 +352,7 @@ class _Builder:
             name=name,
             title=str(doc["title"]),
             source=self.source,
+            package=self.package,
             wiring=self._wiring(doc["wiring"], commands),
             header=header,
             response_bit=int(doc.get("response_bit", 0x8000)),
@@ -782,10 +785,15 @@ def _follow(specs: tuple[FieldSpec, ...], path: list[str]) -> FieldSpec | None:
     return _follow(spec.fields, path[1:])
 
 
-def load_spec(path: Path | str, text: str | None = None) -> Protocol:
-    """Load and validate one spec file (text may be given to load from memory)."""
+def load_spec(
+    path: Path | str, text: str | None = None, *, package: str | None = None, source: str | None = None
+) -> Protocol:
+    """Load and validate one spec file (text may be given to load from memory).
+
+    package: the Python package holding the protocol's code (hooks, framing, messages), if any.
+    """
     path = Path(path)
-    source = path.name
+    source = source or path.name
     try:
         raw = yaml.load(text if text is not None else path.read_text(encoding="utf-8"), _UniqueKeyLoader)
     except SpecError as exc:
@@ -796,15 +804,20 @@ def load_spec(path: Path | str, text: str | None = None) -> Protocol:
         raise SpecError(f"{source}: cannot read: {exc.strerror}") from None
     if not isinstance(raw, Mapping):
         raise SpecError(f"{source}: top level must be a mapping")
-    return _Builder(source, raw).build()
+    return _Builder(source, raw, package).build()
+
+
+SPEC_FILE = "spec.yaml"
+# Protocol folders ship inside streamdump as this package; each is a subpackage.
+PACKAGE = "streamdump.dissectors"
 
 
 def spec_dir() -> Path:
-    """Where the specs are: inside the installed package, or dissectors/ in a source tree."""
+    """Where the protocol folders are: inside the installed package, or dissectors/ in a source tree."""
     packaged = resources.files("streamdump") / "dissectors"
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "dissectors"
+    return Path(__file__).resolve().parent.parent.parent / "dissectors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -819,18 +832,24 @@ class Registry:
             raise SpecError(f"unknown protocol {name!r} (known: {known})") from None
 
 
-def load_registry(directory: Path | None = None) -> Registry:
+def load_registry(directory: Path | None = None, package: str | None = PACKAGE) -> Registry:
+    """Every protocol folder's spec: DIR/<protocol>/spec.yaml, the folder named as the protocol.
+
+    package: the Python package the folders are subpackages of (their hooks, framing and
+    messages); None for folders of specs alone.
+    """
     directory = directory or spec_dir()
     protocols: dict[str, Protocol] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        proto = load_spec(path)
-        if proto.name in protocols:
-            raise SpecError(
-                f"{path.name}: protocol {proto.name!r} is also defined in {protocols[proto.name].source}"
-            )
+    for path in sorted(directory.glob(f"*/{SPEC_FILE}")):
+        folder = path.parent.name
+        source = f"{folder}/{SPEC_FILE}"
+        module = f"{package}.{folder}" if package and (path.parent / "__init__.py").is_file() else None
+        proto = load_spec(path, package=module, source=source)
+        if proto.name != folder:
+            raise SpecError(f"{source}: protocol {proto.name!r} must live in a folder of that name")
         protocols[proto.name] = proto
     if not protocols:
-        raise SpecError(f"no protocol specs found in {directory}")
+        raise SpecError(f"no protocol specs found in {directory} (expected <protocol>/{SPEC_FILE})")
     return Registry(protocols)
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from streamdump.layout import ArrayCodec, BadValue, Ctx, FieldOp, Short, StructCodec
-from streamdump.registry import FieldSpec
+from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, Short, StructCodec
+from streamdump.spec.registry import FieldSpec
 
 
 @dataclass(frozen=True, slots=True)

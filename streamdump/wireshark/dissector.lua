@@ -7,6 +7,7 @@ local P = Proto(SPEC.name, SPEC.title)
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
+local CONV_HOOKS = {}   -- the protocol package's conversation hooks (user: who authenticates)
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 
@@ -745,15 +746,6 @@ local function correlate(conn, f)
   request.fields = nil  -- answered: only its number and links stay
 end
 
-local function plain_user(fields)
-  if fields.mechanism ~= "PLAIN" then return nil end
-  local data = fields.sasl_opaque_data
-  if type(data) ~= "table" or data.pos == nil or data.len == 0 then return nil end
-  local raw = data.tvb:raw(data.pos, data.len)
-  local user = raw:match("^[^%z]*%z([^%z]*)%z[^%z]*$")
-  return user
-end
-
 local function negotiation(conn, f)
   local fields = f.fields
   if CONV.tune and f.command == CONV.tune.command then
@@ -774,7 +766,9 @@ local function negotiation(conn, f)
       conn.versions[side_key(f.from_client)] = known
     end
   end
-  if f.command == CONV.authenticate and f.kind == "request" then conn.user = plain_user(fields) end
+  if f.command == CONV.authenticate and f.kind == "request" and CONV_HOOKS.user then
+    conn.user = CONV_HOOKS.user(fields)
+  end
   if CONV.close and f.command == CONV.close.command and f.kind == "request" and not f.from_client then
     local code = fields[CONV.close.code]
     if is_number(code) then

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdump.conversation import ConnState
-from streamdump.frame import Frame
+from streamdump.core.conversation import ConnState
+from streamdump.core.frame import Frame
 
 MAX_COLUMN = 64
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from streamdump.decoder import Decoder
-from streamdump.filter import FieldType, compile_filter
-from streamdump.frame import Frame
-from streamdump.registry import INT_TYPES, FieldSpec, Protocol
+from streamdump.core.frame import Frame
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
+from streamdump.views.filter import FieldType, compile_filter
 
 # What every frame has, whatever its protocol: the JSON object's top-level keys.
 FRAME_NAMES: dict[str, FieldType] = {

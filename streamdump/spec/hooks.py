@@ -1,9 +1,9 @@
-"""Hooks: what a declarative spec cannot say, one module per hook, and how a spec finds them.
+"""Hooks: what a declarative spec cannot say. The base class, and how a spec finds its hooks.
 
 A spec names a hook on a field (`hook: osiris_chunk` on a raw field, or `type: hook`
 for a field whose extent only code can find) and declares under `hooks:` what the hook
-adds to the decoded frame, so field names stay registry-derived. Each hook here has a
-Lua twin in the generated Wireshark plugin.
+adds to the decoded frame, so field names stay registry-derived. Hooks live in their
+protocol's package (dissectors/<name>/), each with a Lua twin in the generated plugin.
 
 A hook works in three steps, cheapest first: `read` finds a `type: hook` field's extent
 and value on every decode; `check` runs on every decode for checks worth their cost
@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from streamdump.registry import Protocol, SpecError
+from streamdump.spec.dissector import dissector_of
+from streamdump.spec.registry import Protocol, SpecError
 
 if TYPE_CHECKING:
-    from streamdump.frame import Node
-    from streamdump.layout import Ctx
+    from streamdump.core.frame import Node
+    from streamdump.spec.layout import Ctx
 
 
 class Hook:
@@ -48,14 +49,13 @@ class Hook:
 
 def build_hooks(protocol: Protocol) -> dict[str, Hook]:
     """One instance of every hook the protocol declares; a declared hook without code is a spec error."""
-    from streamdump.hooks.osiris import ChunkHook, EntryHook, TrailerHook
-
-    known: Mapping[str, type[Hook]] = {cls.name: cls for cls in (ChunkHook, EntryHook, TrailerHook)}
+    known: Mapping[str, type[Hook]] = {cls.name: cls for cls in dissector_of(protocol).hooks}
     hooks: dict[str, Hook] = {}
     for name in protocol.hooks:
         cls = known.get(name)
         if cls is None:
-            raise SpecError(f"{protocol.source}: hooks.{name}: no hook of that name in streamdump.hooks")
+            where = protocol.package or "the protocol package"
+            raise SpecError(f"{protocol.source}: hooks.{name}: no hook of that name in {where}")
         hooks[name] = cls(protocol)
     for spec in protocol.all_fields():
         if spec.type == "hook" and spec.hook is not None and type(hooks[spec.hook]).read is Hook.read:

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdump.capture import CaptureError, Segment, Skip, Tally, read_segments
-from streamdump.decoder import Decoder
-from streamdump.frame import Endpoint, Expert, Frame
-from streamdump.framing import FrameCheck, Framer, Piece
-from streamdump.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
-from streamdump.tail import TailRule, last_value, recover, tail_rule
+from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_segments
+from streamdump.core.frame import Endpoint, Expert, Frame
+from streamdump.core.framing import FrameCheck, Framer, Piece
+from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
+from streamdump.core.tail import TailRule, last_value, recover, tail_rule
+from streamdump.spec.decoder import Decoder
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096

@@ -13,11 +13,11 @@ from typing import Any
 from rich.text import Text
 from rich.tree import Tree
 
-from streamdump.decoder import Decoder
-from streamdump.frame import Frame, Node
-from streamdump.hooks import amqp
-from streamdump.layout import title
-from streamdump.registry import INT_TYPES, FieldSpec, Protocol
+from streamdump.codecs import amqp
+from streamdump.core.frame import Frame, Node
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.layout import title
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
 
 PREVIEW_BYTES = 24
 

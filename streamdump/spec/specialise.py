@@ -1,6 +1,6 @@
 """Straight-line decoders generated once per layout from its compiled ops: the fast path.
 
-The ops in `streamdump.layout` interpret a spec: every field is a method call, every
+The ops in `streamdump.spec.layout` interpret a spec: every field is a method call, every
 array element a struct codec, a decode_ops loop and a dict. That generality costs
 more than the bytes do on frames that carry hundreds of elements (a Publish frame's
 messages). Here each layout's ops become the source of one Python function, compiled
@@ -21,8 +21,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from streamdump.hooks import Hook
-from streamdump.layout import (
+from streamdump.spec.hooks import Hook
+from streamdump.spec.layout import (
     ArrayCodec,
     Ctx,
     FieldOp,

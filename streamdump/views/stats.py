@@ -17,10 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from streamdump.conversation import ConnState, Tracker
-from streamdump.frame import Frame
-from streamdump.messages import message_volume
-from streamdump.registry import Protocol
+from streamdump.core.conversation import ConnState, Tracker
+from streamdump.core.frame import Frame
+from streamdump.spec.dissector import MessageRules, dissector_of
+from streamdump.spec.registry import Protocol
 
 # Keys the peers' properties use for who they are, in the order a summary shows them.
 PEER_KEYS = ("product", "version", "platform", "connection_name")
@@ -119,6 +119,11 @@ class Statistics:
     confirm: dict[str, Samples] = field(default_factory=lambda: defaultdict(Samples))
     volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rules: MessageRules | None = None
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            self.rules = dissector_of(self.protocol).messages(self.protocol)
 
     def add(self, frame: Frame) -> None:
         self.frames += 1
@@ -138,14 +143,19 @@ class Statistics:
             for w in waited:
                 if w is not None:
                     samples.add(w)
-        moved = message_volume(frame)
+        assert self.rules is not None
+        moved = self.rules.volume(frame)
         if moved is not None:
-            direction = "publish" if frame.from_client is not False else "deliver"
-            stream = links.get("stream") or "(unknown stream)"
-            volume = self.volume.setdefault((stream, direction), Volume())
+            volume = self.volume.setdefault((moved.subject, moved.direction), Volume())
             volume.frames += 1
-            volume.messages += moved[0]
-            volume.bytes += moved[1]
+            volume.messages += moved.messages
+            volume.bytes += moved.bytes
+
+    @property
+    def subject(self) -> str:
+        """What messages are addressed to (a stream, a topic): the volume table's key."""
+        assert self.rules is not None
+        return self.rules.subject
 
     # ------------------------------------------------------------------ result
 
@@ -172,9 +182,9 @@ class Statistics:
             "confirm_latency": [
                 {"command": command} | latency(samples) for command, samples in sorted(self.confirm.items())
             ],
-            "streams": [
+            f"{self.subject}s": [
                 {
-                    "stream": stream,
+                    self.subject: stream,
                     "direction": direction,
                     "frames": v.frames,
                     "messages": v.messages,
@@ -228,8 +238,11 @@ def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------- text
 
 
-def render(result: dict[str, Any], console: Console) -> None:
-    """The statistics as tables, in the order a user debugging a client reads them."""
+def render(result: dict[str, Any], console: Console, subject: str) -> None:
+    """The statistics as tables, in the order a user debugging a client reads them.
+
+    subject: what messages are addressed to in this protocol (stream, topic).
+    """
     for conn in result["connections"]:
         console.print(_connection_text(conn))
     console.print()
@@ -253,9 +266,12 @@ def render(result: dict[str, Any], console: Console) -> None:
     )
     _table(
         console,
-        "Messages per stream",
-        ("Stream", "Direction", "Frames", "Messages", "Bytes"),
-        [(r["stream"], r["direction"], r["frames"], r["messages"], r["bytes"]) for r in result["streams"]],
+        f"Messages per {subject}",
+        (subject.capitalize(), "Direction", "Frames", "Messages", "Bytes"),
+        [
+            (r[subject], r["direction"], r["frames"], r["messages"], r["bytes"])
+            for r in result[f"{subject}s"]
+        ],
     )
     _table(
         console,

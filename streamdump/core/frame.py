@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streamdump.registry import FieldSpec
+    from streamdump.spec.registry import FieldSpec
 
 # Wireshark's expert severities, lowest first.
 SEVERITIES = ("chat", "note", "warn", "error")

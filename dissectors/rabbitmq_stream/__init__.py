@@ -1,0 +1,22 @@
+"""RabbitMQ Streams (TCP 5552): the spec, the Osiris hooks, and what a message is.
+
+spec.yaml is the registry entry. Frames are a u32 size and a key/version header, so the
+spec's length word frames them; what the grammar cannot say is here: Osiris entries and
+chunks (osiris.py, with its Lua twin osiris.lua; AMQP 1.0 records through the shared
+codec), the records of Publish and Deliver as messages (messages.py), and the user name
+of a PLAIN authentication (sasl.py, sasl.lua).
+"""
+
+from __future__ import annotations
+
+from streamdump.dissectors.rabbitmq_stream import messages, osiris, sasl
+
+from streamdump.spec.dissector import Dissector
+
+DISSECTOR = Dissector(
+    hooks=(osiris.EntryHook, osiris.ChunkHook, osiris.TrailerHook),
+    lua=("streamdump.codecs:amqp.lua", "osiris.lua", "sasl.lua"),
+    lua_limits={"osiris": {"bytes": osiris.MAX_EXPANDED_BYTES, "records": osiris.MAX_EXPANDED_RECORDS}},
+    messages=messages.StreamMessages,
+    user=sasl.plain_user,
+)

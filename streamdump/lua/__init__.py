@@ -1,1 +1,0 @@
-"""The hand-written Lua that streamdump.luagen copies into every generated Wireshark plugin."""

@@ -1,0 +1,102 @@
+"""What a protocol package adds to its spec, and how the core finds it.
+
+A protocol lives in one folder under dissectors/ (the package streamdump.dissectors.<name>):
+its spec (data) and the code the spec cannot say, declared in the package's `DISSECTOR`:
+hooks with their Lua twins, a framing rule when the spec's length word does not say how
+long a PDU is, what counts as a message for `--messages` and `stats`, and conversation
+hooks. The core imports a package only through `dissector_of`, by the name the registry
+recorded for the spec's folder, so no core module names a protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamdump.spec.registry import Protocol, SpecError
+
+if TYPE_CHECKING:
+    from streamdump.core.frame import Frame
+    from streamdump.spec.hooks import Hook
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """One line of `--messages`: where a message is in its frame, its size and what it says.
+
+    subject: the stream or topic it is addressed to ("?" when the capture does not show it).
+    size: None for rows that only say what could not be shown. tag: the row belongs to an
+    incomplete frame and says so.
+    """
+
+    subject: str
+    where: str
+    size: int | None = None
+    text: str = ""
+    tag: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """What a frame moves, from its headers alone: for `stats`' table of messages per subject."""
+
+    subject: str
+    direction: str
+    messages: int
+    bytes: int
+
+
+class MessageRules:
+    """What counts as a message in a protocol's frames; by default, nothing does."""
+
+    # What a message is addressed to, as the stats table and its JSON name it.
+    subject = "subject"
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+
+    def carries(self, frame: Frame) -> bool:
+        """Whether the frame holds messages (a view expands it before asking for rows)."""
+        return False
+
+    def rows(self, frame: Frame) -> Iterator[MessageRow]:
+        return iter(())
+
+    def volume(self, frame: Frame) -> Volume | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Dissector:
+    """The code of one protocol package, as the core asks for it."""
+
+    hooks: tuple[type[Hook], ...] = ()
+    # Lua files making the hooks' twins, in load order: names in the package folder, or
+    # "package:file" for files of another package (a shared codec).
+    lua: tuple[str, ...] = ()
+    # Values the Lua twins read from the generated SPEC table (e.g. expansion bounds).
+    lua_limits: Mapping[str, Any] = field(default_factory=dict)
+    # Builds the framing rule from the protocol's decoder; None: the spec's length word.
+    framing: Callable[[Any], Any] | None = None
+    messages: type[MessageRules] = MessageRules
+    # The user an authentication request names (never its secret), for diagnoses and stats.
+    user: Callable[[dict[str, Any]], str | None] | None = None
+
+
+def dissector_of(protocol: Protocol) -> Dissector:
+    """The protocol package's DISSECTOR; a spec without a package has only what the core does."""
+    if protocol.package is None:
+        return _NONE
+    try:
+        module = importlib.import_module(protocol.package)
+    except ImportError as exc:
+        raise SpecError(f"{protocol.source}: cannot import {protocol.package}: {exc}") from None
+    found = getattr(module, "DISSECTOR", None)
+    if not isinstance(found, Dissector):
+        raise SpecError(f"{protocol.source}: {protocol.package} defines no DISSECTOR")
+    return found
+
+
+_NONE = Dissector()
