@@ -12,8 +12,9 @@ import os
 import re
 import struct
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TextIO
@@ -22,9 +23,9 @@ import typer
 from rich.console import Console
 
 from streamdump.core.capture import CaptureError
-from streamdump.core.conversation import Tracker
+from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import SpecError, default_registry
@@ -42,7 +43,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Decode messaging wire protocols (RabbitMQ Streams) from captures and hex dumps.",
+    help="Decode messaging wire protocols from captures and hex dumps.",
 )
 
 EXIT_INPUT = 1
@@ -81,8 +82,27 @@ def _reader_may_leave() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
-def _decoder(protocol: str) -> Decoder:
-    return Decoder(default_registry().get(protocol))
+def _decoders(protocols: list[str] | None) -> dict[str, Decoder]:
+    """Decoders of the protocols named (every protocol the registry has, when none is)."""
+    registry = default_registry()
+    names = protocols or sorted(registry.protocols)
+    return {name: Decoder(registry.get(name)) for name in dict.fromkeys(names)}
+
+
+class Views:
+    """Each protocol's views, picked by the frame's protocol."""
+
+    def __init__(self, decoders: Mapping[str, Decoder]) -> None:
+        self.decoders = dict(decoders)
+        self.renderers = {name: Renderer(decoder) for name, decoder in decoders.items()}
+
+    def __getitem__(self, frame: Frame) -> Renderer:
+        return self.renderers[frame.protocol]
+
+    def messages(self) -> MessageLines:
+        return MessageLines(
+            {name: dissector_of(d.protocol).messages(d.protocol) for name, d in self.decoders.items()}
+        )
 
 
 class _FilterConsole(Console):
@@ -95,23 +115,24 @@ class _FilterConsole(Console):
 
 def write_frames(
     frames: Iterable[Frame],
-    renderer: Renderer,
+    views: Views | Renderer,
     fmt: Format,
     detail: bool,
     out: TextIO,
     messages: bool = False,
-    tracker: Tracker | None = None,
+    tracker: Tracker | Conversations | None = None,
 ) -> int:
     """Write frames in the chosen view; returns how many were written.
 
     Times count from the capture's first frame, which the tracker saw even when a filter
     hid it; without a tracker, from the first frame written.
     """
+    if isinstance(views, Renderer):
+        views = Views({views.protocol.name: views.decoder})
     count = 0
     t0: float | None = None
     console = None
-    protocol = renderer.protocol
-    lines = MessageLines({protocol.name: dissector_of(protocol).messages(protocol)}) if messages else None
+    lines = views.messages() if messages else None
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
@@ -120,6 +141,7 @@ def write_frames(
         if t0 is None:
             t0 = tracker.first_ts if tracker is not None and tracker.first_ts is not None else frame.ts
         count += 1
+        renderer = views[frame]
         if lines is not None:
             if lines.carries(frame):
                 renderer.decoder.expand(frame)
@@ -135,7 +157,7 @@ def write_frames(
 
 
 def analysed(
-    frames: Iterable[Frame], tracker: Tracker, later: dict[int, dict[str, Any]] | None = None
+    frames: Iterable[Frame], tracker: Tracker | Conversations, later: dict[int, dict[str, Any]] | None = None
 ) -> Iterator[Frame]:
     """Frames as the conversation tracker links them (request_in, stream, expert notes).
 
@@ -149,18 +171,22 @@ def analysed(
         yield frame
 
 
-def _first_pass(file: Path, decoder: Decoder, ports: list[int], show: bool) -> dict[int, dict[str, Any]]:
+def _first_pass(file: Path, setup: Setup, show: bool) -> dict[int, dict[str, Any]]:
     """What frames learn from frames after them: requests their response, by output place."""
-    tracker = Tracker(decoder.protocol, decoder.size_st.size)
-    credit = decoder.protocol.conversation.credit
-    # Besides requests, a credit grant is answered when the broker refuses it.
-    grants = {ref.command for ref in credit.grant} if credit is not None else set()
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    # Besides requests, a credit grant is answered when the server refuses it.
+    grants = {
+        (d.protocol.name, ref.command)
+        for d in setup.decoders.values()
+        if d.protocol.conversation.credit is not None
+        for ref in d.protocol.conversation.credit.grant
+    }
     requests: list[tuple[int, Frame]] = []
     stats = ReadStats()
     try:
-        frames = _progress(read_frames(file, decoder, ports, stats), file, stats, show, "pass 1 of 2")
+        frames = _progress(read_frames(file, setup.dissection, None, stats), file, stats, show, "pass 1 of 2")
         for index, frame in enumerate(analysed(frames, tracker)):
-            if frame.kind == "request" or frame.command in grants:
+            if frame.kind == "request" or (frame.protocol, frame.command) in grants:
                 requests.append((index, frame))
                 frame.data, frame.fields = b"", {}  # only its links are wanted; keep memory flat
     except CaptureError:
@@ -172,24 +198,62 @@ def _first_pass(file: Path, decoder: Decoder, ports: list[int], show: bool) -> d
     }
 
 
-ProtocolOpt = Annotated[str, typer.Option("--protocol", help="Protocol spec to decode with.")]
+ProtocolOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--protocol",
+        "-P",
+        help="Decode only this protocol (repeatable); default: every protocol the registry has.",
+        show_default=False,
+    ),
+]
 FileArg = Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)]
 PortOpt = Annotated[
-    list[int] | None, typer.Option("--port", "-p", help="Extra server port to decode (repeatable).")
+    list[int] | None,
+    typer.Option(
+        "--port",
+        "-p",
+        help="Extra server port (repeatable): for the one --protocol given, else whichever protocol's "
+        "first frame decodes cleanly there.",
+    ),
+]
+DecodeAsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--decode-as",
+        "-d",
+        help="PORT=PROTOCOL: decode traffic to or from this server port as this protocol, like tshark's -d "
+        "(repeatable).",
+        show_default=False,
+    ),
 ]
 FilterOpt = Annotated[
     str | None,
     typer.Option(
         "--filter",
         "-Y",
-        help="Show only frames matching this expression, e.g. 'response_code != 1' or "
-        '\'command == "Deliver" and stream == "orders"\'.',
+        help="Show only frames matching this expression, e.g. 'response_code != 1', "
+        "'command == \"Deliver\" and stream == \"orders\"' or 'rocketmq.code == 105'.",
         show_default=False,
     ),
 ]
 FormatOpt = Annotated[
     Format, typer.Option("--format", "-T", help="text (one line or tree per frame) or jsonl.")
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """The protocols a command decodes and how a read tells which one a connection speaks."""
+
+    decoders: dict[str, Decoder]
+    dissection: Dissection
+
+    def describe_ports(self) -> str:
+        return "; ".join(
+            f"{self.decoders[name].protocol.title} on {', '.join(map(str, ports))}"
+            for name, ports in self.dissection.server_ports().items()
+        )
 
 
 @app.command()
@@ -216,33 +280,34 @@ def read(
             "like tshark -2.",
         ),
     ] = False,
-    protocol: ProtocolOpt = "rabbitmq_stream",
+    protocol: ProtocolOpt = None,
+    decode_as: DecodeAsOpt = None,
 ) -> None:
     """Decode every frame of a capture file."""
     if messages and (detail or fmt is not Format.text):
         raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
-    decoder, ports = _setup(protocol, port)
-    selection = _selection(decoder, filter_text)
+    setup = _setup(protocol, port, decode_as)
+    selection = _selection(setup, filter_text)
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=True)
-    later = _first_pass(file, decoder, ports, show) if two_pass else None
+    later = _first_pass(file, setup, show) if two_pass else None
     stats = ReadStats()
-    tracker = Tracker(decoder.protocol, decoder.size_st.size)
-    renderer = Renderer(decoder)
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    views = Views(setup.decoders)
     error: str | None = None
     with _reader_may_leave():
         try:
-            read = _progress(read_frames(file, decoder, ports, stats), file, stats, show)
+            read = _progress(read_frames(file, setup.dissection, None, stats), file, stats, show)
             frames: Iterable[Frame] = analysed(_telling_notices(read, stats), tracker, later)
             if selection is not None:
                 frames = filter(selection, frames)
-            write_frames(frames, renderer, fmt, detail, sys.stdout, messages, tracker)
+            write_frames(frames, views, fmt, detail, sys.stdout, messages, tracker)
         except CaptureError as exc:
             error = str(exc)
         sys.stdout.flush()
     _print_notices(stats)
     tracker.finish(stats.lossy)
     _print_diagnoses(tracker)
-    _finish_read(decoder, ports, stats, error)
+    _finish_read(setup, stats, error)
 
 
 @app.command()
@@ -253,36 +318,48 @@ def stats(
         StatsFormat, typer.Option("--format", "-T", help="text (tables) or json (one object).")
     ] = StatsFormat.text,
     filter_text: FilterOpt = None,
-    protocol: ProtocolOpt = "rabbitmq_stream",
+    protocol: ProtocolOpt = None,
+    decode_as: DecodeAsOpt = None,
 ) -> None:
     """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
-    decoder, ports = _setup(protocol, port)
-    selection = _selection(decoder, filter_text)
+    setup = _setup(protocol, port, decode_as)
+    selection = _selection(setup, filter_text)
     read_stats = ReadStats()
-    tracker = Tracker(decoder.protocol, decoder.size_st.size)
-    statistics = Statistics(decoder.protocol, tracker)
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    statistics = {
+        name: Statistics(decoder.protocol, tracker.trackers[name]) for name, decoder in setup.decoders.items()
+    }
     error: str | None = None
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
-        read = _progress(read_frames(file, decoder, ports, read_stats), file, read_stats, show)
+        read = _progress(read_frames(file, setup.dissection, None, read_stats), file, read_stats, show)
         for frame in analysed(read, tracker):
             if selection is None or selection(frame):
-                statistics.add(frame)
+                statistics[frame.protocol].add(frame)
     except CaptureError as exc:
         error = str(exc)
     tracker.finish(read_stats.lossy)
-    result = statistics.result()
+    # The protocols the capture holds; when it holds none, the first asked for (its empty tables).
+    shown = [s for s in statistics.values() if s.tracker.connections] or list(statistics.values())[:1]
     with _reader_may_leave():
         if fmt is StatsFormat.json:
-            sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+            results: Any = (
+                shown[0].result()
+                if len(shown) == 1
+                else {"protocols": {s.protocol.name: s.result() for s in shown}}
+            )
+            sys.stdout.write(json.dumps(results, ensure_ascii=False, indent=1) + "\n")
         else:
             console = _FilterConsole(
                 file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200
             )
-            render_stats(result, console, statistics.subject)
+            for n, statistic in enumerate(shown):
+                if len(shown) > 1:
+                    console.print(("\n" if n else "") + f"== {statistic.protocol.title} ==", style="bold")
+                render_stats(statistic.result(), console, statistic.subject)
         sys.stdout.flush()
     _print_notices(read_stats)
-    _finish_read(decoder, ports, read_stats, error)
+    _finish_read(setup, read_stats, error)
 
 
 @app.command()
@@ -293,43 +370,48 @@ def follow(
         typer.Option("--connection", "-c", help="Connection number (as in stats); default: every one."),
     ] = None,
     port: PortOpt = None,
-    protocol: ProtocolOpt = "rabbitmq_stream",
+    protocol: ProtocolOpt = None,
+    decode_as: DecodeAsOpt = None,
 ) -> None:
     """One connection's dialogue: requests and their responses side by side, with the times between."""
     if connection is not None and connection < 1:
         raise _fail(f"--connection takes a connection number from 1, got {connection}", 2)
-    decoder, ports = _setup(protocol, port)
+    setup = _setup(protocol, port, decode_as)
     read_stats = ReadStats()
-    tracker = Tracker(decoder.protocol, decoder.size_st.size)
-    renderer = Renderer(decoder)
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    views = Views(setup.decoders)
     dialogues: dict[int, Dialogue] = {}
     error: str | None = None
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
-        read = _progress(read_frames(file, decoder, ports, read_stats), file, read_stats, show)
+        read = _progress(read_frames(file, setup.dissection, None, read_stats), file, read_stats, show)
         for frame in analysed(read, tracker):
             if connection is None or frame.conn == connection:
                 dialogue = dialogues.get(frame.conn)
+                renderer = views[frame]
                 if dialogue is None:
-                    correlation = decoder.protocol.conversation.correlation
+                    correlation = renderer.protocol.conversation.correlation
                     dialogue = dialogues[frame.conn] = Dialogue(frame.conn, correlation)
                 dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
     except CaptureError as exc:
         error = str(exc)
     tracker.finish(read_stats.lossy)
+    connections = tracker.connections
     if connection is not None and connection not in dialogues and error is None:
-        known = ", ".join(map(str, sorted(tracker.connections))) or "none"
+        known = ", ".join(map(str, sorted(connections))) or "none"
         raise _fail(f"no connection {connection} in {file} (connections: {known})")
     with _reader_may_leave():
         for n, dialogue in enumerate(dialogues.values()):
             if n:
                 sys.stdout.write("\n")
-            for line in dialogue.lines(tracker.connections.get(dialogue.number)):
+            conn = connections.get(dialogue.number)
+            server = tracker.trackers[conn.protocol].server(conn) if conn is not None else "broker"
+            for line in dialogue.lines(conn, server):
                 sys.stdout.write(line + "\n")
         sys.stdout.flush()
     _print_notices(read_stats)
     _print_diagnoses(tracker, {connection} if connection is not None else None)
-    _finish_read(decoder, ports, read_stats, error)
+    _finish_read(setup, read_stats, error)
 
 
 def _progress(
@@ -352,27 +434,43 @@ def _progress(
     return ReadProgress(total, position, Console(stderr=True), label=label).follow(frames)
 
 
-def _setup(protocol: str, port: list[int] | None) -> tuple[Decoder, list[int]]:
+def _setup(protocols: list[str] | None, ports: list[int] | None, decode_as: list[str] | None) -> Setup:
     try:
-        decoder = _decoder(protocol)
+        decoders = _decoders(protocols)
     except SpecError as exc:
         raise _fail(str(exc)) from None
-    bad_ports = [p for p in port or [] if not 0 < p < 65536]
+    bad_ports = [p for p in ports or [] if not 0 < p < 65536]
     if bad_ports:
         raise _fail(f"--port takes TCP ports 1..65535, got {bad_ports[0]}", 2)
-    return decoder, sorted({*decoder.protocol.wiring.ports, *(port or [])})
+    forced: dict[int, str] = {}
+    for item in decode_as or []:
+        port_text, _, name = item.partition("=")
+        if not port_text.strip().isdigit() or not 0 < int(port_text) < 65536 or not name:
+            raise _fail(f"--decode-as takes PORT=PROTOCOL (e.g. 15552=rabbitmq_stream), got {item!r}", 2)
+        if name not in decoders:
+            known = ", ".join(sorted(decoders))
+            raise _fail(f"--decode-as {item}: unknown protocol {name!r} (known: {known})", 2)
+        forced[int(port_text)] = name
+    guess: list[int] = []
+    if len(decoders) == 1 and protocols:
+        # One protocol asked for: --port adds its server ports, as before protocols were many.
+        only = next(iter(decoders))
+        forced = {**dict.fromkeys(ports or [], only), **forced}
+    else:
+        guess = list(ports or [])
+    return Setup(decoders, Dissection(decoders.values(), forced, guess))
 
 
-def _selection(decoder: Decoder, text: str | None) -> FrameFilter | None:
+def _selection(setup: Setup, text: str | None) -> FrameFilter | None:
     if text is None:
         return None
     try:
-        return FrameFilter(decoder, text)
+        return FrameFilter(setup.decoders.values(), text)
     except FilterError as exc:
         raise _fail(f"--filter: {exc}", 2) from None
 
 
-def _print_diagnoses(tracker: Tracker, connections: set[int] | None = None) -> None:
+def _print_diagnoses(tracker: Tracker | Conversations, connections: set[int] | None = None) -> None:
     """The conversation's warnings and errors, one line each, after the frames."""
     shown = [
         d
@@ -389,7 +487,7 @@ def _print_diagnoses(tracker: Tracker, connections: set[int] | None = None) -> N
         )
 
 
-def _finish_read(decoder: Decoder, ports: list[int], stats: ReadStats, error: str | None) -> None:
+def _finish_read(setup: Setup, stats: ReadStats, error: str | None) -> None:
     summary = _loss_summary(stats)
     if summary:
         print(f"streamdump: note: {summary}", file=sys.stderr)
@@ -398,8 +496,8 @@ def _finish_read(decoder: Decoder, ports: list[int], stats: ReadStats, error: st
     if stats.frames == 0:
         what = "no" if stats.segments_matched == 0 else "no complete"
         print(
-            f"streamdump: {what} {decoder.protocol.title} frames on port(s) {', '.join(map(str, ports))} "
-            f"in {stats.packets} packets; add ports with --port",
+            f"streamdump: {what} frames of {setup.describe_ports()} in {stats.packets} packets; "
+            "add ports with --port or --decode-as PORT=PROTOCOL",
             file=sys.stderr,
         )
 
@@ -447,22 +545,56 @@ def parse_hex(text: str) -> bytes:
 
 
 def split_frames(data: bytes, decoder: Decoder) -> Iterator[tuple[bytes, str | None]]:
-    """Frames in a hex dump: size-prefixed frames back to back, or one frame without its size."""
-    size_st = decoder.size_st
+    """Frames in a hex dump: frames back to back, or one frame without its length field."""
     pos = 0
     while pos < len(data):
         rest = data[pos:]
-        size = size_st.unpack_from(rest)[0] if len(rest) >= size_st.size else -1
-        if size >= 0 and size_st.size + size <= len(rest):
-            yield rest[: size_st.size + size], None
-            pos += size_st.size + size
+        total = decoder.frame_length(rest)
+        if total is not None and decoder.header_size <= total <= len(rest):
+            yield rest[:total], None
+            pos += total
             continue
-        framed = size_st.pack(len(rest)) + rest
-        if pos == 0 and decoder.plausible(framed):
+        framed = _with_length(rest, decoder)
+        if pos == 0 and framed is not None and decoder.plausible(framed):
             yield framed, "input has no size prefix; decoded it as one frame starting at the key"
         else:
             yield rest, None
         return
+
+
+def _with_length(rest: bytes, decoder: Decoder) -> bytes | None:
+    """rest with the length field put in front, for protocols whose frames start with it."""
+    wiring = decoder.protocol.wiring
+    if wiring.length is None or decoder.length_at != 0:
+        return None
+    value = len(rest) if wiring.counts == "after" else len(rest) + decoder.length_end
+    try:
+        return decoder.length_st.pack(value) + rest
+    except struct.error:
+        return None
+
+
+def _decoded(data: bytes, decoder: Decoder) -> tuple[list[Frame], list[str]]:
+    frames, notes = [], []
+    for number, (raw, note) in enumerate(split_frames(data, decoder), start=1):
+        if note:
+            notes.append(note)
+        frame = decoder.decode(raw)
+        frame.number = number
+        frames.append(frame)
+    return frames, notes
+
+
+def _best(data: bytes, decoders: Mapping[str, Decoder]) -> tuple[list[Frame], list[str]]:
+    """The decoding of data by the protocol that reads it best: most clean frames, then fewest notes."""
+    scored = []
+    for order, decoder in enumerate(decoders.values()):
+        frames, notes = _decoded(data, decoder)
+        clean = sum(1 for f in frames if f.command is not None and f.worst_severity not in ("warn", "error"))
+        worst = sum(1 for f in frames for e in f.expert if e.severity in ("warn", "error"))
+        scored.append((-clean, worst, order, frames, notes))
+    scored.sort(key=lambda s: s[:3])
+    return scored[0][3], scored[0][4]
 
 
 @app.command()
@@ -474,23 +606,19 @@ def decode(
         bool, typer.Option("--detail/--brief", "-V", help="Tree (default) or one line.")
     ] = True,
     fmt: FormatOpt = Format.text,
-    protocol: ProtocolOpt = "rabbitmq_stream",
+    protocol: ProtocolOpt = None,
 ) -> None:
-    """Decode frames given as hex, as pasted from logs or Wireshark."""
+    """Decode frames given as hex, as pasted from logs or Wireshark (the protocol that reads them best)."""
     try:
-        decoder = _decoder(protocol)
+        decoders = _decoders(protocol)
         data = parse_hex(" ".join(hexdump))
     except (SpecError, InputError) as exc:
         raise _fail(str(exc)) from None
-    frames = []
-    for number, (raw, note) in enumerate(split_frames(data, decoder), start=1):
-        if note:
-            print(f"streamdump: note: {note}", file=sys.stderr)
-        frame = decoder.decode(raw)
-        frame.number = number
-        frames.append(frame)
+    frames, notes = _best(data, decoders)
+    for note in notes:
+        print(f"streamdump: note: {note}", file=sys.stderr)
     with _reader_may_leave():
-        write_frames(frames, Renderer(decoder), fmt, detail, sys.stdout)
+        write_frames(frames, Views(decoders), fmt, detail, sys.stdout)
         sys.stdout.flush()
 
 

@@ -144,7 +144,9 @@ def test_other_port_traffic_is_an_empty_result(tmp_path: Path) -> None:
     write_pcap(other, 80, b"GET / HTTP/1.1\r\n\r\n")
     code, out, err = run("read", str(other))
     assert code == 0 and out == ""
-    assert "no RabbitMQ Streams frames on port(s) 5552 in 1 packets" in err and "--port" in err
+    line = err.strip()
+    assert line.startswith("streamdump: no frames of RabbitMQ Streams on 5552") and "in 1 packets" in line
+    assert "--port" in line and "--decode-as" in line and "\n" not in line
 
 
 def test_packet_count_includes_non_tcp_packets(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ from streamdump.spec.registry import Protocol, SpecError, load_registry, load_sp
 MINIMAL = """
 protocol: demo
 title: Demo
-wiring: {ports: [1234], framing: {size: uint32}}
+wiring: {ports: [1234], framing: {length: size}}
 header:
+  - size: uint32
   - key: uint16
   - version: uint16
 enums:
@@ -65,9 +66,9 @@ def test_shipped_registry(protocol: Protocol) -> None:
     }
     assert protocol.commands["Publish"].versions == (1, 2)
     assert protocol.commands["Deliver"].versions == (1, 2)
-    assert protocol.layout_for(0x8009).fields[0].name == "response_code"  # type: ignore[union-attr]
-    assert protocol.layout_for(0x0014).kind == "command"  # type: ignore[union-attr]
-    assert protocol.layout_for(0x8002) is None
+    assert protocol.layout(0x0009, True).fields[0].name == "response_code"  # type: ignore[union-attr]
+    assert protocol.layout(0x0014, False).kind == "command"  # type: ignore[union-attr]
+    assert protocol.layout(0x0002, True) is None
     names = {f.name for f in protocol.all_fields()}
     assert {"correlation_id", "response_code", "stream", "publisher_id", "subscription_id"} <= names
 
@@ -107,7 +108,7 @@ BAD_SPECS = [
     (spec("- x: {type: raw, size: 2, hook: nothing}"), ["unknown hook 'nothing'"]),
     (
         spec("- x: {type: uint8, hook: osiris_chunk}", replace=("commands:", HOOKS)),
-        ["applies to raw and hook"],
+        ["applies to raw, bytes, string and hook"],
     ),
     (
         spec(
@@ -117,7 +118,7 @@ BAD_SPECS = [
     ),
     (spec("- x: {type: hook, hook: osiris_entry}", replace=("commands:", HOOKS)), ["must name a struct"]),
     (spec("- x: shape", replace=("commands:", HOOKS)), ["unknown type 'shape'"]),
-    (spec("- x: bool"), ["only describes what a hook adds"]),
+    (spec("- x: float"), ["only describes what a hook adds"]),
     (spec("- kind: uint8"), ["field name 'kind' is taken by the frame itself"]),
     (spec("- links: uint8"), ["field name 'links' is taken by the frame itself"]),
     (spec("- x: {type: uint32, display: colour}"), ["unknown display 'colour'"]),

@@ -36,7 +36,7 @@ def test_round_trip(decoder: Decoder, command: str, kind: str, version: int, dat
     wire = decoder.encode(command, kind, values, version=version)
     frame = decoder.decode(wire)
     assert frame.expert == []
-    assert (frame.command, frame.kind, frame.version, frame.wire_key) == (command, kind, version, layout.key)
+    assert (frame.command, frame.kind, frame.version, frame.key) == (command, kind, version, layout.key)
     assert comparable(frame.fields) == values
     assert decoder.encode(command, kind, frame.fields, version=version) == wire
     # What hooks find below the headers (entries, decompressed sub-batches) is consistent too;

@@ -64,11 +64,11 @@ def test_the_fast_path_is_taken() -> None:
         for frame in read_frames(path, GENERAL, [5552], ReadStats()):
             if frame.incomplete is not None or frame.command is None or frame.kind == "unknown":
                 continue
-            layout = PROTOCOL.layout_for(frame.wire_key)
+            layout = PROTOCOL.layout(frame.key, frame.kind == "response")
             if layout is None or frame.version not in PROTOCOL.commands[layout.command].versions:
                 continue
             frames += 1
-            fast = FAST.fast[frame.wire_key, frame.version]
+            fast = FAST.fast[frame.key, frame.kind == "response", frame.version]
             try:
                 fast(memoryview(frame.data), 8, len(frame.data), {}, Ctx([]))
             except Fallback:
@@ -92,7 +92,7 @@ def test_a_frame_that_falls_back_keeps_no_trace_of_the_fast_attempt() -> None:
     body = wire[4:-2]
     cut = len(body).to_bytes(4, "big") + body  # a whole frame, by its size, that ends inside message 3
     with pytest.raises((Fallback, Short)):  # a codec's own Short counts as falling back
-        FAST.fast[0x0002, 1](memoryview(cut), 8, len(cut), {}, Ctx([]))
+        FAST.fast[0x0002, False, 1](memoryview(cut), 8, len(cut), {}, Ctx([]))
     same_decode(cut)
     frame = FAST.decode(cut)
     assert [m["publishing_id"] for m in frame.fields["messages"]] == [0, 1, 2]
@@ -122,7 +122,10 @@ def test_valid_and_damaged_frames_decode_the_same(
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.sampled_from(sorted({k for k, _ in FAST.compiled})), body=st.binary(max_size=200))
+@given(
+    key=st.sampled_from(sorted({k | 0x8000 * response for k, response, _ in FAST.compiled})),
+    body=st.binary(max_size=200),
+)
 def test_garbage_after_a_known_header_decodes_the_same(key: int, body: bytes) -> None:
     payload = key.to_bytes(2, "big") + b"\x00\x01" + body
     same_decode(len(payload).to_bytes(4, "big") + payload)
@@ -135,9 +138,9 @@ def test_general_ops_and_fast_path_agree_on_positions() -> None:
         "command",
         {"publisher_id": 1, "messages": [{"publishing_id": 7, "entry": simple_entry(b"seven")}]},
     )
-    _, ops = FAST.compiled[FAST.protocol.commands["Publish"].layouts["command"].key, 1]
+    _, ops = FAST.compiled[FAST.protocol.commands["Publish"].layouts["command"].key, False, 1]
     general_out: dict = {}
     fast_out: dict = {}
     end = decode_ops(ops, memoryview(wire), 8, len(wire), general_out, Ctx([]))
-    assert FAST.fast[0x0002, 1](memoryview(wire), 8, len(wire), fast_out, Ctx([])) == end
+    assert FAST.fast[0x0002, False, 1](memoryview(wire), 8, len(wire), fast_out, Ctx([])) == end
     assert fast_out == general_out

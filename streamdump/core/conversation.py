@@ -16,13 +16,13 @@ so files, the live sniffer and Spark tasks all use it the same way.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.registry import FieldSpec, Protocol, Ref
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed.
@@ -69,7 +69,7 @@ class Seen:
     number: int
     ts: float
     name: str
-    wire_key: int
+    wire_key: Any
     version: int
     length: int
     from_client: bool | None
@@ -112,6 +112,7 @@ class SideState:
 @dataclass(slots=True)
 class ConnState:
     number: int
+    protocol: str = ""
     client: Endpoint | None = None
     server: Endpoint | None = None
     first_ts: float | None = None
@@ -144,9 +145,13 @@ class ConnState:
 class Tracker:
     """Follows every connection of one capture, frame by frame, in capture order."""
 
-    def __init__(self, protocol: Protocol, size_len: int = 4) -> None:
+    def __init__(self, protocol: Protocol, size_len: int | None = None) -> None:
         self.protocol = protocol
         self.spec = protocol.conversation
+        wiring = protocol.wiring
+        if size_len is None:  # what a frame's size leaves out: the length field, when it counts what follows
+            after = wiring.length is not None and wiring.counts == "after"
+            size_len = wiring.length_offset + INT_TYPES[wiring.length_type][1] if after else 0
         self.size_len = size_len
         self.user_of = dissector_of(protocol).user
         self.connections: dict[int, ConnState] = {}
@@ -168,16 +173,25 @@ class Tracker:
         self.acks_failed = {ack.fail.command: ack for ack in conv.acks.values() if ack.fail}
         self.grants = {ref.command: ref for ref in conv.credit.grant} if conv.credit else {}
         # Request strings worth naming in a diagnosis: those the one-line view shows.
-        self.named: dict[int, tuple[FieldSpec, ...]] = {}
-        self.status_enum: dict[int, dict[int, str]] = {}
+        self.named: dict[tuple[Any, bool], tuple[FieldSpec, ...]] = {}
+        # The names of a response's status codes, by (command key, response?).
+        self.status_enum: dict[tuple[Any, bool], dict[int, str]] = {}
+        header_status = protocol.header_field(conv.status) if conv.status else None
         for command in protocol.commands.values():
             for layout in command.layouts.values():
-                self.named[layout.key] = tuple(
+                ident = (layout.key, layout.kind == "response")
+                self.named[ident] = tuple(
                     f for f in layout.fields if f.type == "string" and f.info and f.name != conv.close_reason
                 )
-                status = next((f for f in layout.fields if f.name == conv.status), None)
-                if status is not None and status.enum:
-                    self.status_enum[layout.key] = dict(protocol.enums[status.enum])
+                status = next((f for f in layout.fields if f.name == conv.status), header_status)
+                enum = (status.response_enum or status.enum) if status is not None else None
+                if enum is not None and enum in protocol.enums:
+                    self.status_enum[ident] = dict(protocol.enums[enum])
+        # A status from the header names its codes for every response, known command or not.
+        self.any_status: dict[int, str] = {}
+        if header_status is not None and header_status.response_enum:
+            self.any_status = dict(protocol.enums[header_status.response_enum])
+        self.roles = protocol.wiring.roles
         self.close_enum = self._enum(conv.close)
         self.announce_enum = self._enum(conv.announcement)
         self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
@@ -194,7 +208,7 @@ class Tracker:
             self.first_ts = frame.ts
         conn = self.connections.get(frame.conn)
         if conn is None:
-            conn = self.connections[frame.conn] = ConnState(frame.conn, first_ts=frame.ts)
+            conn = self.connections[frame.conn] = ConnState(frame.conn, self.protocol.name, first_ts=frame.ts)
         if conn.client is None and frame.src is not None:
             conn.client, conn.server = (
                 (frame.src, frame.dst) if frame.from_client is not False else (frame.dst, frame.src)
@@ -272,27 +286,7 @@ class Tracker:
 
     def summary(self) -> list[dict[str, Any]]:
         """The expert summary: one row per kind of finding, worst first."""
-        rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for d in self.diagnoses:
-            row = rows.get((d.severity, d.group, d.summary))
-            if row is None:
-                rows[d.severity, d.group, d.summary] = {
-                    "severity": d.severity,
-                    "group": d.group,
-                    "summary": d.summary,
-                    "count": 1,
-                    "first_packet": d.number,
-                }
-            else:
-                row["count"] += 1
-        for (severity, group, _kind, summary, _conn), (count, first) in self.untold.items():
-            row = rows.setdefault(
-                (severity, group, summary),
-                {"severity": severity, "group": group, "summary": summary, "count": 0, "first_packet": first},
-            )
-            row["count"] += count
-            row["first_packet"] = min(row["first_packet"], first)
-        return sorted(rows.values(), key=lambda r: (-SEVERITIES.index(r["severity"]), r["first_packet"]))
+        return summarise(self.diagnoses, self.untold)
 
     # ------------------------------------------------------------------ requests and responses
 
@@ -408,19 +402,23 @@ class Tracker:
                 "response_code",
                 "auth_failure",
                 f"authentication failed: {what}",
-                f"authentication failed: the broker answered {frame.command}{how} with {what}",
+                f"authentication failed: the {self.server(conn)} answered {frame.command}{how} with {what}",
             )
             return
         setup = frame.command in spec.setup
         gone = self._announced(conn, request)
+        said = frame.fields.get(spec.status_text or "")
+        said = f" {said.strip()!r}" if isinstance(said, str) and said.strip() else ""
+        hint = spec.hints.get(frame.command or "", {}).get(code)
+        hint = f": {hint}" if hint else ""
         self._note(
             conn,
             frame,
             "error" if setup else "warn",
             "response_code",
             "setup_refused" if setup else "error_response",
-            f"{frame.command}: {what}",
-            f"{self._asked(request, frame)} failed: {what}{gone}",
+            f"{frame.name}: {what}",
+            f"{self._asked(request, frame)} failed: {what}{said}{hint}{gone}",
         )
 
     def _announced(self, conn: ConnState, about: Frame | Session | None) -> str:
@@ -433,7 +431,7 @@ class Tracker:
         said = conn.announced.get(subject) if isinstance(subject, str) else None
         if said is None:
             return ""
-        return f"; at packet {said[0]} the broker had announced {name} {subject!r}: {said[1]}"
+        return f"; at packet {said[0]} the {self.server(conn)} had announced {name} {subject!r}: {said[1]}"
 
     def _announcement(self, conn: ConnState, frame: Frame) -> None:
         spec = self.spec
@@ -451,7 +449,7 @@ class Tracker:
             "protocol",
             "announcement",
             f"{frame.command}: {what}",
-            f"the broker announced {spec.announcement_about} {subject!r}: {what}",
+            f"the {self.server(conn)} announced {spec.announcement_about} {subject!r}: {what}",
         )
 
     def _asked(self, request: Frame | None, response: Frame) -> str:
@@ -460,21 +458,27 @@ class Tracker:
             return f"{response.command} (response at packet {response.number})"
         about = [
             f"{spec.name.replace('_', ' ')} {request.fields[spec.name]!r}"
-            for spec in self.named.get(request.wire_key, ())
+            for spec in self.named.get((request.key, False), ())
             if isinstance(request.fields.get(spec.name), str)
         ]
         detail = f" for {', '.join(about)}" if about else ""
         return f"{request.command}{detail} (packet {request.number})"
 
     def code_name(self, frame: Frame, code: int) -> str:
-        """A response's status code as its enum name and hex value, e.g. "OK (0x01)"."""
-        return _named(self.status_enum.get(frame.wire_key, {}), code)
+        """A response's status code as its enum name and value, e.g. "OK (0x01)" or "SUCCESS (0)"."""
+        names = self.status_enum.get((frame.key, frame.kind == "response"), self.any_status)
+        return _named(names, code, self.spec.codes)
+
+    def server(self, conn: ConnState) -> str:
+        """What the server is called: by its port's role (a name server), else the spec's word."""
+        role = self.roles.get(conn.server.port) if conn.server is not None else None
+        return role or self.spec.server
 
     def _unanswered(self, conn: ConnState, request: Request) -> None:
         frame = request.frame
         closed = conn.closed_by_server
         after = (
-            f"; the broker closed the connection at packet {closed.number}"
+            f"; the {self.server(conn)} closed the connection at packet {closed.number}"
             if closed is not None and closed.number >= frame.number
             else ""
         )
@@ -548,7 +552,7 @@ class Tracker:
         hint = self.spec.close_hints.get(code)
         last = (
             f"; the client's last frame before it was {before.name} "
-            f"(key 0x{before.wire_key:04x}, version {before.version}, {before.length} bytes, "
+            f"(key {_key_hex(before.wire_key)}, version {before.version}, {before.length} bytes, "
             f"packet {before.number})" + (f": {hint}" if hint else "")
             if before is not None
             else ""
@@ -560,8 +564,8 @@ class Tracker:
             "note" if ok else "error",
             "protocol",
             "server_close",
-            f"the broker closed the connection: {what}",
-            f"the broker closed the connection: {what}{said}{last}",
+            f"the {self.server(conn)} closed the connection: {what}",
+            f"the {self.server(conn)} closed the connection: {what}{said}{last}",
         )
 
     def _frame_max(self, conn: ConnState, frame: Frame) -> None:
@@ -592,7 +596,7 @@ class Tracker:
         quiet = now.ts - last.ts
         if quiet <= heartbeat * HEARTBEAT_SLACK:
             return
-        who = "the client" if last.from_client is not False else "the broker"
+        who = "the client" if last.from_client is not False else f"the {self.server(conn)}"
         until = (
             f"until the connection's last frame (packet {now.number})"
             if until_end
@@ -921,6 +925,76 @@ class Tracker:
         self.untold[key] = (count + 1, min(first, d.number))
 
 
+def summarise(
+    diagnoses: Iterable[Diagnosis], untold: Mapping[tuple[str, str, str, str, int], tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """The expert summary of findings: one row per kind, worst first."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for d in diagnoses:
+        row = rows.get((d.severity, d.group, d.summary))
+        if row is None:
+            rows[d.severity, d.group, d.summary] = {
+                "severity": d.severity,
+                "group": d.group,
+                "summary": d.summary,
+                "count": 1,
+                "first_packet": d.number,
+            }
+        else:
+            row["count"] += 1
+    for (severity, group, _kind, summary, _conn), (count, first) in untold.items():
+        row = rows.setdefault(
+            (severity, group, summary),
+            {"severity": severity, "group": group, "summary": summary, "count": 0, "first_packet": first},
+        )
+        row["count"] += count
+        row["first_packet"] = min(row["first_packet"], first)
+    return sorted(rows.values(), key=lambda r: (-SEVERITIES.index(r["severity"]), r["first_packet"]))
+
+
+class Conversations:
+    """The trackers of every protocol a read decodes, seen as one: one time zero, all findings.
+
+    Each protocol's tracker keeps its own connections and findings (stats are per protocol);
+    here they are merged in capture order, so a read of one protocol is its tracker's alone.
+    """
+
+    def __init__(self, protocols: Iterable[Protocol]) -> None:
+        self.trackers = {protocol.name: Tracker(protocol) for protocol in protocols}
+        self.first_ts: float | None = None
+
+    def feed(self, frame: Frame) -> None:
+        if self.first_ts is None:
+            self.first_ts = frame.ts
+        self.trackers[frame.protocol].feed(frame)
+
+    def finish(self, lossy: Collection[int] = ()) -> None:
+        for tracker in self.trackers.values():
+            tracker.finish(lossy)
+
+    @property
+    def diagnoses(self) -> list[Diagnosis]:
+        lists = [t.diagnoses for t in self.trackers.values() if t.diagnoses]
+        if len(lists) == 1:
+            return lists[0]
+        return sorted((d for found in lists for d in found), key=lambda d: d.number)
+
+    @property
+    def untold(self) -> dict[tuple[str, str, str, str, int], tuple[int, int]]:
+        return {key: value for t in self.trackers.values() for key, value in t.untold.items()}
+
+    @property
+    def connections(self) -> dict[int, ConnState]:
+        merged = {n: c for t in self.trackers.values() for n, c in t.connections.items()}
+        return dict(sorted(merged.items()))
+
+    def summary(self) -> list[dict[str, Any]]:
+        return summarise(self.diagnoses, self.untold)
+
+    def code_name(self, frame: Frame, code: int) -> str:
+        return self.trackers[frame.protocol].code_name(frame, code)
+
+
 def _links(frame: Frame) -> dict[str, Any]:
     if frame.links is None:
         frame.links = {}
@@ -947,12 +1021,19 @@ def _values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
     return [v for v in level if isinstance(v, int)]
 
 
-def _named(enum: dict[int, str], code: int) -> str:
+def _key_hex(key: Any) -> str:
+    return f"0x{key:04x}" if isinstance(key, int) else str(key)
+
+
+def _named(enum: dict[int, str], code: int, codes: str = "hex") -> str:
+    text = f"0x{code:02x}" if codes == "hex" else str(code)
     name = enum.get(code)
-    return f"{name} (0x{code:02x})" if name else f"code 0x{code:02x}"
+    return f"{name} ({text})" if name else f"code {text}"
 
 
 def _session_name(kind: str, sid: int, session: Session | None) -> str:
-    stream = session.values.get("stream") if session is not None else None
-    return f"{kind} {sid}" + (f" (stream {stream!r})" if stream else "")
-
+    """A session for a user: its kind and id, and what its first kept value names (its stream)."""
+    if session is None or not session.values:
+        return f"{kind} {sid}"
+    name, value = next(iter(session.values.items()))
+    return f"{kind} {sid}" + (f" ({name} {value!r})" if value else "")

@@ -55,8 +55,8 @@ class Frame:
     """One protocol frame, decoded. Capture context (number, ts, src, dst) is set by the reader."""
 
     protocol: str
-    wire_key: int
-    key: int
+    wire_key: Any  # the key field's value as on the wire (a response bit included), None if absent
+    key: Any  # the command key (int or str), None when the frame does not say and nothing told us
     kind: str  # request, response, command (or "unknown")
     command: str | None
     version: int
@@ -76,10 +76,11 @@ class Frame:
     # What the conversation tracker links to this frame (request_in, stream, ...): the names
     # under the spec's conversation.links plus the kept session fields.
     links: dict[str, Any] | None = None
+    key_text: str = "?"  # the key as the protocol writes it (0x0006, 310)
 
     @property
     def name(self) -> str:
-        return self.command or f"Unknown(0x{self.key:04x})"
+        return self.command or f"Unknown({self.key_text})"
 
     @property
     def worst_severity(self) -> str | None:

@@ -1,6 +1,7 @@
-"""Cuts one direction's byte stream into size-prefixed frames, and finds frames again after a loss.
+"""Cuts one direction's byte stream into frames, and finds frames again after a loss.
 
-While in sync, a frame is its size prefix plus that many bytes. When bytes go missing
+While in sync, the protocol's framing rule says how long each frame is (its size
+prefix plus that many bytes, for most). When bytes go missing
 (a Gap), the frame they cut is handed on as incomplete with the bytes present, and
 framing goes on at once if that frame's size says where the next one starts beyond
 the gap. Otherwise the framer hunts: it looks for an offset where a plausible header
@@ -11,10 +12,9 @@ reported, never decoded from garbage. Buffered bytes are bounded by the frame li
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from streamdump.core.framing_rules import BAD, FramingRule
 from streamdump.core.reassembly import Gap
 
 # Hunting keeps at most this much unsynced data that holds no candidate start.
@@ -41,26 +41,12 @@ class Piece:
     anchored: bool = False
 
 
-@dataclass(slots=True)
-class FrameCheck:
-    """What the framer needs to know about the protocol to hunt for frame starts."""
-
-    size_st: struct.Struct
-    min_size: int  # smallest legal value of the size field
-    header_len: int  # size prefix plus the fixed header a candidate must show
-    candidates: Callable[[bytearray, int], list[int]]  # offsets that may start a frame
-    plausible: Callable[[bytes], bool]  # header check on the first header_len bytes
-    clean: Callable[[bytes], bool]  # whole frame decodes without errors
-    clean_prefix: Callable[[bytes], bool]  # the start of a frame decodes without errors up to its end
-
-
 class Framer:
-    def __init__(self, check: FrameCheck, limit: int, *, synced: bool = False) -> None:
-        self.check = check
+    def __init__(self, rule: FramingRule, *, synced: bool = False) -> None:
+        self.rule = rule
         # Brokers do not enforce a negotiated frame_max (3.10.8 accepts and sends larger
         # frames), so the protocol's sanity cap is the only limit; the tracker flags the rest.
-        self.hard_limit = limit
-        self.limit = limit
+        self.limit = rule.limit
         self.synced = synced
         self.buf = bytearray()
         self.pos: int | None = None  # stream position of buf[0]
@@ -118,7 +104,6 @@ class Framer:
 
     def gap(self, gap: Gap) -> list[Piece]:
         out: list[Piece] = []
-        size_len = self.check.size_st.size
         if not self.synced and self.buf:
             # A frame that ends exactly where the bytes stop is still found, and so is one that
             # this gap cuts, when the part present decodes cleanly.
@@ -154,9 +139,8 @@ class Framer:
                 return out
             self.skip_until = None
         elif self.buf:
-            if len(self.buf) >= size_len:
-                (size,) = self.check.size_st.unpack_from(self.buf, 0)
-                total = size_len + size
+            total = self.rule.total(self.buf, 0)
+            if total is not None and total > 0:
                 end = self.pos + total  # type: ignore[operator]
                 head = bytes(self.buf)
                 self.buf.clear()
@@ -185,10 +169,9 @@ class Framer:
         self._release_cut(out, anchored=False)
         if self.synced:
             if self.buf:
-                size_len = self.check.size_st.size
-                total = -1
-                if len(self.buf) >= size_len:
-                    total = size_len + self.check.size_st.unpack_from(self.buf, 0)[0]
+                total = self.rule.total(self.buf, 0)
+                if total is None or total <= 0:
+                    total = -1
                 out.append(Piece("incomplete", self.pos, bytes(self.buf), total, reason))  # type: ignore[arg-type]
                 self.buf.clear()
             return out
@@ -212,42 +195,43 @@ class Framer:
         self.islands = []
 
     def _cut(self, data: bytes, pos: int, out: list[Piece]) -> None:
-        check = self.check
-        size_st = check.size_st
-        size_len = size_st.size
+        rule = self.rule
         n = len(data)
         start = 0
-        while n - start >= size_len:
-            (size,) = size_st.unpack_from(data, start)
-            total = size_len + size
-            if size < check.min_size or size > self.hard_limit:
+        total = None
+        while start < n:
+            total = rule.total(data, start)
+            if total is None:
+                break
+            if total == BAD:
                 self.buf = bytearray(data[start:])
                 self.pos = pos + start
-                self.start_hunting(f"a frame size of {size} at seq {(pos + start) % (1 << 32)} is impossible")
+                self.start_hunting(rule.impossible(data, start, (pos + start) % (1 << 32)))
                 self._hunt(out, at_end=False)
                 return
             if n - start < total:
                 break
             out.append(Piece("frame", pos + start, data[start : start + total], total))
             start += total
+            total = None
         self.buf = bytearray(data[start:])
         self.pos = pos + start
-        self.need = size_len + size_st.unpack_from(data, start)[0] if n - start >= size_len else size_len
+        # What the buffer must hold before the next frame can be cut: its length once known,
+        # else a byte more than now (the rule could not tell yet).
+        self.need = total if total is not None else max(rule.header_len, n - start + 1)
 
     # ------------------------------------------------------------------ hunting
 
     def _hunt(self, out: list[Piece], *, at_end: bool) -> None:
-        check = self.check
+        check = self.rule
         buf = self.buf
-        size_st = check.size_st
-        size_len = size_st.size
         for o in check.candidates(buf, self.scan):
             if len(buf) - o < check.header_len:
                 break
-            (size,) = size_st.unpack_from(buf, o)
-            if size < check.min_size or size > self.limit:
+            total = check.total(buf, o)
+            if total is None or total <= 0 or total > self.limit:
                 continue
-            end = o + size_len + size
+            end = o + total
             if len(buf) < end + check.header_len:
                 # At the end of the bytes there is no next header to confirm a candidate; a clean
                 # decode of a whole frame (known key, every field consumed exactly) has to do.
@@ -281,14 +265,13 @@ class Framer:
 
     def _hunt_cut(self, out: list[Piece]) -> None:
         """Find a frame start whose frame runs past the end of the bytes (a gap follows)."""
-        check = self.check
+        check = self.rule
         buf = self.buf
-        size_len = check.size_st.size
         for o in check.candidates(buf, 0):
             if len(buf) - o < check.header_len + MIN_CUT_PREFIX:
                 break
-            (size,) = check.size_st.unpack_from(buf, o)
-            if not check.min_size <= size <= self.limit or o + size_len + size <= len(buf):
+            total = check.total(buf, o)
+            if total is None or total <= 0 or total > self.limit or o + total <= len(buf):
                 continue
             if check.plausible(bytes(buf[o : o + check.header_len])) and check.clean_prefix(bytes(buf[o:])):
                 self._sync_at(o, out)

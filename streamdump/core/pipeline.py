@@ -2,6 +2,9 @@
 
 A Reader owns the per-connection state and nothing else; it is fed segments in
 capture order and yields frames, so files, the live sniffer and Spark tasks share it.
+Which protocol a connection speaks is a Dissection's to say: by the server port the
+specs (or the user) name, by a magic at the start of its bytes on any port, or, on ports
+the user listed without a protocol, by which protocol's first frame decodes cleanly.
 Everything the user must hear about that is not one frame (gaps, conflicting
 retransmissions, bytes passed over) becomes a Notice in `stats.notices`, in the
 order it happened; a caller may drain that list as it goes to keep memory flat.
@@ -9,21 +12,27 @@ order it happened; a caller may drain that list as it goes to keep memory flat.
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_segments
 from streamdump.core.frame import Endpoint, Expert, Frame
-from streamdump.core.framing import FrameCheck, Framer, Piece
+from streamdump.core.framing import Framer, Piece
+from streamdump.core.framing_rules import FramingRule, LengthRule
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
 from streamdump.core.tail import TailRule, last_value, recover, tail_rule
-from streamdump.spec.decoder import Decoder
+from streamdump.spec.decoder import Decoder, DecodeState
+from streamdump.spec.dissector import dissector_of
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
+# Connections on no known port, watched for a protocol's magic or first frame: how many at
+# once, and how many of their segments with bytes each gets before it is given up.
+WATCHED = 4096
+WATCHED_SEGMENTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +71,7 @@ class Side:
     dst: Endpoint
     stream: Stream
     framer: Framer
-    floors: dict[int, int] = field(default_factory=dict)  # wire key -> last increasing value
+    floors: dict[tuple, int] = field(default_factory=dict)  # layout -> last increasing value
     conn: int = 0  # the connection's number
 
     @property
@@ -76,73 +85,151 @@ class Connection:
     server: Endpoint
     to_server: Side
     to_client: Side
+    runtime: Runtime
     number: int = 0  # 1, 2, ... in the order connections first appear in the capture
     finished: bool = False
+    state: DecodeState | None = None  # what decoding remembers between frames (requests' commands)
 
 
-def frame_check(decoder: Decoder) -> FrameCheck:
-    """The protocol knowledge hunting needs, derived from the decoder's spec."""
-    size_len = decoder.size_st.size
-    keys = sorted({key for key, _version in decoder.compiled})
-    key_st = decoder.key_struct
-    # A frame start shows a known key right after the size prefix; finding those with one
-    # regex keeps hunting at C speed even through megabytes of unsynced bytes.
-    alternatives = b"|".join(re.escape(key_st.pack(k)) for k in keys)
-    pattern = re.compile(b"(?=[\\x00-\\xff]{%d}(?:%s))" % (size_len, alternatives))
+@dataclass(slots=True)
+class Watch:
+    """A connection on no known port, watched for the protocol its first bytes show."""
 
-    def candidates(buf: bytearray, start: int) -> list[int]:
-        # A list, not a generator: a live finditer would pin buf against resizing.
-        return [m.start() for m in pattern.finditer(buf, start)]
+    segments: list[Segment] = field(default_factory=list)
+    tries: int = 0  # segments with bytes seen
+    client: tuple[str, int] | None = None  # the SYN's sender, when the capture has it
 
-    def clean(data: bytes) -> bool:
-        frame = decoder.decode(data)
-        return frame.command is not None and frame.worst_severity not in ("warn", "error")
 
-    def clean_prefix(data: bytes) -> bool:
-        frame = decoder.decode(data, partial=True)
-        return frame.command is not None and all(
-            e.cut or e.severity not in ("warn", "error") for e in frame.expert
-        )
+def framing_rule(decoder: Decoder) -> FramingRule:
+    """The protocol package's framing rule, or the one the spec's length field gives."""
+    build = dissector_of(decoder.protocol).framing
+    return build(decoder) if build is not None else LengthRule(decoder)
 
-    return FrameCheck(
-        size_st=decoder.size_st,
-        min_size=decoder.header_size,
-        header_len=size_len + decoder.header_size,
-        candidates=candidates,
-        plausible=decoder.plausible,
-        clean=clean,
-        clean_prefix=clean_prefix,
-    )
+
+class Runtime:
+    """One protocol as a read uses it: its decoder, framing rule and the layouts it recovers."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self.name = decoder.protocol.name
+        self.rule = framing_rule(decoder)
+        self.stateful = decoder.by_request  # responses learn their command from their requests
+        # Layouts whose last array can be recovered after a gap, by (key, response, version).
+        self.tail_rules: dict[tuple, TailRule] = {
+            ident: rule
+            for ident, (_, ops) in decoder.compiled.items()
+            if (rule := tail_rule(ops)) is not None
+        }
+
+
+class Dissection:
+    """Which protocols a read decodes, and how it tells which one a connection speaks.
+
+    ports: server port -> protocol name (the specs' ports, then decode-as, which wins);
+    guess: ports to decode with whichever protocol's first frame decodes cleanly.
+    """
+
+    def __init__(
+        self,
+        decoders: Iterable[Decoder],
+        ports: Mapping[int, str] | None = None,
+        guess: Iterable[int] = (),
+    ) -> None:
+        self.runtimes = {d.protocol.name: Runtime(d) for d in decoders}
+        self.ports: dict[int, Runtime] = {}
+        for runtime in self.runtimes.values():
+            for port in runtime.decoder.protocol.wiring.ports:
+                self.ports.setdefault(port, runtime)
+        for port, name in (ports or {}).items():
+            self.ports[port] = self.runtimes[name]
+        self.guess = frozenset(guess) - self.ports.keys()
+        self.magic = [r for r in self.runtimes.values() if r.decoder.protocol.wiring.magic is not None]
+
+    @classmethod
+    def single(cls, decoder: Decoder, ports: Iterable[int]) -> Dissection:
+        """One protocol on the given server ports (and no others)."""
+        dissection = cls([decoder], {})
+        runtime = dissection.runtimes[decoder.protocol.name]
+        dissection.ports = dict.fromkeys(ports, runtime)
+        dissection.magic = []
+        return dissection
+
+    def server_ports(self) -> dict[str, list[int]]:
+        """Ports each protocol is decoded on, for messages to the user."""
+        out: dict[str, list[int]] = {}
+        for port, runtime in sorted(self.ports.items()):
+            out.setdefault(runtime.name, []).append(port)
+        return out
+
+    def recognise(self, payload: bytes, port_guess: bool) -> Runtime | None:
+        """The protocol whose magic (anywhere) or first frame (on a guessed port) payload shows."""
+        for runtime in self.magic:
+            wiring = runtime.decoder.protocol.wiring
+            magic = wiring.magic or b""
+            if payload[wiring.magic_offset : wiring.magic_offset + len(magic)] == magic:
+                return runtime
+        if not port_guess:
+            return None
+        for runtime in self.runtimes.values():
+            rule = runtime.rule
+            total = rule.total(payload, 0)
+            if total is None or total <= 0 or not rule.plausible(payload[: rule.header_len]):
+                continue
+            if total <= len(payload) and not rule.clean(payload[:total]):
+                continue
+            if total > len(payload) and not rule.clean_prefix(payload):
+                continue
+            return runtime
+        return None
+
+
+def as_dissection(decoder: Decoder | Dissection, ports: Iterable[int] | None = None) -> Dissection:
+    if isinstance(decoder, Dissection):
+        return decoder
+    return Dissection.single(decoder, ports if ports is not None else decoder.protocol.wiring.ports)
 
 
 class Reader:
-    """Per-capture state: turns segments into frames for the given server ports."""
+    """Per-capture state: turns segments into frames of the protocols a Dissection names."""
 
-    def __init__(self, decoder: Decoder, ports: Iterable[int], stats: ReadStats) -> None:
-        self.decoder = decoder
-        self.ports = frozenset(ports)
-        self.stats = stats
-        self.check = frame_check(decoder)
+    def __init__(
+        self,
+        decoder: Decoder | Dissection,
+        ports: Iterable[int] | None = None,
+        stats: ReadStats | None = None,
+    ) -> None:
+        self.dissection = as_dissection(decoder, ports)
+        self.ports = self.dissection.ports
+        self.stats = stats if stats is not None else ReadStats()
         self.connections: dict[tuple[str, int, str, int], Connection] = {}
         self.closed: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
-        wiring = decoder.protocol.wiring
-        self.limit = wiring.max_size
+        # Connections on other ports: recognised ones (client first), the ones still watched,
+        # and those given up on (bounded, like the closed ones).
+        self.assigned: dict[tuple[str, int, str, int], Runtime] = {}
+        self.watched: OrderedDict[tuple[str, int, str, int], Watch] = OrderedDict()
+        self.ignored: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
+        self.watching = bool(self.dissection.magic or self.dissection.guess)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
-        # Layouts whose last array can be recovered after a gap, by (wire key, version).
-        self.tail_rules: dict[tuple[int, int], TailRule] = {
-            key: rule for key, (_, ops) in decoder.compiled.items() if (rule := tail_rule(ops)) is not None
-        }
 
     # ------------------------------------------------------------------ input
 
     def feed(self, seg: Segment) -> Iterator[Frame]:
         self.ts = seg.ts
-        if seg.dport in self.ports:
+        runtime = self.ports.get(seg.dport)
+        if runtime is not None:
             key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
-        elif seg.sport in self.ports:
-            key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
         else:
-            return
+            runtime = self.ports.get(seg.sport)
+            if runtime is not None:
+                key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
+            elif not self.watching:
+                return
+            else:
+                placed = self._placed(seg)
+                if placed is None:
+                    yield from self._watch(seg)
+                    return
+                key, from_server, runtime = placed
         self.stats.segments_matched += 1
         conn = self.connections.get(key)
         syn = seg.flags & TCP_SYN
@@ -156,7 +243,7 @@ class Reader:
             if not syn and not seg.payload and seg.wire_len == 0:
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
-            conn = self._open(key)
+            conn = self._open(key, runtime)
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
         if seg.flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
@@ -186,6 +273,65 @@ class Reader:
         for key, conn in list(self.connections.items()):
             yield from self._end(key, conn, self.stats.packets, "the capture ended")
 
+    # ------------------------------------------------------------------ other ports
+
+    def _placed(self, seg: Segment) -> tuple[tuple[str, int, str, int], bool, Runtime] | None:
+        """A segment of a connection recognised on another port: its key, direction and protocol."""
+        forward = (seg.src, seg.sport, seg.dst, seg.dport)
+        runtime = self.assigned.get(forward)
+        if runtime is not None:
+            return forward, False, runtime
+        backward = (seg.dst, seg.dport, seg.src, seg.sport)
+        runtime = self.assigned.get(backward)
+        if runtime is not None:
+            return backward, True, runtime
+        return None
+
+    def _watch(self, seg: Segment) -> Iterator[Frame]:
+        """Look at the first bytes of a connection on no known port for a protocol they show."""
+        forward = (seg.src, seg.sport, seg.dst, seg.dport)
+        ident = min(forward, (seg.dst, seg.dport, seg.src, seg.sport))
+        if ident in self.ignored:
+            return
+        guessed = seg.dport in self.dissection.guess or seg.sport in self.dissection.guess
+        if not guessed and not self.dissection.magic:
+            return
+        watch = self.watched.get(ident)
+        if watch is None:
+            watch = self.watched[ident] = Watch()
+            if len(self.watched) > WATCHED:
+                self._ignore(self.watched.popitem(last=False)[0])
+        if seg.flags & TCP_SYN and not seg.flags & TCP_ACK:
+            watch.client = (seg.src, seg.sport)
+        watch.segments.append(seg)
+        if not seg.payload:
+            if len(watch.segments) > 4 * WATCHED_SEGMENTS:
+                self._ignore(ident)
+            return
+        watch.tries += 1
+        runtime = self.dissection.recognise(bytes(seg.payload), guessed)
+        if runtime is None:
+            if watch.tries >= WATCHED_SEGMENTS:
+                self._ignore(ident)
+            return
+        del self.watched[ident]
+        if watch.client is not None:
+            client = watch.client
+        elif guessed:  # the port the user named is the server's
+            client = (seg.src, seg.sport) if seg.dport in self.dissection.guess else (seg.dst, seg.dport)
+        else:  # without the SYN, the lower port is the server's
+            client = (seg.src, seg.sport) if seg.sport > seg.dport else (seg.dst, seg.dport)
+        server = (seg.dst, seg.dport) if client == (seg.src, seg.sport) else (seg.src, seg.sport)
+        self.assigned[(*client, *server)] = runtime
+        for earlier in watch.segments:
+            yield from self.feed(earlier)
+
+    def _ignore(self, ident: tuple[str, int, str, int]) -> None:
+        self.watched.pop(ident, None)
+        self.ignored[ident] = None
+        if len(self.ignored) > CLOSED_MEMORY:
+            self.ignored.popitem(last=False)
+
     # ------------------------------------------------------------------ connections
 
     @staticmethod
@@ -193,18 +339,24 @@ class Reader:
         stream = conn.to_server.stream
         return stream.next is not None and stream.position(seq) + 1 != stream.next  # not a repeated SYN
 
-    def _open(self, key: tuple[str, int, str, int]) -> Connection:
+    def _open(self, key: tuple[str, int, str, int], runtime: Runtime) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
         self.stats.connections += 1
         number = self.stats.connections
         conn = Connection(
-            client, server, self._side(client, server, number), self._side(server, client, number), number
+            client,
+            server,
+            self._side(client, server, number, runtime),
+            self._side(server, client, number, runtime),
+            runtime,
+            number,
+            state=DecodeState() if runtime.stateful else None,
         )
         self.connections[key] = conn
         return conn
 
-    def _side(self, src: Endpoint, dst: Endpoint, conn: int) -> Side:
-        side = Side(src, dst, Stream(), Framer(self.check, self.limit), conn=conn)
+    def _side(self, src: Endpoint, dst: Endpoint, conn: int, runtime: Runtime) -> Side:
+        side = Side(src, dst, Stream(), Framer(runtime.rule), conn=conn)
         side.stream.on_conflict = lambda c: self._conflict(side, c)
         side.stream.on_late = lambda g, n: self._late(side, g, n)
         return side
@@ -260,7 +412,7 @@ class Reader:
             if piece.kind == "skipped":
                 self.stats.skipped_bytes += piece.length
                 self.stats.lossy.add(conn.number)
-                orphan = self._orphan(side, piece) if piece.islands else None
+                orphan = self._orphan(side, piece, conn.runtime) if piece.islands else None
                 found = f"; {orphan.expert[1].message}" if orphan is not None else ""
                 self._notice(
                     "warn",
@@ -280,7 +432,9 @@ class Reader:
                     self.stats.incomplete += 1
                     yield orphan
                 continue
-            frame = self.decoder.decode(piece.data, partial=piece.kind == "incomplete")
+            frame = conn.runtime.decoder.decode(
+                piece.data, partial=piece.kind == "incomplete", state=conn.state, from_client=from_client
+            )
             frame.number = number
             frame.ts = seg.ts if seg is not None else self.ts
             frame.src = side.src
@@ -289,7 +443,7 @@ class Reader:
             frame.conn, frame.from_client = conn.number, from_client
             if piece.kind == "incomplete":
                 if piece.islands:
-                    self._recover_tail(frame, piece)
+                    self._recover_tail(frame, piece, conn.runtime)
                 self.stats.incomplete += 1
                 have = len(piece.data)
                 whole = f" of {piece.length}" if piece.length >= 0 else ""
@@ -299,34 +453,42 @@ class Reader:
                 )
             else:
                 self.stats.frames += 1
-            self._note_floor(side, frame)
+            self._note_floor(side, frame, conn.runtime)
             yield frame
 
-    def _note_floor(self, side: Side, frame: Frame) -> None:
+    @staticmethod
+    def _layout(frame: Frame) -> tuple[Any, bool, int]:
+        return (frame.key, frame.kind == "response", frame.version)
+
+    def _note_floor(self, side: Side, frame: Frame, runtime: Runtime) -> None:
         """Remember the last increasing value (e.g. publishing id) each layout had in this direction."""
-        rule = self.tail_rules.get((frame.wire_key, frame.version))
+        ident = self._layout(frame)
+        rule = runtime.tail_rules.get(ident)
         if rule is None:
             return
         items = frame.fields.get(rule.array)
         value = last_value(items, rule.increasing) if isinstance(items, list) else None
         if value is not None:
-            side.floors[frame.wire_key] = value
+            side.floors[ident] = value
 
-    def _orphan(self, side: Side, piece: Piece) -> Frame | None:
+    def _orphan(self, side: Side, piece: Piece, runtime: Runtime) -> Frame | None:
         """Whole elements in bytes that end where a found frame starts: the tail of a frame whose
         start a gap took. Tried only for layouts seen before in this direction, whose last value
         bounds the chain from below; the command is inferred, and the frame says so."""
-        for (wire_key, version), rule in self.tail_rules.items():
-            floor = side.floors.get(wire_key)
+        decoder = runtime.decoder
+        for ident, rule in runtime.tail_rules.items():
+            floor = side.floors.get(ident)
             if floor is None:
                 continue
             items, unused = recover(rule, piece.islands, True, [], floor)
             if not items:
                 continue
-            layout = self.decoder.compiled[wire_key, version][0]
-            command = self.decoder.protocol.commands[layout.command]
+            key, response, version = ident
+            layout = decoder.compiled[ident][0]
+            command = decoder.protocol.commands[layout.command]
+            wire_key = key | decoder.response[1] if response and decoder.response_in_key else key  # type: ignore[index]
             return Frame(
-                protocol=self.decoder.protocol.name,
+                protocol=decoder.protocol.name,
                 wire_key=wire_key,
                 key=command.key,
                 kind=layout.kind,
@@ -353,12 +515,13 @@ class Reader:
                 dst=side.dst,
                 seq=piece.pos % SEQ_MOD,
                 incomplete="start lost in a gap",
+                key_text=decoder.key_text(command.key),
             )
         return None
 
-    def _recover_tail(self, frame: Frame, piece: Piece) -> None:
+    def _recover_tail(self, frame: Frame, piece: Piece, runtime: Runtime) -> None:
         """Add the whole elements found after the gap to the frame's last array, and say so."""
-        rule = self.tail_rules.get((frame.wire_key, frame.version))
+        rule = runtime.tail_rules.get(self._layout(frame))
         if rule is None:
             return
         before = frame.fields.get(rule.array)
@@ -451,9 +614,12 @@ class Reader:
 
 
 def decode_segments(
-    segments: Iterable[Segment], decoder: Decoder, ports: Iterable[int], stats: ReadStats
+    segments: Iterable[Segment],
+    decoder: Decoder | Dissection,
+    ports: Iterable[int] | None,
+    stats: ReadStats,
 ) -> Iterator[Frame]:
-    """Decoded frames of the protocol on the given server ports, in capture order."""
+    """Decoded frames, in capture order: of one protocol on the given server ports, or of a Dissection."""
     reader = Reader(decoder, ports, stats)
     try:
         for seg in segments:
@@ -469,7 +635,7 @@ def decode_segments(
 
 
 def read_frames(
-    path: Path | str, decoder: Decoder, ports: Iterable[int], stats: ReadStats
+    path: Path | str, decoder: Decoder | Dissection, ports: Iterable[int] | None, stats: ReadStats
 ) -> Iterator[Frame]:
     return decode_segments(read_segments(path, stats), decoder, ports, stats)
 

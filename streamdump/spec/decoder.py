@@ -1,21 +1,42 @@
-"""Turns one complete frame (size prefix included) into a Frame, and builds frames back.
+"""Turns one complete frame (its header included) into a Frame, and builds frames back.
 
-A Decoder holds only what it compiled from one protocol's registry entry; decoding
-keeps no state between frames, so the same object serves files, live capture and
-Spark tasks. Nothing raises out of decode(): problems become expert notes.
+A Decoder holds only what it compiled from one protocol's registry entry. Decoding is a
+pure function of the frame's bytes and, for protocols whose responses do not name their
+command (the command is the request's, found by correlation id), of a DecodeState the
+caller keeps per connection and passes in; so the same object serves files, live capture
+and Spark tasks. Nothing raises out of decode(): problems become expert notes.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from streamdump.core.frame import Expert, Frame, Node
 from streamdump.spec.hooks import build_hooks
-from streamdump.spec.layout import BadValue, Ctx, Op, Short, compile_fields, decode_ops, encode_ops, title
+from streamdump.spec.keyed import Keyed
+from streamdump.spec.layout import (
+    BadValue,
+    Compiler,
+    Ctx,
+    EntryOp,
+    Op,
+    Short,
+    decode_ops,
+    encode_ops,
+    title,
+    with_derived_sizes,
+)
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol
 from streamdump.spec.specialise import Fallback, Specialised, specialise
+
+# Header fields with these names are the frame's own (Frame.size, .key, .version), not fields.
+FRAME_OWN = ("size", "key", "version")
+# Requests a DecodeState remembers while their responses are outstanding; older ones go first.
+MAX_OUTSTANDING = 100_000
+_UNSET: Any = object()
 
 
 def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
@@ -39,115 +60,257 @@ class EncodeError(ValueError):
     """The values given cannot be encoded with the named layout."""
 
 
+class DecodeState:
+    """What decoding one connection remembers: outstanding requests' commands, by requester and id.
+
+    Only protocols whose responses carry a status where requests carry the command key need
+    it; the pipeline keeps one per connection and passes it to every decode.
+    """
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests: OrderedDict[tuple[bool | None, Any], Any] = OrderedDict()
+
+    def ask(self, asker: bool | None, corr: Any, key: Any) -> None:
+        self.requests[asker, corr] = key
+        if len(self.requests) > MAX_OUTSTANDING:
+            self.requests.popitem(last=False)
+
+    def answer(self, asker: bool | None, corr: Any) -> Any:
+        return self.requests.pop((asker, corr), None)
+
+
 class Decoder:
     def __init__(self, protocol: Protocol, *, fast: bool = True) -> None:
         self.protocol = protocol
-        self.size_st = struct.Struct(">" + INT_TYPES[protocol.wiring.size_type][0])
         self.hooks = build_hooks(protocol)
-        self.header_ops = compile_fields(protocol.header, 1)
+        self.keyed = Keyed(protocol.enums)
+        compiler = Compiler(protocol.order, self.hooks, self.keyed)
+        self.header_ops = compiler.fields(protocol.header, 1)
+        wiring = protocol.wiring
+        length_type = wiring.length_type
+        self.length_st = struct.Struct(protocol.order + INT_TYPES[length_type][0])
+        self.length_at = wiring.length_offset
+        self.length_end = wiring.length_offset + self.length_st.size
+        # Bytes every frame's header has at least (the fixed fields before any variable one).
         self.header_size = sum(op.min_size for op in self.header_ops)
-        key_spec = next(f for f in protocol.header if f.name == "key")
-        if protocol.header[0] is not key_spec:
-            raise ValueError(f"{protocol.source}: the header must start with its key")
-        self.key_struct = struct.Struct(">" + INT_TYPES[key_spec.type][0])
-        # (wire key, version) -> (layout, ops); every version of every layout, compiled once.
-        self.compiled: dict[tuple[int, int], tuple[Layout, tuple[Op, ...]]] = {}
+        frame = protocol.frame
+        self.key_field = frame.key
+        key_spec = protocol.header_field(frame.key)
+        self.key_hex = key_spec is not None and key_spec.display == "hex"
+        int_key = key_spec is not None and key_spec.type in INT_TYPES
+        self.key_width = INT_TYPES[key_spec.type][1] * 2 if int_key else 4  # type: ignore[union-attr]
+        self.key_struct = struct.Struct(protocol.order + INT_TYPES[key_spec.type][0]) if int_key else None  # type: ignore[union-attr]
+        self.header_names = frozenset(_names(protocol.header))
+        self.lifted = tuple(name for name in FRAME_OWN if name in self.header_names)
+        self.response = frame.response
+        self.oneway = frame.oneway
+        self.response_in_key = frame.response is not None and frame.response[0] == frame.key
+        self.by_request = frame.response_key == "request"
+        self.correlation = protocol.conversation.correlation
+        # (command key, response?, version) -> (layout, ops); every version of every layout, compiled once.
+        self.compiled: dict[tuple[Any, bool, int], tuple[Layout, tuple[Op, ...]]] = {}
         for command in protocol.commands.values():
             for layout in command.layouts.values():
                 for version in command.versions:
-                    self.compiled[layout.key, version] = (
+                    self.compiled[layout.key, layout.kind == "response", version] = (
                         layout,
-                        compile_fields(layout.fields, version, self.hooks),
+                        compiler.fields(layout.fields, version, entries=frame.entries is not None),
                     )
-        # The generated fast path of every layout; fast=False keeps only the general ops
-        # (the tests decode with both and compare).
-        self.fast: dict[tuple[int, int], Specialised] = (
+        # The generated fast path of the header and of every layout; fast=False keeps only the
+        # general ops (the tests decode with both and compare).
+        self.header_fast: Specialised | None = specialise(self.header_ops, "header") if fast else None
+        self.fast: dict[tuple[Any, bool, int], Specialised] = (
             {
-                (key, version): specialise(ops, f"{layout.command} {layout.kind} v{version}")
-                for (key, version), (layout, ops) in self.compiled.items()
+                ident: specialise(ops, f"{layout.command} {layout.kind} v{ident[2]}")
+                for ident, (layout, ops) in self.compiled.items()
             }
             if fast
             else {}
         )
-        # Wire keys with a hooked field in some version: only their frames need expanding. By key,
+        # Layouts with a hooked field in some version: only their frames need expanding. By key,
         # not version, so a frame of a version the registry lacks (decoded as a known one) counts.
         self.hooked = {
-            key for (key, version), (layout, _) in self.compiled.items() if _has_hook(layout.fields, version)
+            (key, response)
+            for (key, response, version), (layout, _) in self.compiled.items()
+            if _has_hook(layout.fields, version)
         }
 
+    # ------------------------------------------------------------------ framing helpers
+
+    def frame_length(self, data: bytes | bytearray | memoryview, start: int = 0) -> int | None:
+        """The whole length of the frame at start from its length field; None before that field."""
+        if len(data) - start < self.length_end:
+            return None
+        (value,) = self.length_st.unpack_from(data, start + self.length_at)
+        return value + self.length_end if self.protocol.wiring.counts == "after" else value
+
+    def wire_text(self, frame: Frame) -> str:
+        """The key as the one-line view shows it: as on the wire where it carries the response bit."""
+        return self.key_text(frame.wire_key) if self.response_in_key else frame.key_text
+
+    def key_text(self, key: Any) -> str:
+        if key is None:
+            return "?"
+        if isinstance(key, int) and self.key_hex:
+            return f"0x{key:0{self.key_width}x}"
+        return str(key)
+
     def plausible(self, data: bytes) -> bool:
-        """Whether data starts like a frame: sane size, a key with a layout, a known version."""
-        size_len = self.size_st.size
-        if len(data) < size_len + self.header_size:
+        """Whether data starts like a frame: sane length, a header that decodes, a known command."""
+        if len(data) < self.header_size:
             return False
-        (size,) = self.size_st.unpack_from(data, 0)
-        if not self.header_size <= size <= self.protocol.wiring.max_size:
+        total = self.frame_length(data)
+        if total is None or not self.header_size <= total <= self.protocol.wiring.max_size + self.length_end:
             return False
         header: dict[str, Any] = {}
-        decode_ops(self.header_ops, memoryview(data), size_len, len(data), header, Ctx([]))
-        return (header["key"], header["version"]) in self.compiled
+        ctx = Ctx([])
+        try:
+            decode_ops(self.header_ops, memoryview(data), 0, min(len(data), total), header, ctx)
+        except (Short, BadValue):
+            return False
+        if any(e.severity == "error" for e in ctx.expert):
+            return False
+        response = self._marked(header, self.response)
+        key = header.get(self.key_field)
+        if self.response_in_key and isinstance(key, int):
+            key &= ~self.response[1]  # type: ignore[index]
+        if response and self.by_request:
+            return True  # its command is its request's: any status may follow
+        version = header.get("version", 1) if self.protocol.frame.layout_versions else 1
+        return (key, response, version) in self.compiled
+
+    @staticmethod
+    def _marked(header: dict[str, Any], mark: tuple[str, int] | None) -> bool:
+        if mark is None:
+            return False
+        value = header.get(mark[0])
+        return isinstance(value, int) and bool(value & mark[1])
 
     # ------------------------------------------------------------------ decode
 
     def decode(
-        self, data: bytes, *, nodes: list[Node] | None = None, partial: bool = False, expand: bool = False
+        self,
+        data: bytes,
+        *,
+        nodes: list[Node] | None = None,
+        partial: bool = False,
+        expand: bool = False,
+        state: DecodeState | None = None,
+        from_client: bool | None = None,
+        key: Any = _UNSET,
     ) -> Frame:
         """Decode one frame. With a nodes list, also fill it with the detail tree.
 
         partial: data is the captured start of a longer frame; decode what is there
-        without complaining that the size field promises more.
+        without complaining that the length field promises more.
         expand: also run the hooks' expand step (records, message sections); a tree implies it.
+        state, from_client: the connection's DecodeState and the frame's direction, for
+        responses whose command is their request's. key: that command key, when a caller
+        decodes a frame again (a tree, an expansion) and knows it already.
         """
         mv = memoryview(data)
         expert: list[Expert] = []
         ctx = Ctx(expert, nodes, expand=expand)
-        size_len = self.size_st.size
         fields: dict[str, Any] = {}
-        if len(data) < size_len + self.header_size:
-            expert.append(Expert("error", f"frame too short for a header: {len(data)} bytes", 0))
-            return self._frame(0, "unknown", None, 0, len(data), fields, expert, data)
-        (size,) = self.size_st.unpack_from(mv, 0)
+        have = len(data)
+        total = self.frame_length(data)
+        if total is None or have < self.header_size:
+            expert.append(Expert("error", f"frame too short for a header: {have} bytes", 0))
+            return self._frame(None, None, "unknown", None, 0, 0, fields, expert, data)
+        size = total - self.length_end if self.protocol.wiring.counts == "after" else total
         if partial:
-            ctx.declared_end = size_len + size
-        end = len(data)
-        if size + size_len != end:
-            if size + size_len < end:
-                expert.append(
-                    Expert("warn", f"{end - size - size_len} bytes beyond the frame size {size}", 0)
-                )
-                end = size + size_len
+            ctx.declared_end = total
+        end = have
+        if total != end:
+            if total < end:
+                expert.append(Expert("warn", f"{end - total} bytes beyond the frame size {size}", 0))
+                end = total
             elif not partial:
-                expert.append(
-                    Expert("error", f"frame size says {size} bytes but only {end - size_len} present", 0)
-                )
-        if nodes is not None:
-            nodes.append(Node(None, "Size", 0, size_len, size))
-        header: dict[str, Any] = {}
+                present = end - (total - size)
+                expert.append(Expert("error", f"frame size says {size} bytes but only {present} present", 0))
         try:
-            pos = decode_ops(self.header_ops, mv, size_len, end, header, ctx)
-        except Short as exc:
-            expert.append(Expert("error", f"frame too short for a header: {exc.message()}", exc.offset))
-            return self._frame(header.get("key", 0), "unknown", None, 0, size, fields, expert, data)
-        wire_key, version = header["key"], header["version"]
+            if self.header_fast is not None and nodes is None and not partial:
+                mark = len(expert)
+                try:
+                    pos = self.header_fast(mv, 0, end, fields, ctx)
+                except (Fallback, Short, BadValue, struct.error):
+                    fields.clear()
+                    del expert[mark:]
+                    pos = decode_ops(self.header_ops, mv, 0, end, fields, ctx)
+            else:
+                pos = decode_ops(self.header_ops, mv, 0, end, fields, ctx)
+        except (Short, BadValue) as exc:
+            what = exc.message() if isinstance(exc, Short) else exc.text
+            expert.append(Expert("error", f"frame too short for a header: {what}", exc.offset))
+            wire_key = fields.get(self.key_field)
+            return self._frame(
+                wire_key, wire_key, "unknown", None, fields.get("version", 0), size, {}, expert, data
+            )
+        wire_key = fields.get(self.key_field)
+        version = fields.get("version", 0)
+        for name in self.lifted:
+            fields.pop(name, None)
+        response = self._marked(fields, self.response) or (
+            self.response_in_key and isinstance(wire_key, int) and bool(wire_key & self.response[1])  # type: ignore[index]
+        )
+        oneway = not response and self._marked(fields, self.oneway)
+        command_key = wire_key
+        if self.response_in_key and isinstance(wire_key, int):
+            command_key = wire_key & ~self.response[1]  # type: ignore[index]
+        if self.by_request:
+            corr = fields.get(self.correlation or "")
+            if response:
+                if key is not _UNSET:
+                    command_key = key
+                else:
+                    command_key = state.answer(not from_client, corr) if state is not None else None
+            elif state is not None and not oneway:
+                state.ask(from_client, corr, command_key)
         proto = self.protocol
-        key = wire_key & ~proto.response_bit
-        command = proto.by_key.get(key)
-        layout = proto.layout_for(wire_key)
+        command = proto.by_key.get(command_key) if command_key is not None else None
+        layout = proto.layout(command_key, response)
         if layout is None:
-            kind = "response" if wire_key & proto.response_bit else "unknown"
-            if command is None:
-                expert.append(Expert("warn", f"unknown command key 0x{key:04x}", size_len))
+            kind = "response" if response else "command" if oneway and command is not None else "unknown"
+            if command_key is None and response:
+                expert.append(
+                    Expert(
+                        "note",
+                        "its command is its request's, which the capture does not show; body not decoded",
+                        self.length_end,
+                    )
+                )
+            elif command is None:
+                expert.append(
+                    Expert("warn", f"unknown command key {self.key_text(command_key)}", self.length_end)
+                )
             else:
                 expert.append(
-                    Expert("warn", f"{command.name} has no {kind} layout (key 0x{wire_key:04x})", size_len)
+                    Expert(
+                        "warn",
+                        f"{command.name} has no {kind} layout (key {self.key_text(wire_key)})",
+                        self.length_end,
+                    )
                 )
             self._trailing(mv, pos, end, fields, expert, nodes, "payload")
             return self._frame(
-                wire_key, kind, command.name if command else None, version, size, fields, expert, data
+                wire_key,
+                command_key,
+                kind,
+                command.name if command else None,
+                version,
+                size,
+                fields,
+                expert,
+                data,
             )
         assert command is not None
+        kind = "command" if oneway and layout.kind == "request" else layout.kind
         layout_version = version
-        if version not in command.versions:
+        if not proto.frame.layout_versions:
+            layout_version = command.versions[0]
+        elif version not in command.versions:
             layout_version = max((v for v in command.versions if v <= version), default=command.versions[0])
             known = ", ".join(map(str, command.versions))
             expert.append(
@@ -155,22 +318,36 @@ class Decoder:
                     "warn",
                     f"{command.name} version {version} is not in the registry (known: {known}); "
                     f"decoded as version {layout_version}",
-                    size_len + 2,
+                    self.length_end + 2,
                 )
             )
-        _, ops = self.compiled[wire_key, layout_version]
-        fast = self.fast.get((wire_key, layout_version)) if nodes is None and not partial else None
+        ident = (command_key, response, layout_version)
+        _, ops = self.compiled[ident]
+        entries_name = proto.frame.entries
+        if entries_name is not None:
+            found = fields.get(entries_name)
+            ctx.entries = dict(found) if isinstance(found, dict) else None
+            ctx.entries_at = (self.length_end, pos - self.length_end)
+        fast = self.fast.get(ident) if nodes is None and not partial else None
         if fast is not None:
             mark = len(expert)
             try:
-                pos = fast(mv, pos, end, fields, ctx)
-                self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
-                return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
+                after = fast(mv, pos, end, fields, ctx)
+                self._entries_left(ctx, fields, nodes)
+                self._trailing(mv, after, end, fields, expert, nodes, "trailing")
+                return self._frame(
+                    wire_key, command_key, kind, command.name, version, size, fields, expert, data
+                )
             except (Fallback, Short, BadValue, struct.error):
                 # Start again with the general ops, which keep partial values and explain.
                 del expert[mark:]
-                fields.clear()
+                for name in list(fields):
+                    if name not in self.header_names:
+                        del fields[name]
                 ctx.budget = None
+                if entries_name is not None:
+                    found = fields.get(entries_name)
+                    ctx.entries = dict(found) if isinstance(found, dict) else None
         try:
             pos = decode_ops(ops, mv, pos, end, fields, ctx)
         except Short as exc:
@@ -179,8 +356,23 @@ class Decoder:
         except BadValue as exc:
             expert.append(Expert("error", exc.text, exc.offset))
             pos = end
+        self._entries_left(ctx, fields, nodes)
         self._trailing(mv, pos, end, fields, expert, nodes, "trailing")
-        return self._frame(wire_key, layout.kind, command.name, version, size, fields, expert, data)
+        return self._frame(wire_key, command_key, kind, command.name, version, size, fields, expert, data)
+
+    def _entries_left(self, ctx: Ctx, fields: dict[str, Any], nodes: list[Node] | None) -> None:
+        """The header's entries map keeps only the entries no layout field took."""
+        name = self.protocol.frame.entries
+        if name is None or ctx.entries is None:
+            return
+        if ctx.entries:
+            fields[name] = ctx.entries
+        else:
+            fields.pop(name, None)
+        if nodes is not None:
+            node = _find_node(nodes, name)
+            if node is not None:
+                node.children = [c for c in node.children if c.label in map(str, ctx.entries)]
 
     def expand(self, frame: Frame) -> Frame:
         """The frame with everything below its headers decoded (records, sections), in place.
@@ -190,17 +382,17 @@ class Decoder:
         """
         if frame.expanded:
             return frame
-        if frame.wire_key not in self.hooked:
+        if (frame.key, frame.kind == "response") not in self.hooked:
             frame.expanded = True  # nothing below its headers: decoding again would add nothing
             return frame
         if frame.incomplete is None:
-            full = self.decode(frame.data, expand=True)
+            full = self.decode(frame.data, expand=True, key=frame.key)
             frame.fields, frame.expert = full.fields, _merge_notes(full.expert, frame.expert)
             frame.expanded = True
             return frame
         # An incomplete frame may hold elements recovered after a gap, which decoding its
         # bytes again would not find: expand the values it has instead.
-        layout = self.protocol.layout_for(frame.wire_key)
+        layout = self.protocol.layout(frame.key, frame.kind == "response")
         if layout is not None:
             self._expand_values(layout.fields, frame.fields, Ctx(frame.expert, expand=True))
         frame.expanded = True
@@ -227,7 +419,7 @@ class Decoder:
         second decode for it.
         """
         nodes: list[Node] = []
-        full = self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None)
+        full = self.decode(frame.data, nodes=nodes, partial=frame.incomplete is not None, key=frame.key)
         if frame.incomplete is None and not frame.expanded:
             frame.fields, frame.expert = full.fields, _merge_notes(full.expert, frame.expert)
             frame.expanded = True
@@ -253,7 +445,8 @@ class Decoder:
 
     def _frame(
         self,
-        wire_key: int,
+        wire_key: Any,
+        key: Any,
         kind: str,
         command: str | None,
         version: int,
@@ -265,7 +458,7 @@ class Decoder:
         return Frame(
             protocol=self.protocol.name,
             wire_key=wire_key,
-            key=wire_key & ~self.protocol.response_bit,
+            key=key,
             kind=kind,
             command=command,
             version=version,
@@ -273,12 +466,18 @@ class Decoder:
             fields=fields,
             expert=expert,
             data=data,
+            key_text=self.key_text(key),
         )
 
     # ------------------------------------------------------------------ encode
 
     def encode(self, command: str, kind: str, fields: Mapping[str, Any], version: int = 1) -> bytes:
-        """Build a whole frame (size prefix included) from a command name and field values."""
+        """Build a whole frame (header included) from a command name and field values.
+
+        Header fields the frame section derives (the length, the key, the response and
+        one-way marks) are filled in; others (a correlation id, a JSON header's language)
+        come from fields. A response whose key field carries its status takes it from fields.
+        """
         cmd = self.protocol.commands.get(command)
         if cmd is None:
             raise EncodeError(f"unknown command {command!r}")
@@ -287,10 +486,66 @@ class Decoder:
             raise EncodeError(f"{command} has no {kind} layout (has: {', '.join(cmd.layouts)})")
         if version not in cmd.versions:
             raise EncodeError(f"{command} has no version {version}")
-        body = bytearray()
-        encode_ops(self.header_ops, body, {"key": layout.key, "version": version})
+        response = kind == "response"
+        ops = self.compiled[cmd.key, response, version][1]
+        values: dict[str, Any] = dict(fields)
+        length_name = self.protocol.wiring.length
+        if length_name is not None:
+            values[length_name] = 0  # patched below, once the frame's length is known
+        if "version" in self.lifted:
+            values["version"] = version
+        key = cmd.key
+        if self.response_in_key and response:
+            key |= self.response[1]  # type: ignore[index,operator]
+        if not (response and self.by_request):
+            values[self.key_field] = key
+        elif self.key_field not in values:
+            raise EncodeError(f"{command} response: its {self.key_field} carries the status; give it")
+        for mark, wanted in ((self.response, response), (self.oneway, False)):
+            if mark is not None and mark[0] != self.key_field:
+                flag = values.get(mark[0], 0)
+                values[mark[0]] = (
+                    flag | mark[1] if wanted else flag & ~mark[1] if mark is self.response else flag
+                )
+        entries_name = self.protocol.frame.entries
+        if entries_name is not None:
+            entries = dict(values.get(entries_name) or {})
+            for op in ops:
+                if isinstance(op, EntryOp) and values.get(op.name) is not None:
+                    entries[op.wire] = self.keyed.wire(op.spec, values[op.name], text=True)
+            values[entries_name] = entries or None
         try:
-            encode_ops(self.compiled[layout.key, version][1], body, dict(fields))
-        except (KeyError, TypeError, struct.error, AttributeError) as exc:
+            body = bytearray()
+            encode_ops(self.header_ops, body, with_derived_sizes(self.header_ops, values))
+            encode_ops(ops, body, values)
+        except (KeyError, TypeError, struct.error, AttributeError, ValueError) as exc:
             raise EncodeError(f"{command} {kind}: cannot encode: {exc}") from None
-        return self.size_st.pack(len(body)) + bytes(body)
+        if length_name is not None:
+            counts_after = self.protocol.wiring.counts == "after"
+            self.length_st.pack_into(
+                body, self.length_at, len(body) - self.length_end if counts_after else len(body)
+            )
+        return bytes(body)
+
+
+def _names(specs: tuple[FieldSpec, ...]) -> set[str]:
+    """The names fields take in the frame: inline members and bit parts count as their own."""
+    names: set[str] = set()
+    for spec in specs:
+        names.add(spec.name)
+        names |= {part.name for part in spec.bits}
+        if spec.inline:
+            for case in (*spec.cases.values(), spec.default) if spec.type == "switch" else (spec,):
+                if case is not None:
+                    names |= _names(case.fields)
+    return names
+
+
+def _find_node(nodes: list[Node], name: str) -> Node | None:
+    for node in nodes:
+        if node.spec is not None and node.spec.name == name and node.spec.type == "map":
+            return node
+        found = _find_node(node.children, name)
+        if found is not None:
+            return found
+    return None

@@ -8,6 +8,7 @@ file and the entry. Nothing here decodes bytes; see layout.py for that.
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,9 +29,14 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
     "uint32": ("I", 4, False),
     "uint64": ("Q", 8, False),
 }
-COMPOUND_TYPES = {"string", "bytes", "raw", "array", "map", "hook"}
+# Length-prefixed text and bytes; the prefix's integer type is the field's `prefix`.
+PREFIXED_TYPES = {"string", "bytes", "pairs"}
+COMPOUND_TYPES = {*PREFIXED_TYPES, "raw", "array", "map", "hook", "json", "switch", "bool", "ipv4", "ipv6"}
+# What a length-prefixed field's prefix is when the spec does not say.
+DEFAULT_PREFIX = {"string": "int16", "bytes": "int32", "pairs": "int16", "array": "int32", "map": "int32"}
 # Types that only describe what hooks add to a decoded frame; no wire layout uses them.
-HOOK_OUTPUT_TYPES = {"bool", "amqp", "float"}
+HOOK_OUTPUT_TYPES = {"amqp", "float"}
+BYTE_ORDERS = {"big": ">", "little": "<"}
 KINDS = ("request", "response", "command")
 # Names every frame has outside its layout's fields (JSON keys, filter names, plugin fields).
 FRAME_NAMES = frozenset(
@@ -39,8 +45,9 @@ FRAME_NAMES = frozenset(
         "incomplete", "severity", "group", "expert", "links", "payload", "trailing",
     }
 )  # fmt: skip
-# packet: a packet number (the Wireshark plugin makes it a link; request_/response_ say which way).
-DISPLAYS = {"hex", "time_ms", "packet", "request_packet", "response_packet"}
+# packet: a packet number (the Wireshark plugin makes it a link; request_/response_ say which way);
+# name: text encodings (JSON, entries) write the enum name, not the number.
+DISPLAYS = {"hex", "dec", "name", "time_ms", "packet", "request_packet", "response_packet"}
 FIELD_ATTRS = {
     "type",
     "enum",
@@ -56,7 +63,26 @@ FIELD_ATTRS = {
     "size",
     "increasing",
     "hook",
+    "prefix",
+    "entry",
+    "bits",
+    "mask",
+    "const",
+    "on",
+    "cases",
+    "default",
+    "inline",
+    "rest",
+    "response_enum",
+    "length_of",
+    "separators",
 }
+TOP_ATTRS = {
+    "protocol", "title", "reference", "byte_order", "wiring", "header", "frame",
+    "enums", "structs", "hooks", "hook_structs", "conversation", "commands",
+}  # fmt: skip
+FRAME_ATTRS = {"key", "response", "oneway", "response_key", "entries", "layout_versions"}
+FRAMING_ATTRS = {"length", "counts", "max_size", "rule"}
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
 HOOK_ATTRS = {"doc", "adds", "value"}
 CONVERSATION_ATTRS = {
@@ -74,6 +100,9 @@ CONVERSATION_ATTRS = {
     "acks",
     "credit",
     "links",
+    "codes",
+    "hints",
+    "server",
 }
 SESSION_ATTRS = {"id", "open", "close", "keep", "used_by"}
 ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
@@ -94,9 +123,11 @@ class FieldSpec:
     info: str | None = None
     display: str | None = None
     since: int = 1
-    when: tuple[str, tuple[int, ...]] | None = None
+    # Present only when an earlier sibling (or header field) has one of the values; with a
+    # mask, when (sibling & mask) has one of them.
+    when: tuple[str, tuple[int, ...], int | None] | None = None
     optional: bool = False
-    size: int | str | None = None  # raw: fixed size or sibling field name
+    size: int | str | None = None  # raw, json, switch: fixed size, sibling field name, or "rest"
     of: FieldSpec | None = None  # array element
     key: FieldSpec | None = None  # map key
     value: FieldSpec | None = None  # map value
@@ -105,8 +136,34 @@ class FieldSpec:
     # Grows from one array element to the next (e.g. publishing ids); lets elements found
     # after a gap be told from bytes that only look like elements.
     increasing: bool = False
-    # The named hook (streamdump/hooks/) that reads (type hook) or interprets (raw) this field.
+    # The named hook (in the protocol package) that reads (type hook) or interprets this field.
     hook: str | None = None
+    # Length-prefixed types: the integer type of the prefix ("none" for arrays and maps that
+    # run to the end of what holds them), and whether it counts items or bytes.
+    prefix: str | None = None
+    prefix_counts: str = "items"
+    # The key this field has in the keyed object holding it (JSON object, key/value text,
+    # or the frame's entries map), when it differs from the name or is the only way to it.
+    entry: str | None = None
+    # Integer fields packing several values: one FieldSpec per part, each with a mask.
+    bits: tuple[FieldSpec, ...] = ()
+    mask: int | None = None
+    # The value every frame must carry here (a magic number or text).
+    const: int | bytes | None = None
+    # switch: the sibling field whose value picks the case; the cases; the case for others.
+    on: str | None = None
+    cases: Mapping[int, FieldSpec] = field(default_factory=dict)
+    default: FieldSpec | None = None
+    # A struct (or switch, or JSON object) whose members belong to the enclosing fields.
+    inline: bool = False
+    # A map in a keyed struct that collects the entries no member names.
+    rest: bool = False
+    # Names of this field's values in responses, where they differ from requests' (a status).
+    response_enum: str | None = None
+    # Holds the byte length of the struct it starts, itself included.
+    length_of: bool = False
+    # pairs: what separates pairs, and a key from its value.
+    separators: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +181,14 @@ class Layout:
 
     command: str
     kind: str
-    key: int  # wire key, response bit included
+    key: int | str  # the command key
     fields: tuple[FieldSpec, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
     name: str
-    key: int
+    key: int | str
     sender: str
     versions: tuple[int, ...]
     doc: str | None
@@ -140,10 +197,40 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class Wiring:
+    """Where the protocol runs and how its PDUs are delimited on the byte stream."""
+
     transport: str
     ports: tuple[int, ...]
-    size_type: str
-    max_size: int
+    max_size: int  # a sanity cap on one PDU, in bytes
+    # The header field holding the PDU's length, its offset and integer type, and what it
+    # counts: "after" (the bytes after the field) or "whole" (the whole PDU). None: the
+    # protocol package's framing rule says (text protocols).
+    length: str | None = None
+    length_offset: int = 0
+    length_type: str = "uint32"
+    counts: str = "after"
+    # Constant bytes every PDU starts with (its magic), so a PDU is found on any port.
+    magic: bytes | None = None
+    magic_offset: int = 0
+    # Names of the server by port (e.g. a name server and a broker), for diagnoses.
+    roles: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpec:
+    """How a frame's header says which command it is, and in which direction."""
+
+    key: str  # the header field holding the command key
+    # (field, mask): the bits that mark a response, and a one-way request.
+    response: tuple[str, int] | None = None
+    oneway: tuple[str, int] | None = None
+    # "field": the key field says a response's command; "request": a response's key field
+    # holds its status, and its command is its request's (found by the correlation field).
+    response_key: str = "field"
+    # A header map whose entries command layouts name (fields with `entry:`).
+    entries: str | None = None
+    # Whether the header's version selects the layout version (else it is informational).
+    layout_versions: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +300,14 @@ class Conversation:
     acks: Mapping[str, AckSpec] = field(default_factory=dict)
     credit: CreditSpec | None = None
     links: tuple[FieldSpec, ...] = ()
+    # How status codes are written in diagnoses: "hex" (0x02) or "dec" (17).
+    codes: str = "hex"
+    # What a failed request's status means for it, by command and code.
+    hints: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    # What the server is called in diagnoses (ports may name it otherwise: wiring.roles).
+    server: str = "broker"
+    # The response field with the server's own words about a status (a remark).
+    status_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,22 +318,27 @@ class Protocol:
     package: str | None  # the Python package with the protocol's code (hooks, framing, messages)
     wiring: Wiring
     header: tuple[FieldSpec, ...]
-    response_bit: int
+    frame: FrameSpec
     enums: Mapping[str, Mapping[int, str]]
     structs: Mapping[str, tuple[FieldSpec, ...]]
     commands: Mapping[str, Command]
-    by_key: Mapping[int, Command] = field(repr=False)
+    by_key: Mapping[int | str, Command] = field(repr=False)
     hooks: Mapping[str, HookSpec] = field(default_factory=dict)
     conversation: Conversation = field(default_factory=Conversation)
+    order: str = ">"  # struct byte order: ">" big endian, "<" little
 
-    def layout_for(self, wire_key: int) -> Layout | None:
-        """The layout a wire key selects, or None when the registry has none."""
-        command = self.by_key.get(wire_key & ~self.response_bit)
+    def layout(self, key: int | str | None, response: bool) -> Layout | None:
+        """The layout of a command key in one direction, or None when the registry has none."""
+        command = self.by_key.get(key) if key is not None else None  # type: ignore[arg-type]
         if command is None:
             return None
-        if wire_key & self.response_bit:
+        if response:
             return command.layouts.get("response")
         return command.layouts.get("request") or command.layouts.get("command")
+
+    def header_field(self, name: str) -> FieldSpec | None:
+        """A header field by name, looking into inline structs and switch cases."""
+        return next((s for s in _flat(self.header) if s.name == name), None)
 
     def field_at(self, ref: Ref, kind: str | None = None) -> FieldSpec | None:
         """The field a Command.path names (in the given layout kind, else the first that has it)."""
@@ -259,13 +359,15 @@ class Protocol:
         def walk(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
             for spec in specs:
                 yield spec
-                for child in (spec.of, spec.key, spec.value):
+                for child in (spec.of, spec.key, spec.value, spec.default, *spec.cases.values()):
                     if child is not None:
                         yield from walk((child,))
+                yield from walk(spec.bits)
                 if spec.struct and spec.struct not in seen_structs:
                     seen_structs.add(spec.struct)
                     yield from walk(spec.fields)
 
+        yield from walk(self.header)
         for command in self.commands.values():
             for layout in command.layouts.values():
                 yield from walk(layout.fields)
@@ -308,6 +410,9 @@ class _Builder:
         self.hook_structs: dict[str, tuple[FieldSpec, ...]] = {}
         self.raw_hooks: Mapping[str, Any] = {}
         self.in_hook_output = False
+        self.order = ">"
+        self.frame: FrameSpec | None = None
+        self.header: tuple[FieldSpec, ...] = ()
 
     def fail(self, where: str, message: str) -> SpecError:
         return SpecError(f"{self.source}: {where}: {message}")
@@ -317,9 +422,16 @@ class _Builder:
         for required in ("protocol", "title", "wiring", "header", "commands"):
             if required not in doc:
                 raise self.fail("top level", f"missing '{required}'")
+        unknown = set(doc) - TOP_ATTRS
+        if unknown:
+            raise self.fail("top level", f"unknown section(s) {sorted(unknown)}")
         name = doc["protocol"]
         if not isinstance(name, str) or not SNAKE.match(name):
             raise self.fail("protocol", f"name {name!r} must be snake_case")
+        order = doc.get("byte_order", "big")
+        if order not in BYTE_ORDERS:
+            raise self.fail("byte_order", f"must be one of {sorted(BYTE_ORDERS)}, not {order!r}")
+        self.order = BYTE_ORDERS[order]
         self.enums = self._enums(doc.get("enums") or {})
         self.raw_structs = doc.get("structs") or {}
         if not isinstance(self.raw_structs, Mapping):
@@ -338,30 +450,88 @@ class _Builder:
             self._struct(struct_name, f"structs.{struct_name}")
         hooks = self._hooks(raw_hooks)
         header = self._fields(doc["header"], "header", allow_conditions=False)
+        self.header = header
+        frame = self._frame(doc.get("frame"), header)
+        self.frame = frame
         commands = self._commands(doc["commands"])
-        by_key: dict[int, Command] = {}
+        by_key: dict[int | str, Command] = {}
         for command in commands.values():
             if command.key in by_key:
                 raise self.fail(
                     f"commands.{command.name}",
-                    f"key 0x{command.key:04x} already used by {by_key[command.key].name}",
+                    f"key {_key_text(command.key)} already used by {by_key[command.key].name}",
                 )
             by_key[command.key] = command
+        key_spec = _by_name(header, frame.key)
+        assert key_spec is not None
+        wanted = str if key_spec.type == "string" else int
+        for command in commands.values():
+            if not isinstance(command.key, wanted):
+                raise self.fail(
+                    f"commands.{command.name}",
+                    f"key {command.key!r} must be {wanted.__name__}, as {frame.key} is",
+                )
         conversation = self._conversation(doc.get("conversation") or {}, commands)
+        if frame.response_key == "request" and conversation.correlation is None:
+            raise self.fail(
+                "frame.response_key", "'request' needs conversation.correlation to find the request"
+            )
         return Protocol(
             name=name,
             title=str(doc["title"]),
             source=self.source,
             package=self.package,
-            wiring=self._wiring(doc["wiring"], commands),
+            wiring=self._wiring(doc["wiring"], header),
             header=header,
-            response_bit=int(doc.get("response_bit", 0x8000)),
+            frame=frame,
             enums=self.enums,
             structs=self.structs,
             commands=commands,
             by_key=by_key,
             hooks=hooks,
             conversation=conversation,
+            order=self.order,
+        )
+
+    def _frame(self, raw: Any, header: tuple[FieldSpec, ...]) -> FrameSpec:
+        """The frame section; without one, a header field named `key` is the key."""
+        where = "frame"
+        raw = raw if raw is not None else {"key": "key"}
+        if not isinstance(raw, Mapping) or "key" not in raw:
+            raise self.fail(where, "must be a mapping naming at least the key field")
+        unknown = set(raw) - FRAME_ATTRS
+        if unknown:
+            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        key = _by_name(header, raw["key"])
+        if key is None or (key.type not in INT_TYPES and key.type != "string"):
+            raise self.fail(f"{where}.key", f"{raw['key']!r} is not an integer or string field of the header")
+        marks: dict[str, tuple[str, int] | None] = {}
+        for name in ("response", "oneway"):
+            body = raw.get(name)
+            if body is None:
+                marks[name] = None
+                continue
+            if not isinstance(body, Mapping) or set(body) != {"field", "mask"}:
+                raise self.fail(f"{where}.{name}", "must be {field: name, mask: bits}")
+            spec = _by_name(header, body["field"])
+            if spec is None or spec.type not in INT_TYPES or not isinstance(body["mask"], int):
+                raise self.fail(f"{where}.{name}", f"{body['field']!r} is not an integer field of the header")
+            marks[name] = (str(body["field"]), int(body["mask"]))
+        response_key = raw.get("response_key", "field")
+        if response_key not in ("field", "request"):
+            raise self.fail(f"{where}.response_key", "must be 'field' or 'request'")
+        entries = raw.get("entries")
+        if entries is not None:
+            spec = _by_name(header, entries)
+            if spec is None or spec.type != "map":
+                raise self.fail(f"{where}.entries", f"{entries!r} is not a map field of the header")
+        return FrameSpec(
+            key=str(raw["key"]),
+            response=marks["response"],
+            oneway=marks["oneway"],
+            response_key=response_key,
+            entries=entries,
+            layout_versions=bool(raw.get("layout_versions", True)),
         )
 
     def _hooks(self, raw: Mapping[str, Any]) -> dict[str, HookSpec]:
@@ -400,15 +570,27 @@ class _Builder:
         correlation = raw.get("correlation")
         if correlation is not None:
             if not any(f.name == correlation for f in self._layout_fields(commands)):
-                raise self.fail(f"{where}.correlation", f"no layout has a field {correlation!r}")
+                raise self.fail(f"{where}.correlation", f"no layout or header has a field {correlation!r}")
             kw["correlation"] = correlation
         status = raw.get("status")
         if status is not None:
-            if not isinstance(status, Mapping) or "field" not in status:
-                raise self.fail(f"{where}.status", "must be {field: name, ok: [codes], routine: [codes]}")
-            fields = self._layout_fields(commands)
+            if (
+                not isinstance(status, Mapping)
+                or "field" not in status
+                or set(status) - {"field", "ok", "routine", "text"}
+            ):
+                raise self.fail(
+                    f"{where}.status", "must be {field: name, ok: [codes], routine: [codes], text: name}"
+                )
+            fields = list(self._layout_fields(commands))
             if not any(f.name == status["field"] and f.type in INT_TYPES for f in fields):
                 raise self.fail(f"{where}.status", f"no layout has an integer field {status['field']!r}")
+            if status.get("text") is not None:
+                if not any(f.name == status["text"] and f.type == "string" for f in fields):
+                    raise self.fail(
+                        f"{where}.status.text", f"no layout has a string field {status['text']!r}"
+                    )
+                kw["status_text"] = status["text"]
             codes = {}
             for name in ("ok", "routine"):
                 values = status.get(name) or []
@@ -431,6 +613,21 @@ class _Builder:
         if authenticate is not None:
             self._command(authenticate, f"{where}.authenticate", commands)
             kw["authenticate"] = authenticate
+        codes = raw.get("codes", "hex")
+        if codes not in ("hex", "dec"):
+            raise self.fail(f"{where}.codes", "must be hex or dec")
+        kw["codes"] = codes
+        if raw.get("server") is not None:
+            kw["server"] = str(raw["server"])
+        response_hints: dict[str, dict[int, str]] = {}
+        for command_name, by_code in (raw.get("hints") or {}).items():
+            self._command(command_name, f"{where}.hints", commands)
+            if not isinstance(by_code, Mapping) or not all(
+                isinstance(k, int) and isinstance(v, str) for k, v in by_code.items()
+            ):
+                raise self.fail(f"{where}.hints.{command_name}", "must map status codes to text")
+            response_hints[command_name] = dict(by_code)
+        kw["hints"] = response_hints
         hints = raw.get("close_hints") or {}
         if not isinstance(hints, Mapping) or not all(
             isinstance(k, int) and isinstance(v, str) for k, v in hints.items()
@@ -500,8 +697,9 @@ class _Builder:
             self.in_hook_output = saved
         return Conversation(**kw)
 
-    @staticmethod
-    def _layout_fields(commands: Mapping[str, Command]) -> Iterator[FieldSpec]:
+    def _layout_fields(self, commands: Mapping[str, Command]) -> Iterator[FieldSpec]:
+        """The fields every frame's layout has, the header's included."""
+        yield from _flat(self.header)
         for command in commands.values():
             for layout in command.layouts.values():
                 yield from layout.fields
@@ -526,25 +724,61 @@ class _Builder:
                 return Ref(command.name, tuple(parts[1:]))
         raise self.fail(where, f"{text!r}: {command.name} has no such field")
 
-    def _wiring(self, raw: Any, commands: Mapping[str, Command]) -> Wiring:
+    def _wiring(self, raw: Any, header: tuple[FieldSpec, ...]) -> Wiring:
         if not isinstance(raw, Mapping):
             raise self.fail("wiring", "must be a mapping")
         framing = raw.get("framing") or {}
-        size_type = framing.get("size", "uint32")
-        if size_type not in INT_TYPES:
-            raise self.fail("wiring.framing.size", f"unknown type {size_type!r}")
-        ports = raw.get("ports") or []
-        if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
-            raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
+        if not isinstance(framing, Mapping):
+            raise self.fail("wiring.framing", "must be a mapping")
+        unknown = set(framing) - FRAMING_ATTRS
         if "frame_max" in framing:
             raise self.fail(
                 "wiring.framing.frame_max", "the negotiated frame size belongs under conversation.tune"
             )
+        if unknown:
+            raise self.fail("wiring.framing", f"unknown attribute(s) {sorted(unknown)}")
+        ports = raw.get("ports") or []
+        roles: dict[int, str] = {}
+        if isinstance(ports, Mapping):  # port: what the server on it is (a name server, a broker)
+            roles = {p: str(r) for p, r in ports.items() if r}
+            ports = list(ports)
+        if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+            raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
+        kw: dict[str, Any] = {}
+        length = framing.get("length")
+        if length is None and framing.get("rule") != "package":
+            raise self.fail("wiring.framing", "needs 'length' (a header field) or 'rule: package'")
+        if length is not None:
+            offset = 0
+            for spec in header:
+                if spec.name == length:
+                    break
+                width = _fixed_width(spec)
+                if width is None:
+                    raise self.fail("wiring.framing.length", f"{spec.name!r} before it has no fixed width")
+                offset += width
+            else:
+                raise self.fail("wiring.framing.length", f"{length!r} is not a header field")
+            spec = _by_name(header, length)
+            assert spec is not None
+            if spec.type not in INT_TYPES:
+                raise self.fail("wiring.framing.length", f"{length!r} is not an integer field")
+            counts = framing.get("counts", "after")
+            if counts not in ("after", "whole"):
+                raise self.fail("wiring.framing.counts", "must be 'after' or 'whole'")
+            kw |= {"length": length, "length_offset": offset, "length_type": spec.type, "counts": counts}
+        first = header[0] if header else None
+        if first is not None and first.const is not None:
+            magic = first.const
+            if isinstance(magic, int):
+                magic = struct.pack(self.order + INT_TYPES[first.type][0], magic)
+            kw["magic"] = magic
         return Wiring(
             transport=str(raw.get("transport", "tcp")),
             ports=tuple(ports),
-            size_type=size_type,
             max_size=int(framing.get("max_size", 64 << 20)),
+            roles=roles,
+            **kw,
         )
 
     def _enums(self, raw: Any) -> dict[str, dict[int, str]]:
@@ -593,8 +827,16 @@ class _Builder:
             if unknown:
                 raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
             key = body.get("key")
-            if not isinstance(key, int) or not 0 < key < 0x8000:
-                raise self.fail(where, f"key {key!r} must be an integer in 0x0001..0x7fff")
+            marker = self.frame.response if self.frame is not None else None
+            if isinstance(key, bool) or not isinstance(key, int | str) or (isinstance(key, int) and key < 0):
+                raise self.fail(where, f"key {key!r} must be a non-negative integer or a string")
+            if (
+                isinstance(key, int)
+                and marker is not None
+                and marker[0] == self.frame.key
+                and key & marker[1]
+            ):
+                raise self.fail(where, f"key {_key_text(key)} has the response bit 0x{marker[1]:x} set")
             versions = tuple(body.get("versions") or [1])
             if not all(isinstance(v, int) and v >= 1 for v in versions) or list(versions) != sorted(
                 set(versions)
@@ -610,8 +852,12 @@ class _Builder:
                 for spec in fields:
                     if spec.since not in versions and spec.since != 1:
                         raise self.fail(f"{where}.{kind}.{spec.name}", f"since {spec.since} is not a version")
-                wire_key = key | 0x8000 if kind == "response" else key
-                layouts[kind] = Layout(command=name, kind=kind, key=wire_key, fields=fields)
+                for spec in fields:
+                    if spec.entry is not None and self.frame is not None and self.frame.entries is None:
+                        raise self.fail(
+                            f"{where}.{kind}.{spec.name}", "'entry' needs frame.entries (a header map)"
+                        )
+                layouts[kind] = Layout(command=name, kind=kind, key=key, fields=fields)
             if not layouts:
                 raise self.fail(where, "defines no request, response or command layout")
             commands[name] = Command(
@@ -655,9 +901,10 @@ class _Builder:
             raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
         type_name = attrs["type"]
         kw: dict[str, Any] = {}
-        sibling_by_name = {s.name: s for s in siblings}
+        sibling_by_name = {s.name: s for s in _flat(tuple(siblings))}
         if type_name in INT_TYPES:
-            pass
+            if "bits" in attrs:
+                kw["bits"] = self._bits(attrs["bits"], type_name, where)
         elif type_name == "array":
             if "of" not in attrs:
                 raise self.fail(where, "an array needs 'of'")
@@ -667,17 +914,30 @@ class _Builder:
                 raise self.fail(where, "a map needs 'key' and 'value'")
             kw["key"] = self._field("key", attrs["key"], f"{where}.key", siblings=[], element=True)
             kw["value"] = self._field("value", attrs["value"], f"{where}.value", siblings=[], element=True)
-        elif type_name == "raw":
-            size = attrs.get("size")
-            if isinstance(size, str):
-                ref = sibling_by_name.get(size)
-                if ref is None or ref.type not in INT_TYPES:
-                    raise self.fail(where, f"size refers to {size!r}, which is not an earlier integer field")
-            elif not isinstance(size, int) or size < 0:
-                raise self.fail(where, "raw needs 'size': a byte count or an earlier integer field")
-            kw["size"] = size
-        elif type_name in ("string", "bytes"):
+        elif type_name in ("raw", "json", "switch"):
+            if type_name == "raw" and "size" not in attrs:
+                raise self.fail(where, "raw needs 'size': a byte count, an earlier integer field, or rest")
+            if "size" in attrs:
+                kw["size"] = self._size(attrs["size"], sibling_by_name, where)
+            if type_name == "json" and attrs.get("of") is not None:
+                kw["struct"] = str(attrs["of"])
+                kw["fields"] = self._struct(kw["struct"], where)
+            if type_name == "switch":
+                kw |= self._switch(name, attrs, sibling_by_name, where)
+        elif type_name in ("string", "bytes", "bool", "ipv4", "ipv6"):
             pass
+        elif type_name == "pairs":
+            separators = attrs.get("separators")
+            if (
+                not isinstance(separators, list)
+                or len(separators) != 2
+                or not all(isinstance(s, str) and s for s in separators)
+            ):
+                raise self.fail(where, "pairs needs 'separators': [between pairs, between key and value]")
+            if "of" not in attrs:
+                raise self.fail(where, "pairs needs 'of': the struct naming its keys")
+            kw |= {"separators": tuple(separators), "struct": str(attrs["of"])}
+            kw["fields"] = self._struct(kw["struct"], where)
         elif type_name in HOOK_OUTPUT_TYPES:
             if not self.in_hook_output:
                 raise self.fail(where, f"type {type_name!r} only describes what a hook adds")
@@ -702,12 +962,18 @@ class _Builder:
             type_name = "struct"
         else:
             raise self.fail(where, f"unknown type {type_name!r}")
-        if "size" in attrs and attrs["type"] != "raw":
-            raise self.fail(where, "'size' applies to raw fields only")
+        if "size" in attrs and attrs["type"] not in ("raw", "json", "switch"):
+            raise self.fail(where, "'size' applies to raw, json and switch fields only")
+        if "of" in attrs and type_name not in ("array", "json", "pairs"):
+            raise self.fail(where, "'of' applies to array, json and pairs fields only")
+        kw |= self._prefix(attrs, type_name, where)
         enum = attrs.get("enum")
-        if enum is not None:
-            if enum not in self.enums:
-                raise self.fail(where, f"unknown enum {enum!r}")
+        for attr in ("enum", "response_enum"):
+            named = attrs.get(attr)
+            if named is None:
+                continue
+            if named not in self.enums and not (attr == "enum" and named == "commands"):
+                raise self.fail(where, f"unknown enum {named!r}")
             if type_name not in INT_TYPES:
                 raise self.fail(where, "an enum needs an integer field")
         display = attrs.get("display")
@@ -715,23 +981,13 @@ class _Builder:
             raise self.fail(where, f"unknown display {display!r} (known: {sorted(DISPLAYS)})")
         when = attrs.get("when")
         if when is not None:
-            if not isinstance(when, Mapping) or len(when) != 1:
-                raise self.fail(where, "'when' must be {sibling_field: [values]}")
-            ((ref_name, values),) = when.items()
-            ref = sibling_by_name.get(ref_name)
-            if ref is None or ref.type not in INT_TYPES:
-                raise self.fail(
-                    where, f"'when' refers to {ref_name!r}, which is not an earlier integer field"
-                )
-            if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
-                raise self.fail(where, "'when' values must be a list of integers")
-            when = (ref_name, tuple(values))
+            when = self._when(when, sibling_by_name, where)
         hook = attrs.get("hook")
         if hook is not None and element:
             raise self.fail(where, "hooks apply to named fields, not to array elements or map entries")
         if hook is not None:
-            if type_name not in ("raw", "hook"):
-                raise self.fail(where, "'hook' applies to raw and hook fields only")
+            if type_name not in ("raw", "hook", "bytes", "string"):
+                raise self.fail(where, "'hook' applies to raw, bytes, string and hook fields only")
             if hook not in self.raw_hooks:
                 raise self.fail(where, f"unknown hook {hook!r} (declare it under hooks:)")
         increasing = attrs.get("increasing", False)
@@ -740,6 +996,21 @@ class _Builder:
         since = attrs.get("since", 1)
         if not isinstance(since, int) or since < 1:
             raise self.fail(where, f"since {since!r} must be a positive integer")
+        const = attrs.get("const")
+        if const is not None:
+            const = self._const(const, type_name, attrs, where)
+        entry = attrs.get("entry")
+        if entry is not None and not isinstance(entry, str):
+            raise self.fail(where, "'entry' must be the key's text")
+        inline = bool(attrs.get("inline", False))
+        if inline and not (type_name in ("struct", "switch") or (type_name == "json" and "struct" in kw)):
+            raise self.fail(where, "'inline' applies to structs, switches and json with 'of'")
+        rest = bool(attrs.get("rest", False))
+        if rest and type_name != "map":
+            raise self.fail(where, "'rest' applies to maps only")
+        length_of = bool(attrs.get("length_of", False))
+        if length_of and type_name not in INT_TYPES:
+            raise self.fail(where, "'length_of' applies to integer fields only")
         spec = FieldSpec(
             name=name,
             type=type_name,
@@ -752,11 +1023,127 @@ class _Builder:
             optional=bool(attrs.get("optional", False)),
             increasing=increasing,
             hook=hook,
+            entry=entry,
+            const=const,
+            inline=inline,
+            rest=rest,
+            response_enum=attrs.get("response_enum"),
+            length_of=length_of,
             **kw,
         )
         if not element:
             self._check_consistent_name(spec, where)
         return spec
+
+    def _size(self, size: Any, siblings: Mapping[str, FieldSpec], where: str) -> int | str:
+        if size == "rest":
+            return size
+        if isinstance(size, str):
+            ref = siblings.get(size)
+            if ref is None or ref.type not in INT_TYPES:
+                raise self.fail(where, f"size refers to {size!r}, which is not an earlier integer field")
+            return size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise self.fail(where, "'size' must be a byte count, an earlier integer field, or rest")
+        return size
+
+    def _prefix(self, attrs: Mapping[str, Any], type_name: str, where: str) -> dict[str, Any]:
+        """The length or count prefix of string, bytes, pairs, array and map fields."""
+        prefix = attrs.get("prefix")
+        if prefix is None:
+            return {"prefix": DEFAULT_PREFIX[type_name]} if type_name in DEFAULT_PREFIX else {}
+        if type_name not in DEFAULT_PREFIX:
+            raise self.fail(where, "'prefix' applies to string, bytes, pairs, array and map fields only")
+        counts = "items"
+        if isinstance(prefix, Mapping):
+            if set(prefix) != {"type", "counts"} or prefix["counts"] not in ("items", "bytes"):
+                raise self.fail(
+                    where, "'prefix' must be an integer type, none, or {type, counts: items|bytes}"
+                )
+            prefix, counts = prefix["type"], prefix["counts"]
+        if prefix == "none":
+            if type_name not in ("array", "map"):
+                raise self.fail(where, "only arrays and maps may have no prefix (they run to the end)")
+        elif prefix not in INT_TYPES:
+            raise self.fail(where, f"prefix {prefix!r} is not an integer type")
+        if counts == "bytes" and type_name not in ("array", "map"):
+            raise self.fail(where, "a prefix counting bytes applies to arrays and maps")
+        return {"prefix": prefix, "prefix_counts": counts}
+
+    def _bits(self, raw: Any, word_type: str, where: str) -> tuple[FieldSpec, ...]:
+        """The parts of a packed integer: name -> {mask, enum, display, doc}."""
+        if not isinstance(raw, Mapping) or not raw:
+            raise self.fail(f"{where}.bits", "must map part names to {mask: bits, ...}")
+        width = INT_TYPES[word_type][1] * 8
+        parts: list[FieldSpec] = []
+        for part, body in raw.items():
+            at = f"{where}.bits.{part}"
+            body = {"mask": body} if isinstance(body, int) else body
+            if not isinstance(body, Mapping) or not isinstance(body.get("mask"), int):
+                raise self.fail(at, "needs 'mask'")
+            mask = body["mask"]
+            if not 0 < mask < 1 << width:
+                raise self.fail(at, f"mask 0x{mask:x} does not fit a {word_type}")
+            extra = set(body) - {"mask", "enum", "display", "doc", "info"}
+            if extra:
+                raise self.fail(at, f"unknown attribute(s) {sorted(extra)}")
+            spec = self._field(str(part), {"type": _UNSIGNED[word_type], **body}, at, siblings=[])
+            parts.append(spec)
+        return tuple(parts)
+
+    def _switch(
+        self, name: str, attrs: Mapping[str, Any], siblings: Mapping[str, FieldSpec], where: str
+    ) -> dict[str, Any]:
+        on = attrs.get("on")
+        ref = siblings.get(on) if isinstance(on, str) else None
+        if ref is None or ref.type not in INT_TYPES:
+            raise self.fail(where, f"'on' refers to {on!r}, which is not an earlier integer field")
+        cases = attrs.get("cases")
+        if not isinstance(cases, Mapping) or not cases or not all(isinstance(k, int) for k in cases):
+            raise self.fail(where, "'cases' must map selector values to types")
+        built = {
+            int(k): self._field(name, body, f"{where}.cases.{k}", siblings=[], element=True)
+            for k, body in cases.items()
+        }
+        default = attrs.get("default")
+        out: dict[str, Any] = {"on": on, "cases": built}
+        if default is not None:
+            out["default"] = self._field(name, default, f"{where}.default", siblings=[], element=True)
+        if attrs.get("inline"):
+            for k, case in (*built.items(), ("default", out.get("default"))):
+                if case is not None and not case.fields:
+                    raise self.fail(f"{where}.cases.{k}", "an inline switch's cases must be structs")
+        return out
+
+    def _when(
+        self, when: Any, siblings: Mapping[str, FieldSpec], where: str
+    ) -> tuple[str, tuple[int, ...], int | None]:
+        if not isinstance(when, Mapping) or len(when) != 1:
+            raise self.fail(where, "'when' must be {sibling_field: [values]} or {sibling_field: {mask, is}}")
+        ((ref_name, values),) = when.items()
+        ref = siblings.get(ref_name)
+        if ref is None or ref.type not in INT_TYPES:
+            raise self.fail(where, f"'when' refers to {ref_name!r}, which is not an earlier integer field")
+        mask = None
+        if isinstance(values, Mapping):
+            if set(values) != {"mask", "is"} or not isinstance(values["mask"], int):
+                raise self.fail(where, "'when' with a mask must be {mask: bits, is: [values]}")
+            mask, values = values["mask"], values["is"]
+        if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+            raise self.fail(where, "'when' values must be a list of integers")
+        return (str(ref_name), tuple(values), mask)
+
+    def _const(self, const: Any, type_name: str, attrs: Mapping[str, Any], where: str) -> int | bytes:
+        if type_name in INT_TYPES:
+            if not isinstance(const, int) or isinstance(const, bool):
+                raise self.fail(where, "the 'const' of an integer field must be an integer")
+            return const
+        if type_name == "raw" and isinstance(attrs.get("size"), int):
+            value = const.encode("latin-1") if isinstance(const, str) else None
+            if value is None or len(value) != attrs["size"]:
+                raise self.fail(where, f"'const' must be text of exactly {attrs['size']} bytes")
+            return value
+        raise self.fail(where, "'const' applies to integer fields and raw fields of a fixed size")
 
     def _check_consistent_name(self, spec: FieldSpec, where: str) -> None:
         if spec.name in FRAME_NAMES:
@@ -773,6 +1160,48 @@ class _Builder:
             self.field_types[spec.name] = (signature, where)
         elif known[0] != signature:
             raise self.fail(where, f"field {spec.name!r} is {signature} here but {known[0]} at {known[1]}")
+
+
+_UNSIGNED = {name: "uint" + name.removeprefix("u").removeprefix("int") for name in INT_TYPES}
+_FIXED_WIDTHS = {"bool": 1, "ipv4": 4, "ipv6": 16}
+
+
+def _fixed_width(spec: FieldSpec) -> int | None:
+    """Bytes a field always takes, or None when its bytes say (or conditions decide)."""
+    if spec.when or spec.optional:
+        return None
+    if spec.type in INT_TYPES:
+        return INT_TYPES[spec.type][1]
+    if spec.type in _FIXED_WIDTHS:
+        return _FIXED_WIDTHS[spec.type]
+    if spec.type == "raw" and isinstance(spec.size, int):
+        return spec.size
+    if spec.type == "struct":
+        widths = [_fixed_width(member) for member in spec.fields]
+        return None if None in widths else sum(widths)  # type: ignore[arg-type]
+    return None
+
+
+def _flat(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
+    """Fields and what stands beside them under the same name scope: inline members, bit parts."""
+    for spec in specs:
+        yield spec
+        yield from spec.bits
+        if spec.inline:
+            if spec.type == "switch":
+                for case in (*spec.cases.values(), spec.default):
+                    if case is not None:
+                        yield from _flat(case.fields)
+            else:
+                yield from _flat(spec.fields)
+
+
+def _by_name(specs: tuple[FieldSpec, ...], name: Any) -> FieldSpec | None:
+    return next((s for s in _flat(specs) if s.name == name), None)
+
+
+def _key_text(key: int | str) -> str:
+    return f"0x{key:04x}" if isinstance(key, int) else repr(key)
 
 
 def _follow(specs: tuple[FieldSpec, ...], path: list[str]) -> FieldSpec | None:

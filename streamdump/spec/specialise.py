@@ -8,7 +8,9 @@ once: fixed runs unpack into locals, structs and arrays of structs are inlined l
 and only strings, maps and hooks still call their codec.
 
 The generated code handles the common case only: whole frames, no detail tree, and
-well-formed counts and sizes. Anything else (bytes ending inside a field, a null or
+well-formed counts and sizes. Fields it has no straight-line form for (switches, JSON,
+key/value text, packed words, entries of a header map) call their op, as the general
+decoder would. Anything else (bytes ending inside a field, a null or
 negative count, a frame cut by a gap) raises Fallback, and the caller discards what
 the fast path produced and decodes the frame again with the ops, which know how to
 keep partial values and say what went wrong. Both paths give the same frame; the
@@ -17,7 +19,6 @@ tests check that on every capture and on garbage.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -28,14 +29,15 @@ from streamdump.spec.layout import (
     FieldOp,
     FixedRun,
     IntCodec,
+    JsonCodec,
     Op,
     RawCodec,
     StructCodec,
+    SwitchCodec,
     run_hook,
 )
 
 Specialised = Callable[[memoryview, int, int, dict[str, Any], Ctx], int]
-_COUNT = struct.Struct(">i")  # array counts, as layout.py reads them
 
 
 class Fallback(Exception):
@@ -50,7 +52,6 @@ class _Source:
         self.env: dict[str, Any] = {
             "Fallback": Fallback,
             "run_hook": run_hook,
-            "I32": _COUNT,
         }
         self.count = 0
 
@@ -79,12 +80,22 @@ def specialise(ops: tuple[Op, ...], label: str) -> Specialised:
 
 def _emit_ops(src: _Source, ops: tuple[Op, ...], out: str, depth: int) -> None:
     for op in ops:
-        if isinstance(op, FixedRun):
+        if isinstance(op, FixedRun) and not op.checks:
             _emit_run(src, op, out, depth)
-        elif isinstance(op, FieldOp):
+        elif isinstance(op, FieldOp) and _plain(op):
             _emit_field(src, op, out, depth)
-        else:  # pragma: no cover - compile_fields makes only these two
+        else:  # no straight-line form: the op decodes itself, as in the general decoder
             src.add(depth, f"pos = {src.name('op', op)}.decode(mv, pos, end, {out}, ctx)")
+
+
+def _plain(op: FieldOp) -> bool:
+    """Whether a field has a straight-line form: no parts, constants, inlining or chosen layout."""
+    codec = op.codec
+    if op.checks is not None or op.spec.inline or isinstance(codec, JsonCodec | SwitchCodec):
+        return False
+    if isinstance(codec, StructCodec):
+        return codec.length_of is None
+    return not isinstance(codec, ArrayCodec) or codec.prefix is not None
 
 
 def _emit_run(src: _Source, run: FixedRun, out: str, depth: int) -> None:
@@ -112,11 +123,16 @@ def _emit_field(src: _Source, op: FieldOp, out: str, depth: int) -> None:
         src.add(depth, f"{value} = {src.name('st', codec.st)}.unpack_from(mv, pos)[0]")
         src.add(depth, f"pos += {codec.st.size}")
     elif isinstance(codec, RawCodec):
-        src.add(depth, f"{value}, pos = {src.name('op', op)}._read_raw(mv, pos, end, {out})")
+        src.add(depth, f"{value}, pos = {src.name('op', op)}._read_sized(mv, pos, end, {out}, ctx, None)")
     elif isinstance(codec, StructCodec):
         src.add(depth, f"{value} = {{}}")
         _emit_ops(src, codec.ops, value, depth)
-    elif isinstance(codec, ArrayCodec) and isinstance(codec.element, StructCodec):
+    elif (
+        isinstance(codec, ArrayCodec)
+        and isinstance(codec.element, StructCodec)
+        and codec.element.length_of is None
+        and codec.counts == "items"
+    ):
         _emit_struct_array(src, codec, value, depth)
     else:  # strings, bytes, maps, integer arrays (already one unpack), hooks that read
         reader = src.name("codec", codec)
@@ -132,13 +148,16 @@ def _emit_field(src: _Source, op: FieldOp, out: str, depth: int) -> None:
 
 def _emit_struct_array(src: _Source, codec: ArrayCodec, value: str, depth: int) -> None:
     count = src.name("count")
-    src.add(depth, "if end - pos < 4:")
+    prefix = codec.prefix
+    assert prefix is not None
+    width = prefix.size
+    src.add(depth, f"if end - pos < {width}:")
     src.add(depth + 1, "raise Fallback")
-    src.add(depth, f"{count}, = I32.unpack_from(mv, pos)")
+    src.add(depth, f"{count}, = {src.name('st', prefix)}.unpack_from(mv, pos)")
     # Null and negative counts, and counts the bytes cannot hold, are the general decoder's.
-    src.add(depth, f"if {count} < 0 or {count} * {codec.element.min_size} > end - pos - 4:")
+    src.add(depth, f"if {count} < 0 or {count} * {codec.element.min_size} > end - pos - {width}:")
     src.add(depth + 1, "raise Fallback")
-    src.add(depth, "pos += 4")
+    src.add(depth, f"pos += {width}")
     src.add(depth, f"{value} = []")
     item = src.name("item")
     src.add(depth, f"for _ in range({count}):")

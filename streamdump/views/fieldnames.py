@@ -8,13 +8,13 @@ from the registry, and gathers every value a frame has for a name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from streamdump.core.frame import Frame
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
-from streamdump.views.filter import FieldType, compile_filter
+from streamdump.views.filter import FieldType, Filter, FilterError, compile_filter, nothing
 
 # What every frame has, whatever its protocol: the JSON object's top-level keys.
 FRAME_NAMES: dict[str, FieldType] = {
@@ -39,9 +39,19 @@ FRAME_NAMES: dict[str, FieldType] = {
 def _kind(spec: FieldSpec) -> str:
     if spec.type in INT_TYPES:
         return "int"
-    return {"string": "str", "bytes": "bytes", "raw": "bytes", "bool": "bool", "float": "float"}.get(
-        spec.type, "any"
-    )
+    kinds = {"string": "str", "bytes": "bytes", "raw": "bytes", "bool": "bool", "float": "float"}
+    return kinds.get(spec.type, "str" if spec.type in ("ipv4", "ipv6") else "any")
+
+
+def _names(protocol: Protocol, spec: FieldSpec) -> dict[int, str] | None:
+    """The value names a filter may use for a field: its enum's, and its responses' too."""
+    names: dict[int, str] = {}
+    for enum in (spec.enum, spec.response_enum):
+        if enum == "commands":
+            names |= {c.key: c.name for c in protocol.commands.values() if isinstance(c.key, int)}
+        elif enum is not None:
+            names |= protocol.enums[enum]
+    return names or None
 
 
 def field_types(protocol: Protocol) -> dict[str, FieldType]:
@@ -53,14 +63,12 @@ def field_types(protocol: Protocol) -> dict[str, FieldType]:
             # A map's keys are data, so each entry is two fields, as Wireshark shows it.
             types.setdefault(spec.name, FieldType("any"))
             for part in (spec.key, spec.value):
-                enum = protocol.enums[part.enum] if part.enum else None
-                types.setdefault(f"{spec.name}.{part.name}", FieldType(_kind(part), enum))
+                types.setdefault(f"{spec.name}.{part.name}", FieldType(_kind(part), _names(protocol, part)))
             continue
-        if spec.type == "struct" or element.type == "struct":
+        if spec.type == "struct" or element.type == "struct" or element.fields:
             types.setdefault(spec.name, FieldType("any"))
             continue
-        enum = protocol.enums[element.enum] if element.enum else None
-        types[spec.name] = FieldType(_kind(element), enum)
+        types[spec.name] = FieldType(_kind(element), _names(protocol, element))
     return types | FRAME_NAMES
 
 
@@ -162,16 +170,38 @@ def _item(key: str, value: Any, maps: frozenset[str]) -> Iterator[tuple[str, Any
 
 
 class FrameFilter:
-    """A compiled --filter, applied to frames (expanding them first when it names hook fields)."""
+    """A compiled --filter, applied to frames of one or several protocols.
 
-    def __init__(self, decoder: Decoder, text: str) -> None:
-        protocol = decoder.protocol
-        self.decoder = decoder
-        self.filter = compile_filter(text, field_types(protocol), protocol.name)
-        self.expand = bool(self.filter.names & hook_names(protocol))
-        self.maps = map_names(protocol)
+    The filter is compiled once per protocol with that protocol's names; a name only other
+    protocols have finds nothing in its frames, so `rocketmq.code == 105` keeps RocketMQ
+    frames only. It is refused when no protocol can take it. Frames are expanded first
+    when the filter names what hooks add.
+    """
+
+    def __init__(self, decoders: Decoder | Iterable[Decoder], text: str) -> None:
+        decoders = [decoders] if isinstance(decoders, Decoder) else list(decoders)
+        names = {d.protocol.name: field_types(d.protocol) for d in decoders}
+        self.by_protocol: dict[str, tuple[Decoder, Filter, bool, frozenset[str]]] = {}
+        failures: list[FilterError] = []
+        for decoder in decoders:
+            protocol = decoder.protocol
+            foreign = {other: frozenset(types) for other, types in names.items() if other != protocol.name}
+            try:
+                compiled = compile_filter(text, names[protocol.name], protocol.name, foreign)
+            except FilterError as exc:
+                failures.append(exc)
+                compiled = nothing(text)
+            expand = bool(compiled.names & hook_names(protocol))
+            self.by_protocol[protocol.name] = (decoder, compiled, expand, map_names(protocol))
+        if failures and not any(f.native for _, f, _, _ in self.by_protocol.values()):
+            raise failures[0]
+        self.filter = next(iter(self.by_protocol.values()))[1]  # the first protocol's, for callers that ask
 
     def __call__(self, frame: Frame) -> bool:
-        if self.expand:
-            self.decoder.expand(frame)
-        return self.filter(frame_lookup(frame, self.maps, self.filter.names))
+        entry = self.by_protocol.get(frame.protocol)
+        if entry is None:
+            return False
+        decoder, compiled, expand, maps = entry
+        if expand:
+            decoder.expand(frame)
+        return compiled(frame_lookup(frame, maps, compiled.names))

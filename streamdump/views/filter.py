@@ -121,16 +121,32 @@ class Filter:
     text: str
     names: frozenset[str]  # canonical field names the filter refers to (prefix stripped)
     _test: Test = field(repr=False, compare=False)
+    # Whether it names anything of this protocol (a field, or the protocol), not only others'.
+    native: bool = True
 
     def __call__(self, lookup: Lookup) -> bool:
         return self._test(lookup)
 
 
-def compile_filter(text: str, fields: Mapping[str, FieldType], prefix: str | None = None) -> Filter:
-    """Parse and type-check a filter once; raises FilterError pointing at what is wrong."""
-    parser = _Parser(text, fields, prefix or None)
+def nothing(text: str) -> Filter:
+    """A filter that selects no frame (for a protocol the text cannot apply to)."""
+    return Filter(text, frozenset(), _never, native=False)
+
+
+def compile_filter(
+    text: str,
+    fields: Mapping[str, FieldType],
+    prefix: str | None = None,
+    foreign: Mapping[str, frozenset[str]] | None = None,
+) -> Filter:
+    """Parse and type-check a filter once; raises FilterError pointing at what is wrong.
+
+    foreign: other protocols' names (protocol -> its field names). A filter naming one of
+    them, or a field only they have, is valid here and finds nothing: it selects their frames.
+    """
+    parser = _Parser(text, fields, prefix or None, foreign or {})
     test = parser.parse()
-    return Filter(text, frozenset(parser.names), test)
+    return Filter(text, frozenset(parser.names), test, parser.native)
 
 
 class _Token(NamedTuple):
@@ -212,10 +228,18 @@ def _enum_key(name: str) -> str:
 class _Parser:
     """Recursive descent over a lazily read token stream, so errors come in reading order."""
 
-    def __init__(self, text: str, fields: Mapping[str, FieldType], prefix: str | None) -> None:
+    def __init__(
+        self,
+        text: str,
+        fields: Mapping[str, FieldType],
+        prefix: str | None,
+        foreign: Mapping[str, frozenset[str]],
+    ) -> None:
         self.text = text
         self.fields = fields
         self.prefix = prefix
+        self.foreign = foreign
+        self.native = False
         self.names: set[str] = set()
         self.stream = _tokens(text)
         self.prev: _Token | None = None
@@ -285,6 +309,15 @@ class _Parser:
         raise self.error(f"expected a field name{after}, found {_describe(self.tok)}", self.tok.pos)
 
     def parse_test(self, word: _Token) -> Test:
+        if self.is_foreign(word.text):
+            # Another protocol's: no frame of this one has it, whatever it is compared with.
+            self.advance()
+            if self.tok.kind == "op" and self.tok.value in COMPARISONS:
+                self.advance()
+                if self.tok.kind not in ("word", "string"):
+                    raise self.error(f"expected a value after '{self.prev.text}'", self.tok.pos)  # type: ignore[union-attr]
+                self.advance()
+            return _never
         name = self.field_name(word)
         self.advance()
         if not (self.tok.kind == "op" and self.tok.value in COMPARISONS):
@@ -310,6 +343,17 @@ class _Parser:
         self.advance()
         return _none_equal_test(name, pred) if op.value == "!=" else _any_value_test(name, pred)
 
+    def is_foreign(self, word: str) -> bool:
+        """Whether word names another protocol, or a field only other protocols have."""
+        if not self.foreign or self.canonical(word) is not None or word == self.prefix:
+            return False
+        if word in self.foreign:
+            return True
+        proto, _, bare = word.partition(".")
+        if bare and proto in self.foreign:
+            return bare in self.foreign[proto]
+        return any(word in names for names in self.foreign.values())
+
     def canonical(self, word: str) -> str | None:
         if word in self.fields:
             return word
@@ -324,8 +368,10 @@ class _Parser:
         name = self.canonical(word.text)
         if name is not None:
             self.names.add(name)
+            self.native = True
             return name
         if self.prefix and word.text == self.prefix:
+            self.native = True
             return None
         if not _NAME.fullmatch(word.text):
             raise self.error(f"expected a field name, found '{word.text}'", word.pos)
@@ -486,6 +532,10 @@ def _matches(text_rx: re.Pattern[str] | None, bytes_rx: re.Pattern[bytes] | None
         return text_rx is not None and text_rx.search(value) is not None
     if isinstance(value, _BYTES_LIKE):
         return bytes_rx is not None and bytes_rx.search(value) is not None
+    return False
+
+
+def _never(lookup: Lookup) -> bool:
     return False
 
 

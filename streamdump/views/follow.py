@@ -1,6 +1,6 @@
 """`streamdump follow`: one connection's whole dialogue, requests and their responses side by side.
 
-The client's frames take the left column and the broker's the right. A response sits on
+The client's frames take the left column and the server's the right. A response sits on
 its request's row, with its own packet number and the time it took; everything else
 (publishes, deliveries, confirms, heartbeats, requests never answered) has a row of its
 own. Rows are in the order their first frame crossed the wire, and each says how long
@@ -63,15 +63,17 @@ class Dialogue:
         else:
             row.server = _join(row.server, text)
 
-    def lines(self, conn: ConnState | None) -> Iterator[str]:
+    def lines(self, conn: ConnState | None, server: str = "broker") -> Iterator[str]:
+        """The dialogue's lines; server is what the server is called (a broker, a name server)."""
         yield _heading(self.number, conn)
         if not self.rows:
             yield "  (no frames)"
             return
         t0 = self.rows[0].ts
-        left = min(MAX_COLUMN, max(len("client → broker"), *(len(r.client) for r in self.rows)))
-        right = min(MAX_COLUMN, max(len("broker → client"), *(len(r.server) for r in self.rows)))
-        columns = f"{'client → broker':<{left}}  {'broker → client':<{right}}"
+        to_server, to_client = f"client → {server}", f"{server} → client"
+        left = min(MAX_COLUMN, max(len(to_server), *(len(r.client) for r in self.rows)))
+        right = min(MAX_COLUMN, max(len(to_client), *(len(r.server) for r in self.rows)))
+        columns = f"{to_server:<{left}}  {to_client:<{right}}"
         yield f"  {'packet':>7} {'time':>11} {'+delta':>10}  {columns}"
         previous = t0
         for row in self.rows:

@@ -28,38 +28,55 @@ class Renderer:
     def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
         self.protocol: Protocol = decoder.protocol
+        # Header fields the one-line view shows (a correlation id, a status), before the layout's.
+        self.header_info = tuple(s for s in _flat_header(self.protocol.header) if s.info)
+        self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
 
     # ------------------------------------------------------------ one line
 
     def info(self, frame: Frame) -> str:
         parts: list[str] = []
-        layout = self.protocol.layout_for(frame.wire_key)
-        self._info_parts(layout.fields if layout else (), frame.fields, parts)
+        response = frame.kind == "response"
+        layout = self.protocol.layout(frame.key, response)
+        self._info_parts(self.header_info, frame.fields, parts, response)
+        self._info_parts(layout.fields if layout else (), frame.fields, parts, response)
         worst = frame.worst_severity
         if worst in ("warn", "error"):
             first = next(e for e in frame.expert if e.severity == worst)
             parts.append(f"[{worst}: {first.message}]")
         return " ".join(parts)
 
-    def _info_parts(self, specs: tuple[FieldSpec, ...], values: dict[str, Any], parts: list[str]) -> None:
+    def _info_parts(
+        self, specs: tuple[FieldSpec, ...], values: dict[str, Any], parts: list[str], response: bool
+    ) -> None:
         for spec in specs:
             if spec.name not in values:
                 continue
             value = values[spec.name]
-            if spec.type == "struct" and isinstance(value, dict):
-                self._info_parts(spec.fields, value, parts)
+            if spec.type in ("struct", "pairs", "json") and isinstance(value, dict) and spec.fields:
+                self._info_parts(spec.fields, value, parts, response)
             elif spec.info is None:
                 continue
             elif spec.type in ("array", "map"):
                 parts.append(f"{spec.info}={len(value) if value is not None else 'null'}")
             else:
-                parts.append(f"{spec.info}={self.short_value(spec, value)}")
+                parts.append(f"{spec.info}={self.short_value(spec, value, response)}")
 
-    def short_value(self, spec: FieldSpec, value: Any) -> str:
+    def enum_of(self, spec: FieldSpec, response: bool) -> dict[Any, str] | None:
+        """The names of a field's values: its response names in responses, the commands' for `commands`."""
+        name = spec.response_enum if response and spec.response_enum else spec.enum
+        if name is None:
+            return None
+        if name == "commands":
+            return self.command_names
+        return self.protocol.enums[name]  # type: ignore[return-value]
+
+    def short_value(self, spec: FieldSpec, value: Any, response: bool = False) -> str:
         if value is None:
             return "null"
-        if spec.enum is not None:
-            name = self.protocol.enums[spec.enum].get(value)
+        names = self.enum_of(spec, response)
+        if names is not None:
+            name = names.get(value)
             return name.replace(" ", "_") if name else str(value)
         if spec.type == "string":
             return value if value and " " not in value else json.dumps(value)
@@ -71,7 +88,7 @@ class Renderer:
         where = f"{frame.src!s:>21} → {frame.dst!s:<21} " if frame.src else ""
         return (
             f"{frame.number:>6} {frame.ts - t0:>11.6f} {where}"
-            f"{frame.name} {frame.kind} 0x{frame.wire_key:04x} {self.info(frame)}"
+            f"{frame.name} {frame.kind} {self.decoder.wire_text(frame)} {self.info(frame)}"
         ).rstrip()
 
     # ------------------------------------------------------------ JSON
@@ -109,8 +126,9 @@ class Renderer:
         head = Text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{when}", style="bold")
         root = Tree(head)
         proto = root.add(Text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
+        response = frame.kind == "response"
         for node in self.decoder.tree(frame):
-            self._add(proto, node)
+            self._add(proto, node, response)
         if frame.links:
             # Like Wireshark's generated fields: not bytes of this frame, so in brackets.
             for name, value in frame.links.items():
@@ -135,29 +153,33 @@ class Renderer:
             return json.dumps(value, ensure_ascii=False)
         return str(value)
 
-    def _add(self, parent: Tree, node: Node) -> None:
+    def _add(self, parent: Tree, node: Node, response: bool = False) -> None:
         branch = parent.add(
-            Text(f"{node.label}: {self.display(node)}" if self._has_value(node) else node.label)
+            Text(f"{node.label}: {self.display(node, response)}" if self._has_value(node) else node.label)
         )
         for child in node.children:
-            self._add(branch, child)
+            self._add(branch, child, response)
 
     @staticmethod
     def _has_value(node: Node) -> bool:
-        # Hook nodes carry their text in the label.
+        # Hook nodes carry their text in the label; containers of named members show them.
         if node.spec is None:
             return node.value is not None
+        if node.spec.type in ("json", "pairs", "switch") and isinstance(node.value, dict):
+            return False
         return node.spec.type not in ("struct", "hook")
 
-    def display(self, node: Node) -> str:
+    def display(self, node: Node, response: bool = False) -> str:
         spec, value = node.spec, node.value
         if spec is None:
-            return _bytes_preview(value) if isinstance(value, bytes | memoryview) else str(value)
+            if isinstance(value, bytes | memoryview):
+                return _bytes_preview(value)
+            return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
         if node.children and spec.type in ("array", "map"):
             return f"{len(node.children)} {'entries' if spec.type == 'map' else 'items'}"
-        return self.long_value(spec, value)
+        return self.long_value(spec, value, response)
 
-    def long_value(self, spec: FieldSpec, value: Any) -> str:
+    def long_value(self, spec: FieldSpec, value: Any, response: bool = False) -> str:
         if value is None:
             return "null"
         if isinstance(value, bytes | memoryview):
@@ -169,14 +191,29 @@ class Renderer:
         if isinstance(value, dict):
             return f"{len(value)} entries"
         if spec.type in INT_TYPES:
-            if spec.enum is not None:
-                name = self.protocol.enums[spec.enum].get(value, "Unknown")
-                return f"{name} (0x{value:02x})"
+            names = self.enum_of(spec, response)
+            if names is not None:
+                name = names.get(value, "Unknown")
+                return f"{name} ({value})" if spec.display == "dec" else f"{name} (0x{value:02x})"
             if spec.display == "hex":
                 return f"0x{value:0{INT_TYPES[spec.type][1] * 2}x}"
             if spec.display == "time_ms":
                 return f"{_ms_time(value)} ({value})"
         return str(value)
+
+
+def _flat_header(specs: tuple[FieldSpec, ...]) -> list[FieldSpec]:
+    """Header fields whose values land in a frame's fields: inline members and bit parts too."""
+    out: list[FieldSpec] = []
+    for spec in specs:
+        out.append(spec)
+        out.extend(spec.bits)
+        if spec.inline:
+            cases = (*spec.cases.values(), spec.default) if spec.type == "switch" else (spec,)
+            first = next((c for c in cases if c is not None), None)
+            if first is not None:
+                out.extend(_flat_header(first.fields))
+    return out
 
 
 def _ms_time(ms: int) -> str:

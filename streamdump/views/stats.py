@@ -268,10 +268,7 @@ def render(result: dict[str, Any], console: Console, subject: str) -> None:
         console,
         f"Messages per {subject}",
         (subject.capitalize(), "Direction", "Frames", "Messages", "Bytes"),
-        [
-            (r[subject], r["direction"], r["frames"], r["messages"], r["bytes"])
-            for r in result[f"{subject}s"]
-        ],
+        [(r[subject], r["direction"], r["frames"], r["messages"], r["bytes"]) for r in result[f"{subject}s"]],
     )
     _table(
         console,

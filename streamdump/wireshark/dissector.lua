@@ -1,6 +1,6 @@
 -- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
 -- This text is copied into every generated plugin after its SPEC table; it is the Lua
--- counterpart of streamdump/layout.py, decoder.py and conversation.py. Lua 5.2 to 5.4:
+-- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and core/conversation.py. Lua 5.2 to 5.4:
 -- no integer division operator, no bit operators, no bit32; arithmetic only.
 
 local P = Proto(SPEC.name, SPEC.title)
@@ -37,6 +37,8 @@ local function make_field(entry)
   if t == "bytes" then return ProtoField.bytes(abbr, label, base.NONE, doc) end
   if t == "bool" then return ProtoField.bool(abbr, label, base.NONE, nil, nil, doc) end
   if t == "double" then return ProtoField.double(abbr, label, doc) end
+  if t == "ipv4" then return ProtoField.ipv4(abbr, label, doc) end
+  if t == "ipv6" then return ProtoField.ipv6(abbr, label, doc) end
   local display = entry.display
   if display == "packet" or display == "request_packet" or display == "response_packet" then
     return ProtoField.framenum(abbr, label, base.NONE, FRAMETYPES[display], nil, doc)
@@ -44,7 +46,7 @@ local function make_field(entry)
   local vs = entry.enum and VS[entry.enum] or nil
   local b = base.DEC
   if display == "hex" and t:sub(1, 1) == "u" then b = base.HEX end
-  return INT_FIELDS[t](abbr, label, b, vs, nil, doc)
+  return INT_FIELDS[t](abbr, label, b, vs, entry.mask, doc)
 end
 
 local all_fields = {}
@@ -84,8 +86,28 @@ local int = function(x) return x end
 if math.tointeger then
   int = function(x) return math.tointeger(x) or x end
 end
+-- Big-endian readers (the hooks' own formats are big-endian whatever the protocol's order).
 local function uint_of(range) return int(range:uint()) end
 local function int_of(range) return int(range:int()) end
+
+-- The protocol's byte order, for the fields of its spec.
+local LITTLE = SPEC.order == "<"
+local READ = {
+  uint8 = "uint", uint16 = "uint", uint32 = "uint", uint64 = "uint64",
+  int8 = "int", int16 = "int", int32 = "int", int64 = "int64",
+}
+local function read_int(range, t)
+  local method = READ[t]
+  if LITTLE then method = "le_" .. method end
+  local value = range[method](range)
+  if t ~= "uint64" and t ~= "int64" then value = int(value) end
+  return value
+end
+local function prefix_of(range, spec)
+  local method = spec.prefix_signed and "int" or "uint"
+  if LITTLE then method = "le_" .. method end
+  return int(range[method](range))
+end
 
 local function struct_title(name)
   local words = {}
@@ -115,16 +137,43 @@ local function round6(x)
   return tonumber(string.format("%.6f", x))
 end
 
+-- Bits without bit operators: value AND mask, shifted down to the mask's lowest bit.
+local function masked(value, mask)
+  local out, place, shift = 0, 1, nil
+  local v, m = value, mask
+  local bit = 1
+  while m > 0 do
+    if m % 2 == 1 then
+      if shift == nil then shift = bit end
+      if v % 2 == 1 then out = out + bit end
+    end
+    v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+  end
+  if shift == nil then return 0 end
+  return int(math.floor(out / shift))
+end
+
+-- value AND mask, the bits left in place.
+local function band(value, mask)
+  local low = 1
+  while mask > 0 and (mask / low) % 2 < 1 do low = low * 2 end
+  return masked(value, mask) * low
+end
+
+local function has_bit(value, bit)
+  return math.floor(value / bit) % 2 == 1
+end
+
 -- Strict UTF-8, as Python's decoder checks it.
 local function utf8_valid(s)
   local i, n = 1, #s
   while i <= n do
     local c = s:byte(i)
-    local extra, low
+    local extra
     if c < 0x80 then extra = 0
-    elseif c >= 0xC2 and c <= 0xDF then extra, low = 1, 0x80
-    elseif c >= 0xE0 and c <= 0xEF then extra, low = 2, 0x80
-    elseif c >= 0xF0 and c <= 0xF4 then extra, low = 3, 0x80
+    elseif c >= 0xC2 and c <= 0xDF then extra = 1
+    elseif c >= 0xE0 and c <= 0xEF then extra = 2
+    elseif c >= 0xF0 and c <= 0xF4 then extra = 3
     else return false end
     if i + extra > n then return false end
     for k = 1, extra do
@@ -170,44 +219,378 @@ local function note(ctx, severity, group, message)
   ctx.notes[#ctx.notes + 1] = { severity = severity, group = group, message = message }
 end
 
+-- JSON, read leniently as the servers' own clients do (object keys may be bare words or
+-- numbers). Objects keep their keys' order: { keys = {...}, map = {...} } with JSON_OBJECT
+-- as metatable; arrays are plain lists with JSON_ARRAY; null is JSON_NULL.
+local JSON_OBJECT, JSON_ARRAY, JSON_NULL = {}, {}, setmetatable({}, {})
+
+local function json_parse(text)
+  local pos, n = 1, #text
+  local lenient = false
+  local function fail(message) error({ json = true, pos = pos - 1, text = message }, 0) end
+  local function skip()
+    local _, stop = text:find("^[ \t\r\n]*", pos)
+    pos = stop + 1
+  end
+  local value
+  local function string_value()
+    local out, i = {}, pos + 1
+    while true do
+      local c = text:sub(i, i)
+      if c == "" then fail("Unterminated string starting at") end
+      if c == '"' then break end
+      if c == "\\" then
+        local e = text:sub(i + 1, i + 1)
+        local map = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+        if map[e] then
+          out[#out + 1] = map[e]
+          i = i + 2
+        elseif e == "u" then
+          local code = tonumber(text:sub(i + 2, i + 5), 16)
+          if code == nil then fail("Invalid \\uXXXX escape") end
+          i = i + 6
+          if code >= 0xD800 and code <= 0xDBFF and text:sub(i, i + 1) == "\\u" then
+            local low = tonumber(text:sub(i + 2, i + 5), 16)
+            if low and low >= 0xDC00 and low <= 0xDFFF then
+              code = 0x10000 + (code - 0xD800) * 1024 + (low - 0xDC00)
+              i = i + 6
+            end
+          end
+          if code < 0x80 then out[#out + 1] = string.char(code)
+          elseif code < 0x800 then
+            out[#out + 1] = string.char(0xC0 + math.floor(code / 64), 0x80 + code % 64)
+          elseif code < 0x10000 then
+            out[#out + 1] = string.char(0xE0 + math.floor(code / 4096), 0x80 + math.floor(code / 64) % 64,
+              0x80 + code % 64)
+          else
+            out[#out + 1] = string.char(0xF0 + math.floor(code / 262144), 0x80 + math.floor(code / 4096) % 64,
+              0x80 + math.floor(code / 64) % 64, 0x80 + code % 64)
+          end
+        else
+          fail("Invalid \\escape")
+        end
+      else
+        out[#out + 1] = c
+        i = i + 1
+      end
+    end
+    pos = i + 1
+    return table.concat(out)
+  end
+  value = function()
+    skip()
+    local c = text:sub(pos, pos)
+    if c == "{" then
+      pos = pos + 1
+      local obj = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+      skip()
+      if text:sub(pos, pos) == "}" then pos = pos + 1 return obj end
+      while true do
+        skip()
+        local key
+        if text:sub(pos, pos) == '"' then
+          key = string_value()
+        else
+          local word = text:match("^[%w_%$%-%+%.]+", pos)
+          if word == nil then fail("Expecting property name enclosed in double quotes") end
+          key = word
+          pos = pos + #word
+          lenient = true
+        end
+        skip()
+        if text:sub(pos, pos) ~= ":" then fail("Expecting ':' delimiter") end
+        pos = pos + 1
+        if obj.map[key] == nil then obj.keys[#obj.keys + 1] = key end
+        obj.map[key] = value()
+        skip()
+        local d = text:sub(pos, pos)
+        pos = pos + 1
+        if d == "}" then return obj end
+        if d ~= "," then pos = pos - 1 fail("Expecting ',' delimiter") end
+      end
+    elseif c == "[" then
+      pos = pos + 1
+      local arr = setmetatable({}, JSON_ARRAY)
+      skip()
+      if text:sub(pos, pos) == "]" then pos = pos + 1 return arr end
+      while true do
+        arr[#arr + 1] = value()
+        skip()
+        local d = text:sub(pos, pos)
+        pos = pos + 1
+        if d == "]" then return arr end
+        if d ~= "," then pos = pos - 1 fail("Expecting ',' delimiter") end
+      end
+    elseif c == '"' then
+      return string_value()
+    elseif text:sub(pos, pos + 3) == "true" then pos = pos + 4 return true
+    elseif text:sub(pos, pos + 4) == "false" then pos = pos + 5 return false
+    elseif text:sub(pos, pos + 3) == "null" then pos = pos + 4 return JSON_NULL
+    else
+      local num = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+      if num == nil or num == "" then fail("Expecting value") end
+      pos = pos + #num
+      local v = tonumber(num)
+      if v == nil then fail("Expecting value") end
+      if not num:find("[%.eE]") then v = int(v) end
+      return v
+    end
+  end
+  local result = value()
+  skip()
+  if pos <= n then fail("Extra data") end
+  return result, lenient
+end
+
+-- Keyed objects (a JSON object, key/value text, a header's map of entries) turned into the
+-- members a struct declares, converted as the protocol's servers read them.
+local REVERSE = {}
+for name, values in pairs(SPEC.enums) do
+  REVERSE[name] = {}
+  for value, label in pairs(values) do REVERSE[name][label] = value end
+end
+
+local keyed_fields, keyed_value
+
+local function entry_key(spec) return spec.entry or spec.name end
+
+local function obj_get(obj, key)
+  -- A keyed object: a JSON object, or a plain map with its keys in order.
+  return obj.map[key]
+end
+
+local function java_text(raw)
+  if raw == true then return "true" elseif raw == false then return "false" end
+  if type(raw) == "number" then return tostring(int(raw)) end
+  return raw
+end
+
+keyed_value = function(spec, raw, notes)
+  local t = spec.type
+  if raw == nil or raw == JSON_NULL then return nil end
+  if spec.width then
+    if type(raw) == "number" then return int(raw) end
+    if type(raw) == "string" then
+      local text = raw:match("^%s*(.-)%s*$")
+      for _, enum in ipairs({ spec.enum or false, spec.response_enum or false }) do
+        if enum and REVERSE[enum] and REVERSE[enum][text] ~= nil then return REVERSE[enum][text] end
+      end
+      local n = tonumber(text)
+      if n ~= nil and text:match("^[-+]?%d+$") then return int(n) end
+    end
+    notes[#notes + 1] = spec.name .. ": " .. quoted(tostring(java_text(raw))) .. " is not a number"
+    return raw
+  end
+  if t == "string" then return java_text(raw) end
+  if t == "bool" then
+    if raw == true or raw == false then return raw end
+    if type(raw) == "string" and (raw:lower() == "true" or raw:lower() == "false") then
+      return raw:lower() == "true"
+    end
+    notes[#notes + 1] = spec.name .. ": " .. quoted(tostring(java_text(raw))) .. " is not true or false (Java reads it as false)"
+    return raw
+  end
+  if t == "array" and spec.of then
+    if getmetatable(raw) ~= JSON_ARRAY then return raw end
+    local out = {}
+    for i, item in ipairs(raw) do out[i] = keyed_value(spec.of, item, notes) end
+    return out
+  end
+  if t == "map" then
+    if getmetatable(raw) ~= JSON_OBJECT then return raw end
+    local out = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+    for _, k in ipairs(raw.keys) do
+      local key = keyed_value(spec.key, k, notes)
+      out.keys[#out.keys + 1] = key
+      out.map[key] = keyed_value(spec.value, raw.map[k], notes)
+    end
+    return out
+  end
+  if (t == "struct" or t == "json") and spec.struct then
+    if getmetatable(raw) ~= JSON_OBJECT then return raw end
+    return keyed_fields(SPEC.structs[spec.struct], raw, notes)
+  end
+  if t == "pairs" and spec.struct then
+    if type(raw) ~= "string" then return raw end
+    local obj = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+    local between, within = spec.separators[1], spec.separators[2]
+    local start = 1
+    while start <= #raw do
+      local stop = raw:find(between, start, true) or (#raw + 1)
+      local piece = raw:sub(start, stop - 1)
+      if piece ~= "" then
+        local cut = piece:find(within, 1, true)
+        local k, v = piece, ""
+        if cut then k, v = piece:sub(1, cut - 1), piece:sub(cut + #within) end
+        if obj.map[k] == nil then obj.keys[#obj.keys + 1] = k end
+        obj.map[k] = v
+      end
+      start = stop + #between
+    end
+    return keyed_fields(SPEC.structs[spec.struct], obj, notes)
+  end
+  return raw
+end
+
+keyed_fields = function(specs, obj, notes)
+  local out = { __order = {} }
+  local taken, rest_spec = {}, nil
+  for _, spec in ipairs(specs) do
+    if spec.rest then
+      rest_spec = spec
+    else
+      local key = entry_key(spec)
+      local raw = obj.map[key]
+      if raw ~= nil then
+        taken[key] = true
+        out[spec.name] = keyed_value(spec, raw, notes)
+        out.__order[#out.__order + 1] = spec.name
+      end
+    end
+  end
+  local left = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+  for _, k in ipairs(obj.keys) do
+    if not taken[k] then
+      left.keys[#left.keys + 1] = k
+      left.map[k] = obj.map[k]
+    end
+  end
+  if #left.keys > 0 then
+    if rest_spec then
+      out[rest_spec.name] = keyed_value(rest_spec, left, notes)
+      out.__order[#out.__order + 1] = rest_spec.name
+    else
+      local names = {}
+      for _, k in ipairs(left.keys) do names[#names + 1] = tostring(k) end
+      notes[#notes + 1] = "keys no field names: " .. table.concat(names, ", ")
+    end
+  end
+  return out
+end
+
+-- Items for values decoded from a keyed object: they span the object's bytes.
+local show_keyed
+
+local function keyed_label(spec)
+  local shown = struct_title(spec.name)
+  if spec.entry and spec.entry:gsub("_", ""):lower() ~= spec.name:gsub("_", ""):lower() then
+    shown = shown .. " (" .. spec.entry .. ")"
+  end
+  return shown
+end
+
+local function add_value(tree, spec, range, value, name)
+  -- One leaf item: a registry field with this value, or text when Wireshark's type cannot hold it.
+  local field = F[name or spec.name]
+  if field == nil then return tree:add(range, (NAME_TITLE[name or spec.name] or spec.name) .. ": " .. tostring(value)) end
+  if spec.width then
+    if type(value) ~= "number" then return tree:add(range, keyed_label(spec) .. ": " .. tostring(value)) end
+    return tree:add(field, range, value)
+  end
+  if spec.type == "bool" then
+    if type(value) ~= "boolean" then return tree:add(range, keyed_label(spec) .. ": " .. tostring(value)) end
+    return tree:add(field, range, value)
+  end
+  if type(value) == "string" then return tree:add(field, range, value) end
+  return tree:add(field, range)
+end
+
+show_keyed = function(tree, spec, value, range, label)
+  if tree == nil or value == nil then return end
+  local t = spec.type
+  if type(value) == "table" and value.__order and spec.struct then
+    local holder = tree:add(F[spec.name] or F[label] or F.payload, range)
+    holder:set_text(label or keyed_label(spec))
+    for _, member in ipairs(SPEC.structs[spec.struct]) do
+      if value[member.name] ~= nil then show_keyed(holder, member, value[member.name], range) end
+    end
+    return holder
+  end
+  if t == "array" and type(value) == "table" and spec.of then
+    local holder = tree:add(F[spec.name], range)
+    holder:set_text(keyed_label(spec) .. ": " .. #value .. " items")
+    for i, item in ipairs(value) do
+      if spec.of.struct then
+        show_keyed(holder, spec.of, item, range, string.format("%s [%d]", struct_title(spec.of.struct), i - 1))
+      else
+        add_value(holder, spec.of, range, item, spec.name)
+      end
+    end
+    return holder
+  end
+  if t == "map" and getmetatable(value) == JSON_OBJECT then
+    local holder = tree:add(F[spec.name], range)
+    holder:set_text(keyed_label(spec) .. ": " .. #value.keys .. " entries")
+    for _, k in ipairs(value.keys) do
+      local entry = holder:add(range, "")
+      add_value(entry, spec.key, range, k, spec.name .. ".key")
+      local v = value.map[k]
+      if getmetatable(v) ~= JSON_OBJECT and getmetatable(v) ~= JSON_ARRAY then
+        add_value(entry, spec.value, range, v, spec.name .. ".value")
+      end
+      entry:set_text(tostring(k) .. ": " .. tostring(java_text(v)))
+    end
+    return holder
+  end
+  local item = add_value(tree, spec, range, value)
+  if item and spec.entry and F[spec.name] then item:append_text(" (" .. spec.entry .. ")") end
+  return item
+end
+
+local function json_tree(tree, value, range, label)
+  -- JSON with no declared shape: one text item per key or element.
+  if tree == nil then return end
+  local mt = getmetatable(value)
+  if mt == JSON_OBJECT then
+    local holder = tree:add(range, label .. (#value.keys == 0 and ": {}" or ""))
+    for _, k in ipairs(value.keys) do json_tree(holder, value.map[k], range, tostring(k)) end
+  elseif mt == JSON_ARRAY then
+    local holder = tree:add(range, label .. (#value == 0 and ": []" or ""))
+    for i, item in ipairs(value) do json_tree(holder, item, range, "[" .. (i - 1) .. "]") end
+  elseif value == JSON_NULL then
+    tree:add(range, label .. ": None")
+  elseif type(value) == "string" then
+    tree:add(range, label .. ': "' .. value .. '"')
+  else
+    tree:add(range, label .. ": " .. (value == true and "True" or value == false and "False" or tostring(value)))
+  end
+end
+
 -- Minimum sizes, as layout.py computes them, to refuse impossible counts before reading.
 local min_size
 local function fields_min(specs, version)
   local total = 0
   for _, spec in ipairs(specs) do
-    if (spec.since or 1) <= version and not spec.when and not spec.optional then
+    if (spec.since or 1) <= version and not spec.when and not spec.optional and not spec.entry then
       total = total + min_size(spec, version)
     end
   end
   return total
 end
 
+local FIXED_WIDTHS = { bool = 1, ipv4 = 4, ipv6 = 16 }
+
 min_size = function(spec, version)
   local t = spec.type
   if spec.width then return spec.width end
-  if t == "string" then return 2 end
-  if t == "bytes" or t == "array" or t == "map" then return 4 end
+  if FIXED_WIDTHS[t] then return FIXED_WIDTHS[t] end
+  if spec.prefix_width then return spec.prefix_width end
   if t == "raw" then return type(spec.size) == "number" and spec.size or 0 end
   if t == "hook" then return HOOKS[spec.hook].min_size or 0 end
   if t == "struct" then return fields_min(SPEC.structs[spec.struct], version) end
   return 0
 end
-
-local READ = {
-  uint8 = "uint", uint16 = "uint", uint32 = "uint", uint64 = "uint64",
-  int8 = "int", int16 = "int", int32 = "int", int64 = "int64",
-}
-
 -- Field decoding ---------------------------------------------------------------------
 
 local read_value, decode_fields
 
-local function read_count(tvb, pos, stop, name, element_min, ctx)
-  if stop - pos < 4 then short(name, pos, 4, stop - pos) end
-  local count = int_of(tvb(pos, 4))
-  pos = pos + 4
-  if count == -1 then return nil, pos end
-  if count < 0 then bad(name, pos - 4, name .. " has negative count " .. count) end
+local function read_count(tvb, pos, stop, name, element_min, ctx, spec)
+  local width = spec.prefix_width or 4
+  if stop - pos < width then short(name, pos, width, stop - pos) end
+  local count = prefix_of(tvb(pos, width), spec)
+  pos = pos + width
+  if count == -1 and spec.prefix_signed then return nil, pos end
+  if count < 0 then bad(name, pos - width, name .. " has negative count " .. count) end
   local room = math.max(stop, ctx.declared_end or 0) - pos
   if count * element_min > room then
     short(name .. " (" .. count .. " entries)", pos, count * element_min, stop - pos)
@@ -215,8 +598,68 @@ local function read_count(tvb, pos, stop, name, element_min, ctx)
   return count, pos
 end
 
+-- A prefix counting bytes: where what it measures ends (nil for a null).
+local function read_span(tvb, pos, stop, name, spec)
+  local width = spec.prefix_width
+  if stop - pos < width then short(name, pos, width, stop - pos) end
+  local length = prefix_of(tvb(pos, width), spec)
+  pos = pos + width
+  if length == -1 and spec.prefix_signed then return nil, pos end
+  if length < 0 then bad(name, pos - width, name .. " has negative length " .. length) end
+  if stop - pos < length then short(name, pos, length, stop - pos) end
+  return pos + length, pos
+end
+
 local function add_null(tree, tvb, pos, width, name)
   if tree then tree:add(tvb(pos, width), (NAME_TITLE[name] or name) .. ": null") end
+end
+
+-- Text of a string field, checked as Python checks it; the item shows it.
+local function read_text(tvb, pos, length, tree, ctx, name, item_range)
+  local text = length > 0 and tvb:raw(pos, length) or ""
+  if utf8_valid(text) then
+    return text, tree and tree:add(F[name], item_range, text) or nil
+  end
+  note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
+  text = tvb(pos, length):string(ENC_UTF_8)
+  -- Wireshark decodes it (replacing bad bytes) from the bytes themselves.
+  return text, tree and tree:add_packet_field(F[name], tvb(pos, length), ENC_UTF_8) or nil
+end
+
+local function pairs_value(spec, text, ctx, pos)
+  local notes = {}
+  local value = keyed_value(spec, text, notes)
+  for _, n in ipairs(notes) do note(ctx, "warn", "malformed", n) end
+  return value
+end
+
+-- A struct's members into a new table (put in `into` first, so a caller keeps what was read
+-- before an error); a member holding the struct's own length bounds the rest.
+local function read_struct(spec, version, tvb, pos, stop, tree, ctx, name, into)
+  local value = {}
+  if into then into[#into + 1] = value end
+  local members = SPEC.structs[spec.struct]
+  local limit = stop
+  local measured = nil
+  for _, member in ipairs(members) do
+    if member.length_of then measured = member end
+  end
+  if measured then
+    local w = measured.width
+    if stop - pos < w then short(measured.name, pos, w, stop - pos) end
+    local length = read_int(tvb(pos, w), measured.type)
+    if length < w then bad(measured.name, pos, name .. ": " .. measured.name .. " " .. length .. " is less than its own size") end
+    if stop - pos < length then short(name .. " (" .. length .. " bytes)", pos, length, stop - pos) end
+    limit = pos + length
+  end
+  local after = decode_fields(members, version, tvb, pos, limit, value, tree, ctx)
+  if measured then
+    if after < limit then
+      note(ctx, "warn", "malformed", string.format("%s: %d bytes after its last field", name, limit - after))
+    end
+    after = limit
+  end
+  return value, after
 end
 
 -- One value of a spec at pos; adds its items under tree (which may be nil).
@@ -226,18 +669,44 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   if width then
     if stop - pos < width then short(name, pos, width, stop - pos) end
     local range = tvb(pos, width)
-    local value = range[READ[t]](range)
-    if width <= 4 then value = int(value) end
+    local value = read_int(range, t)
     if tree then
-      local item = tree:add(F[name], range)
+      local item
+      if spec.mask_off and has_bit(value, spec.mask_off) then
+        item = tree:add(F[name], range, value - spec.mask_off)
+        item:append_text(", response (" .. hex(value, width * 2) .. ")")
+      elseif LITTLE then
+        item = tree:add_le(F[name], range)
+      else
+        item = tree:add(F[name], range)
+      end
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
+      spec.__item = item
     end
     return value, pos + width
-  elseif t == "string" or t == "bytes" then
-    local prefix = t == "string" and 2 or 4
+  elseif FIXED_WIDTHS[t] then
+    local size = FIXED_WIDTHS[t]
+    if stop - pos < size then short(name, pos, size, stop - pos) end
+    local range = tvb(pos, size)
+    local value
+    if t == "bool" then
+      local byte = uint_of(range)
+      if byte > 1 then note(ctx, "warn", "malformed", name .. " is " .. byte .. ", not 0 or 1") end
+      value = byte ~= 0
+      if tree then tree:add(F[name], range, value) end
+    elseif t == "ipv4" then
+      value = tostring(range:ipv4())
+      if tree then tree:add(F[name], range) end
+    else
+      value = tostring(range:ipv6())
+      if tree then tree:add(F[name], range) end
+    end
+    return value, pos + size
+  elseif t == "string" or t == "bytes" or t == "pairs" then
+    local prefix = spec.prefix_width
     if stop - pos < prefix then short(name, pos, prefix, stop - pos) end
-    local length = int_of(tvb(pos, prefix))
-    if length == -1 then
+    local length = prefix_of(tvb(pos, prefix), spec)
+    if length == -1 and spec.prefix_signed then
       add_null(tree, tvb, pos, prefix, name)
       return nil, pos + prefix
     end
@@ -247,112 +716,156 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       if tree then tree:add(F[name], tvb(pos + prefix, length)) end
       return { pos = pos + prefix, len = length, tvb = tvb }, pos + prefix + length
     end
-    local text = length > 0 and tvb:raw(pos + 2, length) or ""
-    if utf8_valid(text) then
-      if tree then tree:add(F[name], tvb(pos, 2 + length), text) end
-    else
-      note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
-      text = tvb(pos + 2, length):string(ENC_UTF_8)
-      -- Wireshark decodes it (replacing bad bytes) from the bytes themselves.
-      if tree then tree:add_packet_field(F[name], tvb(pos + 2, length), ENC_UTF_8) end
+    if t == "string" then
+      local text = read_text(tvb, pos + prefix, length, tree, ctx, name, tvb(pos, prefix + length))
+      return text, pos + prefix + length
     end
-    return text, pos + 2 + length
+    local text = read_text(tvb, pos + prefix, length, nil, ctx, name)
+    local value = pairs_value(spec, text, ctx, pos + prefix)
+    if tree then show_keyed(tree, spec, value, tvb(pos, prefix + length)) end
+    return value, pos + prefix + length
   elseif t == "array" then
     local element = spec.of
-    local count
-    count, pos = read_count(tvb, pos, stop, name, min_size(element, version), ctx)
-    if count == nil then
-      add_null(tree, tvb, pos - 4, 4, name)
-      return nil, pos
+    local count, span_end
+    if spec.prefix == "none" then
+      span_end = stop
+    elseif spec.prefix_counts == "bytes" then
+      span_end, pos = read_span(tvb, pos, stop, name, spec)
+      if span_end == nil then
+        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
+        return nil, pos
+      end
+    else
+      count, pos = read_count(tvb, pos, stop, name, min_size(element, version), ctx, spec)
+      if count == nil then
+        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
+        return nil, pos
+      end
     end
+    local prefix = spec.prefix_width or 0
     local holder
     if tree then
-      holder = tree:add(tvb(pos - 4, 4), string.format("%s: %d", NAME_TITLE[name] or name, count))
+      holder = tree:add(tvb(pos - prefix, prefix), string.format("%s: %s", NAME_TITLE[name] or name,
+        count ~= nil and tostring(count) or "…"))
     end
-    local items, start = {}, pos - 4
+    local items, start, index = {}, pos - prefix, 0
+    local limit = span_end or stop
     local ok, err = pcall(function()
-      for index = 0, count - 1 do
+      while (count ~= nil and index < count) or (count == nil and pos < limit) do
         if element.type == "struct" then
           local child
           if holder then
             child = holder:add(F[name], tvb(pos, 0))
             child:set_text(string.format("%s [%d]", struct_title(element.struct), index))
           end
-          local value = {}
-          items[#items + 1] = value
           local at = pos
-          local ok2, err2 = pcall(decode_fields, SPEC.structs[element.struct], version, tvb, pos, stop,
-            value, child, ctx)
+          local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
           if not ok2 then
-            if child and type(err2) == "table" and err2.offset then child:set_len(math.max(0, math.min(err2.offset, stop) - at)) end
-            error(err2, 0)
+            if child and type(value) == "table" and value.offset then child:set_len(math.max(0, math.min(value.offset, limit) - at)) end
+            error(value, 0)
           end
-          pos = err2
+          pos = after
           if child then child:set_len(pos - at) end
         else
           local value
-          value, pos = read_value(element, version, tvb, pos, stop, holder, ctx, name)
+          value, pos = read_value(element, version, tvb, pos, limit, holder, ctx, name)
           items[#items + 1] = value
         end
+        index = index + 1
       end
     end)
-    if holder then holder:set_len(math.max(4, math.min(pos, stop) - start)) end
+    if holder then
+      holder:set_len(math.max(prefix, math.min(pos, limit) - start))
+      if count == nil then holder:set_text(string.format("%s: %d", NAME_TITLE[name] or name, #items)) end
+    end
     if not ok then error(err, 0) end
     return items, pos
   elseif t == "map" then
-    local count
-    count, pos = read_count(tvb, pos, stop, name,
-      min_size(spec.key, version) + min_size(spec.value, version), ctx)
-    if count == nil then
-      add_null(tree, tvb, pos - 4, 4, name)
-      return nil, pos
+    local count, span_end
+    if spec.prefix == "none" then
+      span_end = stop
+    elseif spec.prefix_counts == "bytes" then
+      span_end, pos = read_span(tvb, pos, stop, name, spec)
+      if span_end == nil then
+        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
+        return nil, pos
+      end
+    else
+      count, pos = read_count(tvb, pos, stop, name,
+        min_size(spec.key, version) + min_size(spec.value, version), ctx, spec)
+      if count == nil then
+        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
+        return nil, pos
+      end
     end
+    local prefix = spec.prefix_width or 0
     local holder
-    if tree then holder = tree:add(F[name], tvb(pos - 4, 4)):append_text(": " .. count .. " entries") end
-    local items, start = {}, pos - 4
+    local skip = ctx.entries_field == name and ctx.taken_entries or nil
+    if tree and not (skip and not skip.__any) then holder = tree:add(F[name], tvb(pos - prefix, prefix)) end
+    local items = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+    local start = pos - prefix
+    local limit = span_end or stop
+    local shown = 0
     local ok, err = pcall(function()
-      for _ = 1, count do
+      local index = 0
+      while (count ~= nil and index < count) or (count == nil and pos < limit) do
         local at = pos
         local entry
-        if holder then entry = holder:add(tvb(pos, 0), "") end
         local k, v
-        k, pos = read_value(spec.key, version, tvb, pos, stop, entry, ctx, name .. ".key")
-        v, pos = read_value(spec.value, version, tvb, pos, stop, entry, ctx, name .. ".value")
+        local kpos = pos
+        k, pos = read_value(spec.key, version, tvb, pos, limit, nil, ctx, name .. ".key")
+        local vpos = pos
+        v, pos = read_value(spec.value, version, tvb, pos, limit, nil, ctx, name .. ".value")
         if k == nil then k = "null" end
-        if items[k] ~= nil then note(ctx, "warn", "malformed", name .. ": duplicate key " .. quoted(tostring(k))) end
-        items[k] = v
-        if entry then
-          local shown = type(v) == "table" and "<bytes>" or tostring(v)
-          entry:set_text(tostring(k) .. ": " .. shown)
+        if items.map[k] ~= nil then note(ctx, "warn", "malformed", name .. ": duplicate key " .. quoted(tostring(k))) end
+        if items.map[k] == nil then items.keys[#items.keys + 1] = k end
+        items.map[k] = v
+        if holder and not (skip and skip[k]) then
+          entry = holder:add(tvb(at, 0), "")
+          read_value(spec.key, version, tvb, kpos, limit, entry, { notes = {} }, name .. ".key")
+          read_value(spec.value, version, tvb, vpos, limit, entry, { notes = {} }, name .. ".value")
+          local shown_value = type(v) == "table" and "<bytes>" or tostring(v)
+          entry:set_text(tostring(k) .. ": " .. shown_value)
           entry:set_len(pos - at)
+          shown = shown + 1
         end
+        index = index + 1
       end
     end)
-    if holder then holder:set_len(math.max(4, math.min(pos, stop) - start)) end
+    if holder then
+      holder:append_text(": " .. shown .. " entries")
+      holder:set_len(math.max(prefix, math.min(pos, limit) - start))
+    end
     if not ok then error(err, 0) end
     return items, pos
   elseif t == "struct" then
     local child
     if tree then child = tree:add(F[name], tvb(pos, 0)) end
-    local value = {}
     local at = pos
-    local ok, err = pcall(decode_fields, SPEC.structs[spec.struct], version, tvb, pos, stop, value, child, ctx)
+    local ok, value, after = pcall(read_struct, spec, version, tvb, pos, stop, child, ctx, name)
     if not ok then
-      if child and type(err) == "table" and err.offset then child:set_len(math.max(0, math.min(err.offset, stop) - at)) end
-      error(err, 0)
+      if child and type(value) == "table" and value.offset then child:set_len(math.max(0, math.min(value.offset, stop) - at)) end
+      error(value, 0)
     end
-    if child then child:set_len(err - at) end
-    return value, err
+    if child then child:set_len(after - at) end
+    return value, after
   end
   error("no reader for type " .. tostring(t))
 end
 
-local function read_raw(spec, tvb, pos, stop, out)
+local function sized(spec, tvb, pos, stop, out)
   local size = spec.size
-  if type(size) == "string" then size = out[size] end
+  if size == "rest" or size == nil then size = stop - pos
+  elseif type(size) == "string" then size = out[size] end
   if size == nil then bad(spec.name, pos, spec.name .. ": size field " .. spec.size .. " is missing") end
-  if size < 0 then return nil, pos end
+  if size < 0 then return nil end
   if stop - pos < size then short(spec.name, pos, size, stop - pos) end
+  return size
+end
+
+local function read_raw(spec, tvb, pos, stop, out)
+  local size = sized(spec, tvb, pos, stop, out)
+  if size == nil then return nil, pos end
   return { pos = pos, len = size, tvb = tvb }, pos + size
 end
 
@@ -364,15 +877,155 @@ local function run_hook(hook, ctx, fn)
   end
 end
 
+-- JSON text at [pos, pos + len): a declared struct's members, or any JSON value.
+local function read_json(spec, tvb, pos, len, tree, ctx, name, holder_text)
+  local range = tvb(pos, len)
+  local text = len > 0 and tvb:raw(pos, len) or ""
+  if not utf8_valid(text) then
+    note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
+    text = range:string(ENC_UTF_8)
+  end
+  if not text:find("%S") then return nil end
+  local ok, value, lenient = pcall(json_parse, text)
+  if not ok then
+    if type(value) == "table" and value.json then
+      -- Python's json names the character offset; it is the byte offset for ASCII text.
+      note(ctx, "warn", "malformed", string.format("%s is not JSON: %s at byte %d", name, value.text, value.pos))
+      if tree then tree:add(F[name] or F.payload, range) end
+      return { pos = pos, len = len, tvb = tvb }
+    end
+    error(value, 0)
+  end
+  if lenient then
+    note(ctx, "note", "malformed", name .. ": JSON with unquoted object keys (read as its writers' parsers do)")
+  end
+  if spec.struct then
+    if getmetatable(value) ~= JSON_OBJECT then
+      note(ctx, "warn", "malformed", name .. ": expected a JSON object")
+    else
+      local notes = {}
+      value = keyed_fields(SPEC.structs[spec.struct], value, notes)
+      for _, n in ipairs(notes) do note(ctx, "warn", "malformed", name .. ": " .. n) end
+    end
+    if tree and type(value) == "table" and value.__order then
+      local holder
+      if holder_text then holder = tree:add(range, holder_text) else holder = tree:add(F[name], range) end
+      for _, member in ipairs(SPEC.structs[spec.struct]) do
+        local shown = value[member.name]
+        local skip = ctx.entries_field == member.name and ctx.taken_entries or nil
+        if skip and getmetatable(shown) == JSON_OBJECT then
+          -- The header's entries that the layout names show as its fields, not here.
+          local left = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+          for _, k in ipairs(shown.keys) do
+            if not skip[k] then left.keys[#left.keys + 1] = k left.map[k] = shown.map[k] end
+          end
+          shown = #left.keys > 0 and left or nil
+        end
+        if shown ~= nil then show_keyed(holder, member, shown, range) end
+      end
+    end
+    return value
+  end
+  if tree then
+    local item = tree:add(F[name], range, text)
+    json_tree(item, value, range, "JSON")
+  end
+  return value
+end
+
+-- What a field's value says beyond itself: a constant to match, parts of a packed word.
+local function checks(spec, value, out, range, ctx)
+  if spec.const ~= nil then
+    local want = spec.const
+    if type(want) == "number" and value ~= want then
+      note(ctx, "error", "malformed", string.format("%s is 0x%x, expected 0x%x", spec.name, value, want))
+    end
+  end
+  if spec.bits and type(value) == "number" then
+    for _, part in ipairs(spec.bits) do
+      out[part.name] = masked(value, part.mask)
+      if spec.__item and range then
+        if LITTLE then spec.__item:add_le(F[part.name], range) else spec.__item:add(F[part.name], range) end
+      end
+    end
+  end
+  spec.__item = nil
+end
+
+local function present(spec, out, pos, stop, version)
+  if (spec.since or 1) > version then return false end
+  if spec.when then
+    local value = out[spec.when.field]
+    if spec.when.mask and type(value) == "number" then value = band(value, spec.when.mask) end
+    if not contains(spec.when.values, value) then return false end
+  end
+  if spec.optional and pos >= stop then return false end
+  return true
+end
+
+local function store(spec, out, value)
+  if spec.inline and type(value) == "table" and value.__order then
+    for _, name in ipairs(value.__order) do out[name] = value[name] end
+  elseif spec.inline and type(value) == "table" and value.pos == nil then
+    for name, v in pairs(value) do out[name] = v end
+  else
+    out[spec.name] = value
+  end
+end
+
+-- The case an earlier field's value picks, read within [pos, stop).
+local function read_case(spec, version, tvb, pos, stop, tree, ctx, out)
+  local selector = out[spec.on]
+  local case = spec.cases[selector] or spec.default
+  if case == nil then
+    note(ctx, "warn", "malformed", string.format("%s: no layout for %s %s; %d bytes not decoded",
+      spec.name, spec.on, tostring(selector), stop - pos))
+    return { pos = pos, len = stop - pos, tvb = tvb }, stop
+  end
+  local label = struct_title(spec.name) .. " (" .. (case.type == "json" and "JSON" or struct_title(case.struct or case.type)) .. ")"
+  if case.type == "json" then
+    -- An inline case shows its members under a text item, as their values belong to the frame.
+    local value = read_json(case, tvb, pos, stop - pos, tree, ctx, spec.name, label)
+    return value, stop
+  end
+  local holder
+  if tree then holder = tree:add(tvb(pos, stop - pos), label) end
+  local value = {}
+  local after = decode_fields(SPEC.structs[case.struct], version, tvb, pos, stop, value, holder, ctx)
+  if after < stop and spec.size ~= nil then
+    note(ctx, "warn", "malformed", string.format("%s: %d bytes after its last field", spec.name, stop - after))
+  end
+  return value, spec.size ~= nil and stop or after
+end
+
+-- A field that is an entry of the header's map (frame.entries): taken from it, converted.
+local function read_entry_field(spec, ctx, out, tree)
+  local entries = ctx.entries
+  if entries == nil then return end
+  local key = spec.entry
+  local raw = entries.map[key]
+  if raw == nil then return end
+  local notes = {}
+  local value = keyed_value(spec, raw, notes)
+  for _, n in ipairs(notes) do note(ctx, "warn", "malformed", n) end
+  ctx.taken[key] = true
+  out[spec.name] = value
+  if tree then show_keyed(tree, spec, value, ctx.entries_range) end
+  local hook = spec.hook and HOOKS[spec.hook]
+  if hook and hook.value then
+    run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out) end)
+  end
+end
+
 -- The fields of one layout or struct, in order, into out; returns the position after them.
 decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
   for _, spec in ipairs(specs) do
-    local present = (spec.since or 1) <= version
-    if present and spec.when then present = contains(spec.when.values, out[spec.when.field]) end
-    if present and spec.optional and pos >= stop then present = false end
-    if present then
+    if spec.entry and ctx.entries_layout then
+      if (spec.since or 1) <= version then read_entry_field(spec, ctx, out, tree) end
+    elseif present(spec, out, pos, stop, version) then
       local value
-      if spec.type == "raw" then
+      local t = spec.type
+      if t == "raw" then
         value, pos = read_raw(spec, tvb, pos, stop, out)
         local hook = spec.hook and HOOKS[spec.hook]
         if value == nil then
@@ -384,14 +1037,31 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         elseif tree then
           tree:add(F[spec.name], tvb(value.pos, value.len))
         end
-      elseif spec.type == "hook" then
+      elseif t == "hook" then
         local hook = HOOKS[spec.hook]
         local at = pos
         value, pos = hook.read(spec, tvb, at, stop, tree, ctx, spec.name, out)
+      elseif t == "json" then
+        local size = sized(spec, tvb, pos, stop, out)
+        if size ~= nil then
+          value = read_json(spec, tvb, pos, size, tree, ctx, spec.name, spec.inline and struct_title(spec.name) or nil)
+          pos = pos + size
+        end
+      elseif t == "switch" then
+        local size = sized(spec, tvb, pos, stop, out)
+        if size ~= nil then
+          value, pos = read_case(spec, version, tvb, pos, pos + size, tree, ctx, out)
+        end
       else
+        local at = pos
         value, pos = read_value(spec, version, tvb, pos, stop, tree, ctx, spec.name)
+        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
+        local hook = spec.hook and HOOKS[spec.hook]
+        if hook and hook.value and value ~= nil then
+          run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
+        end
       end
-      out[spec.name] = value
+      store(spec, out, value)
     end
   end
   return pos
@@ -399,10 +1069,11 @@ end
 
 -- Info column ------------------------------------------------------------------------
 
-local function short_value(spec, value)
+local function short_value(spec, value, response)
   if value == nil then return "null" end
-  if spec.enum then
-    local name = VS[spec.enum][value]
+  local enum = (response and spec.response_enum) or spec.enum
+  if enum then
+    local name = VS[enum] and VS[enum][value]
     if name then return (name:gsub(" ", "_")) end
     return tostring(value)
   end
@@ -411,49 +1082,95 @@ local function short_value(spec, value)
     return '"' .. value:gsub("\\", "\\\\"):gsub('"', '\\"') .. '"'
   end
   if spec.display == "hex" then return string.format("0x%x", value) end
+  if value == true then return "True" elseif value == false then return "False" end
   return tostring(value)
 end
 
-local function info_parts(specs, values, parts)
+local function info_parts(specs, values, parts, response)
   for _, spec in ipairs(specs) do
     local value = values[spec.name]
-    if spec.type == "struct" and type(value) == "table" then
-      info_parts(SPEC.structs[spec.struct], value, parts)
+    if (spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct and type(value) == "table" then
+      info_parts(SPEC.structs[spec.struct], value, parts, response)
     elseif spec.info and value ~= nil then
       if spec.type == "array" or spec.type == "map" then
         local n = 0
-        for _ in pairs(value) do n = n + 1 end
+        if getmetatable(value) == JSON_OBJECT then n = #value.keys else for _ in pairs(value) do n = n + 1 end end
         parts[#parts + 1] = spec.info .. "=" .. n
       else
-        parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value)
+        parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value, response)
       end
     end
   end
 end
 
--- One frame ---------------------------------------------------------------------------
-
-local SIZE_LEN = SPEC.size_len
-local HEADER_SIZE = fields_min(SPEC.header, 1)
-local RESPONSE_BIT = SPEC.response_bit
-
-local function has_bit(value, bit)
-  return math.floor(value / bit) % 2 == 1
+-- Header fields whose values land in the frame's fields (inline members, bit parts too).
+local HEADER_INFO = {}
+local FRAME_OWN = { size = true, key = true, version = true }
+local HEADER_NAMES = {}
+do
+  local function walk(specs)
+    for _, spec in ipairs(specs) do
+      HEADER_NAMES[spec.name] = true
+      if spec.info then HEADER_INFO[#HEADER_INFO + 1] = spec end
+      for _, part in ipairs(spec.bits or {}) do
+        HEADER_NAMES[part.name] = true
+        if part.info then HEADER_INFO[#HEADER_INFO + 1] = part end
+      end
+      if spec.inline then
+        local case = spec.type == "switch" and (spec.cases[next(spec.cases)] or spec.default) or spec
+        if case and case.struct then walk(SPEC.structs[case.struct]) end
+      end
+    end
+  end
+  walk(SPEC.header)
 end
 
--- Decodes the frame in tvb (size prefix included) under tree; returns what the tracker and
--- the Info column need. Never raises for bad input: problems become notes.
-local function decode_frame(tvb, tree)
+-- One frame ---------------------------------------------------------------------------
+
+local FRAME = SPEC.frame
+local LENGTH = SPEC.length
+local HEADER_SIZE = fields_min(SPEC.header, 1)
+local MASK_IN_KEY = FRAME.response and FRAME.response.field == FRAME.key
+local KEY_HEX = false
+for _, spec in ipairs(SPEC.header) do
+  if spec.name == FRAME.key and spec.display == "hex" then KEY_HEX = spec.width * 2 end
+end
+
+local function key_text(key)
+  if key == nil then return "?" end
+  if KEY_HEX and type(key) == "number" then return hex(key, KEY_HEX) end
+  return tostring(key)
+end
+
+-- The whole length of the frame that starts tvb at offset, from its length field.
+local function frame_length(tvb, offset)
+  local value = read_int(tvb(offset + LENGTH.offset, LENGTH.width),
+    ({ [1] = "uint8", [2] = "uint16", [4] = "uint32", [8] = "uint64" })[LENGTH.width])
+  if LENGTH.counts == "after" then return value + LENGTH.offset + LENGTH.width end
+  return value
+end
+
+local function marked(fields, mark)
+  if mark == nil then return false end
+  local value = fields[mark.field]
+  return type(value) == "number" and masked(value, mark.mask) ~= 0
+end
+
+-- Decodes the frame in tvb (header included) under tree; returns what the tracker and the
+-- Info column need. Never raises for bad input: problems become notes. key: the command a
+-- response's request named, for protocols whose responses carry a status in its place.
+local function decode_frame(tvb, tree, lookup)
   local ctx = { notes = {} }
   local frame = { fields = {}, notes = ctx.notes, kind = "unknown" }
   local avail = int(tvb:len())
   local partial = avail < int(tvb:reported_len())
-  if avail < SIZE_LEN + HEADER_SIZE then
+  if avail < HEADER_SIZE then
     note(ctx, "error", "malformed", "frame too short for a header: " .. avail .. " bytes")
     return frame
   end
-  local size = uint_of(tvb(0, SIZE_LEN))
-  if size > SPEC.max_size or size < HEADER_SIZE then
+  local total = frame_length(tvb, 0)
+  local size = total - (LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0)
+  if total > SPEC.max_size + (LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0) or total < HEADER_SIZE then
     frame.unframed = true
     note(ctx, "warn", "malformed", string.format(
       "%d bytes that do not start a frame (the size field says %d): the capture may have lost bytes before them",
@@ -462,47 +1179,88 @@ local function decode_frame(tvb, tree)
     return frame
   end
   frame.size = size
-  if partial then ctx.declared_end = SIZE_LEN + size end
+  if partial then ctx.declared_end = total end
   local stop = avail
-  if size + SIZE_LEN < stop then
-    note(ctx, "warn", "malformed", (stop - size - SIZE_LEN) .. " bytes beyond the frame size " .. size)
-    stop = size + SIZE_LEN
-  elseif size + SIZE_LEN > stop and not partial then
+  if total < stop then
+    note(ctx, "warn", "malformed", (stop - total) .. " bytes beyond the frame size " .. size)
+    stop = total
+  elseif total > stop and not partial then
     note(ctx, "error", "malformed",
-      "frame size says " .. size .. " bytes but only " .. (stop - SIZE_LEN) .. " present")
+      "frame size says " .. size .. " bytes but only " .. (stop - (total - size)) .. " present")
   end
-  if tree then tree:add(F.size, tvb(0, SIZE_LEN)) end
-  local wire_key = uint_of(tvb(SIZE_LEN, 2))
-  local version = uint_of(tvb(SIZE_LEN + 2, 2))
+  -- The header, once without items to learn the command (and which entries its layout
+  -- names), then with them.
+  local probe = {}
+  local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, { notes = {} })
+  if not ok then
+    if type(result) == "table" and (result.short or result.bad) then
+      local what = result.short and short_message(result) or result.text
+      note(ctx, "error", "malformed", "frame too short for a header: " .. what)
+      return frame
+    end
+    note(ctx, "error", "malformed", "internal error in the streamdump Lua plugin: " .. tostring(result))
+    return frame
+  end
+  local wire_key = probe[FRAME.key]
+  local version = probe.version or 0
+  local response = marked(probe, FRAME.response)
+  local oneway = not response and marked(probe, FRAME.oneway)
   local key = wire_key
-  if has_bit(wire_key, RESPONSE_BIT) then key = wire_key - RESPONSE_BIT end
-  frame.wire_key, frame.key, frame.version = wire_key, key, version
-  local command = SPEC.commands[key]
-  local layout = SPEC.layouts[wire_key]
-  frame.command = command and command.name or nil
-  if tree then
-    local item = tree:add(F.key, tvb(SIZE_LEN, 2), key)
-    if wire_key ~= key then item:append_text(", response (" .. hex(wire_key, 4) .. ")") end
-    tree:add(F.version, tvb(SIZE_LEN + 2, 2))
+  if MASK_IN_KEY and type(wire_key) == "number" then
+    response = has_bit(wire_key, FRAME.response.mask)
+    if response then key = wire_key - FRAME.response.mask end
   end
-  local pos = SIZE_LEN + 4
+  if FRAME.response_key == "request" and lookup then
+    local corr = probe[SPEC.conversation.correlation]
+    if response then key = lookup("response", corr) elseif not oneway then lookup("request", corr, key) end
+  end
+  frame.wire_key, frame.key, frame.version, frame.response = wire_key, key, version, response
+  local command = key ~= nil and SPEC.commands[key] or nil
+  local layouts = key ~= nil and SPEC.layouts[key] or nil
+  local layout = nil
+  if layouts then
+    if response then layout = layouts.response else layout = layouts.request or layouts.command end
+  end
+  frame.command = command and command.name or nil
+  frame.key_text = key_text(key)
+  if FRAME.entries and layout then
+    local taken = {}
+    for _, spec in ipairs(layout.fields) do if spec.entry then taken[spec.entry] = true end end
+    local map = probe[FRAME.entries]
+    if map then
+      -- Only entries the layout leaves: the named ones show as the layout's fields.
+      for _, k in ipairs(map.keys) do if not taken[k] then taken.__any = true end end
+    end
+    ctx.taken_entries, ctx.entries_field = taken, FRAME.entries
+  end
+  local pos = decode_fields(SPEC.header, 1, tvb, 0, stop, frame.fields, tree, ctx)
+  for name in pairs(FRAME_OWN) do
+    if HEADER_NAMES[name] then frame.fields[name] = nil end
+  end
   if layout == nil then
-    frame.kind = has_bit(wire_key, RESPONSE_BIT) and "response" or "unknown"
-    if command == nil then
-      note(ctx, "warn", "malformed", "unknown command key " .. hex(key, 4))
+    frame.kind = response and "response" or (oneway and command and "command") or "unknown"
+    if key == nil and response then
+      note(ctx, "note", "malformed", "its command is its request's, which the capture does not show; body not decoded")
+    elseif command == nil then
+      note(ctx, "warn", "malformed", "unknown command key " .. key_text(key))
     else
       note(ctx, "warn", "malformed",
-        command.name .. " has no " .. frame.kind .. " layout (key " .. hex(wire_key, 4) .. ")")
+        command.name .. " has no " .. frame.kind .. " layout (key " .. key_text(wire_key) .. ")")
     end
     if pos < stop then
       frame.fields.payload = true
       if tree then tree:add(F.payload, tvb(pos, stop - pos)) end
     end
+    local parts = {}
+    info_parts(HEADER_INFO, frame.fields, parts, response)
+    frame.info = table.concat(parts, " ")
     return frame
   end
-  frame.kind = layout.kind
+  frame.kind = (oneway and layout.kind == "request") and "command" or layout.kind
   local layout_version = version
-  if not contains(command.versions, version) then
+  if not FRAME.layout_versions then
+    layout_version = command.versions[1]
+  elseif not contains(command.versions, version) then
     layout_version = nil
     for _, v in ipairs(command.versions) do
       if v <= version and (layout_version == nil or v > layout_version) then layout_version = v end
@@ -514,7 +1272,15 @@ local function decode_frame(tvb, tree)
       "%s version %d is not in the registry (known: %s); decoded as version %d",
       command.name, version, table.concat(known, ", "), layout_version))
   end
-  local ok, result = pcall(decode_fields, layout.fields, layout_version, tvb, pos, stop, frame.fields, tree, ctx)
+  if FRAME.entries then
+    local map = frame.fields[FRAME.entries]
+    ctx.entries = map or setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+    ctx.entries_range = tvb(LENGTH.offset + LENGTH.width, math.max(0, pos - LENGTH.offset - LENGTH.width))
+    ctx.entries_layout = true
+    ctx.taken = {}
+  end
+  ok, result = pcall(decode_fields, layout.fields, layout_version, tvb, pos, stop, frame.fields, tree, ctx)
+  ctx.entries_layout = nil
   if ok then
     pos = result
   elseif type(result) == "table" and result.short then
@@ -527,13 +1293,24 @@ local function decode_frame(tvb, tree)
     note(ctx, "error", "malformed", "internal error in the streamdump Lua plugin: " .. tostring(result))
     pos = stop
   end
+  if FRAME.entries and ctx.taken then
+    local map = frame.fields[FRAME.entries]
+    if map then
+      local left = setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+      for _, k in ipairs(map.keys) do
+        if not ctx.taken[k] then left.keys[#left.keys + 1] = k left.map[k] = map.map[k] end
+      end
+      frame.fields[FRAME.entries] = #left.keys > 0 and left or nil
+    end
+  end
   if pos < stop then
     frame.fields.trailing = true
     if tree then tree:add(F.trailing, tvb(pos, stop - pos)) end
     note(ctx, "warn", "malformed", (stop - pos) .. " bytes after the last field")
   end
   local parts = {}
-  info_parts(layout.fields, frame.fields, parts)
+  info_parts(HEADER_INFO, frame.fields, parts, response)
+  info_parts(layout.fields, frame.fields, parts, response)
   frame.info = table.concat(parts, " ")
   return frame
 end
@@ -562,14 +1339,35 @@ local GRANTS = {}
 if CONV.credit then
   for _, ref in ipairs(CONV.credit.grant) do GRANTS[ref.command] = ref end
 end
--- Per wire key: the status field's enum, and the request strings worth naming in findings.
+-- Per command key and direction ("key/r" for responses): the status field's enum, and the
+-- request strings worth naming in findings.
 local STATUS_ENUM, NAMED = {}, {}
-for wire_key, layout in pairs(SPEC.layouts) do
-  NAMED[wire_key] = {}
-  for _, spec in ipairs(layout.fields) do
-    if spec.name == CONV.status and spec.enum then STATUS_ENUM[wire_key] = VS[spec.enum] end
-    if spec.type == "string" and spec.info and not (CONV.close and spec.name == CONV.close.reason) then
-      table.insert(NAMED[wire_key], spec.name)
+local ANY_STATUS = nil  -- a status in the header names its codes for every response
+for _, spec in ipairs(SPEC.header) do
+  if spec.name == CONV.status and spec.response_enum then ANY_STATUS = VS[spec.response_enum] end
+end
+do
+  local function walk(specs)
+    for _, spec in ipairs(specs) do
+      if spec.name == CONV.status and spec.response_enum then ANY_STATUS = VS[spec.response_enum] end
+      if spec.inline and spec.type == "switch" then
+        for _, case in pairs(spec.cases) do if case.struct then walk(SPEC.structs[case.struct]) end end
+      end
+    end
+  end
+  walk(SPEC.header)
+end
+local function layout_id(key, response) return tostring(key) .. (response and "/r" or "") end
+for key, kinds in pairs(SPEC.layouts) do
+  for kind, layout in pairs(kinds) do
+    local id = layout_id(key, kind == "response")
+    NAMED[id] = {}
+    for _, spec in ipairs(layout.fields) do
+      local enum = spec.response_enum or spec.enum
+      if spec.name == CONV.status and enum then STATUS_ENUM[id] = VS[enum] end
+      if spec.type == "string" and spec.info and not (CONV.close and spec.name == CONV.close.reason) then
+        table.insert(NAMED[id], spec.name)
+      end
     end
   end
 end
@@ -587,12 +1385,23 @@ end
 local OK, ROUTINE, SETUP = set_of(CONV.ok), set_of(CONV.routine), set_of(CONV.setup)
 
 local function named(enum, code)
+  local text = CONV.codes == "dec" and tostring(code) or string.format("0x%02x", code)
   local name = enum and enum[code]
-  if name then return string.format("%s (0x%02x)", name, code) end
-  return string.format("code 0x%02x", code)
+  if name then return name .. " (" .. text .. ")" end
+  return "code " .. text
+end
+
+-- What the server is called: by its port's role (a name server), else the spec's word.
+local function server_of(conn)
+  return (conn.server_port and SPEC.roles[conn.server_port]) or CONV.server
 end
 
 local function is_number(v) return type(v) == "number" end
+
+local function key_hex(key)
+  if type(key) == "number" then return hex(key, 4) end
+  return tostring(key)
+end
 
 -- Every value a path names, stepping through arrays and structs.
 local function path_values(fields, path, index, out)
@@ -628,6 +1437,7 @@ local function new_conn()
   return {
     pending = {}, sessions = {}, in_flight = {}, credits = {}, last_grant = {}, announced = {},
     versions = {}, client_last = nil, negotiated = nil, negotiated_in = nil, user = nil,
+    requests = {}, server_port = nil,
   }
 end
 
@@ -638,7 +1448,7 @@ local function asked(request, response)
     return string.format("%s (response at packet %d)", response.command, response.number)
   end
   local about = {}
-  for _, name in ipairs(NAMED[request.wire_key] or {}) do
+  for _, name in ipairs(NAMED[layout_id(request.key, false)] or {}) do
     local v = request.fields[name]
     if type(v) == "string" then about[#about + 1] = name:gsub("_", " ") .. " " .. quoted(v) end
   end
@@ -652,7 +1462,8 @@ local function announced(conn, values)
   local subject = values[name]
   local said = type(subject) == "string" and conn.announced[subject] or nil
   if said == nil then return "" end
-  return string.format("; at packet %d the broker had announced %s %s: %s", said[1], name, quoted(subject), said[2])
+  return string.format("; at packet %d the %s had announced %s %s: %s", said[1], server_of(conn), name,
+    quoted(subject), said[2])
 end
 
 local function session_name(kind, sid, session)
@@ -680,7 +1491,7 @@ local function status(conn, f, request)
   if CONV.status == nil then return end
   local code = f.fields[CONV.status]
   if not is_number(code) or OK[code] then return end
-  local what = named(STATUS_ENUM[f.wire_key], code)
+  local what = named(STATUS_ENUM[layout_id(f.key, f.kind == "response")] or ANY_STATUS, code)
   if request == nil and CONV.credit and f.command == CONV.credit.refusal then
     credit_refused(conn, f, code, what)
     return
@@ -696,12 +1507,16 @@ local function status(conn, f, request)
       how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
     end
     tnote(f, "error", "response_code",
-      "authentication failed: the broker answered " .. f.command .. how .. " with " .. what)
+      "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
     return
   end
   local severity = SETUP[f.command] and "error" or "warn"
+  local said = CONV.status_text and f.fields[CONV.status_text]
+  said = (type(said) == "string" and said:find("%S")) and (" " .. quoted(said:match("^%s*(.-)%s*$"))) or ""
+  local hint = CONV.hints[f.command or ""] and CONV.hints[f.command][code]
+  hint = hint and (": " .. hint) or ""
   tnote(f, severity, "response_code",
-    asked(request, f) .. " failed: " .. what .. announced(conn, request and request.fields))
+    asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
 end
 
 local function correlate(conn, f)
@@ -780,11 +1595,11 @@ local function negotiation(conn, f)
       if before then
         local hint = CONV.close_hints[code]
         last = string.format("; the client's last frame before it was %s (key %s, version %d, %d bytes, packet %d)",
-          before.command or string.format("Unknown(%s)", hex(before.key, 4)), hex(before.wire_key, 4),
+          before.command or string.format("Unknown(%s)", key_text(before.key)), key_hex(before.wire_key),
           before.version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
       tnote(f, OK[code] and "note" or "error", "protocol",
-        "the broker closed the connection: " .. what .. said .. last)
+        "the " .. server_of(conn) .. " closed the connection: " .. what .. said .. last)
     end
   end
   local theirs = conn.versions[side_key(not f.from_client)]
@@ -909,14 +1724,15 @@ local function announcement(conn, f)
   if not is_number(code) or type(subject) ~= "string" or OK[code] then return end
   local what = named(ANNOUNCE_ENUM, code)
   conn.announced[subject] = { f.number, what }
-  tnote(f, "note", "protocol", string.format("the broker announced %s %s: %s", spec.about, quoted(subject), what))
+  tnote(f, "note", "protocol", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
+    quoted(subject), what))
 end
 
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
     tnote(f, "error", "protocol", string.format(
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
-      f.command or string.format("Unknown(%s)", hex(f.key or 0, 4)), f.length, conn.negotiated, conn.negotiated_in))
+      f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end
   if f.command and f.kind ~= "unknown" then
     if CONV.correlation then correlate(conn, f) end

@@ -96,31 +96,59 @@ def _template(package: str, name: str) -> str:
 
 
 def spec_table(protocol: Protocol) -> dict[str, Any]:
-    layouts: dict[int, Any] = {}
-    commands: dict[int, Any] = {}
+    layouts: dict[Any, Any] = {}
+    commands: dict[Any, Any] = {}
     for command in protocol.commands.values():
         commands[command.key] = {"name": command.name, "versions": list(command.versions)}
-        for layout in command.layouts.values():
-            layouts[layout.key] = {
+        layouts[command.key] = {
+            layout.kind: {
                 "command": command.name,
                 "kind": layout.kind,
                 "fields": [_field(spec) for spec in layout.fields],
             }
+            for layout in command.layouts.values()
+        }
     structs: dict[str, Any] = {}
     for spec in protocol.all_fields():
         for inner in (spec, spec.of):
             if inner is not None and inner.struct and inner.struct not in structs:
                 structs[inner.struct] = [_field(member) for member in inner.fields]
     wiring = protocol.wiring
+    frame = protocol.frame
+    header = [_field(spec) for spec in protocol.header]
+    if frame.response is not None and frame.response[0] == frame.key:
+        for entry in header:  # the key item shows the command key, the response bit said beside it
+            if entry["name"] == frame.key:
+                entry["mask_off"] = frame.response[1]
     return {
         "name": protocol.name,
         "title": protocol.title,
         "ports": list(wiring.ports),
-        "size_type": wiring.size_type,
-        "size_len": INT_TYPES[wiring.size_type][1],
+        "roles": dict(wiring.roles),
+        "order": protocol.order,
         "max_size": wiring.max_size,
-        "response_bit": protocol.response_bit,
-        "header": [_field(spec) for spec in protocol.header],
+        "length": None
+        if wiring.length is None
+        else {
+            "field": wiring.length,
+            "offset": wiring.length_offset,
+            "width": INT_TYPES[wiring.length_type][1],
+            "counts": wiring.counts,
+        },
+        "magic": None
+        if wiring.magic is None
+        else {"offset": wiring.magic_offset, "bytes": wiring.magic.hex()},
+        "header": header,
+        "frame": {
+            "key": frame.key,
+            "response": None
+            if frame.response is None
+            else {"field": frame.response[0], "mask": frame.response[1]},
+            "oneway": None if frame.oneway is None else {"field": frame.oneway[0], "mask": frame.oneway[1]},
+            "response_key": frame.response_key,
+            "entries": frame.entries,
+            "layout_versions": frame.layout_versions,
+        },
         "enums": {name: dict(values) for name, values in protocol.enums.items()},
         "structs": structs,
         "commands": commands,
@@ -146,14 +174,10 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
 
     for name, ftype, doc in FRAME_FIELDS:
         add(name, ftype, doc)
+    key = protocol.frame.key
     for spec in protocol.header:
-        add(
-            spec.name,
-            spec.type,
-            spec.doc,
-            display=spec.display,
-            enum="commands" if spec.name == "key" else None,
-        )
+        if spec.name == key and spec.type in INT_TYPES and not spec.response_enum:
+            add(spec.name, spec.type, spec.doc, display=spec.display, enum="commands")
     specs = list(protocol.all_fields())
     map_parts = {id(part) for spec in specs if spec.type == "map" for part in (spec.key, spec.value)}
     for spec in specs:
@@ -165,15 +189,22 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
             for part in (spec.key, spec.value):
                 assert part is not None
                 add(f"{spec.name}.{part.name}", _ftype(part), None, enum=part.enum, display=part.display)
-        elif element.type in ("struct", "hook") and element.struct:
+        elif (
+            element.type in ("struct", "hook", "json", "pairs") and element.struct
+        ) or spec.type == "switch":
             add(spec.name, "none", spec.doc)
+        elif spec.type == "json":
+            add(spec.name, "string", spec.doc)  # JSON of no declared shape: its text
         else:
+            # A field named by two enums (requests' and responses') gets its names per frame.
+            enum = None if element.response_enum else element.enum
             add(
                 spec.name,
                 _ftype(element),
                 spec.doc,
-                enum=element.enum,
+                enum=enum,
                 display=element.display or spec.display,
+                mask=spec.mask,
             )
     return sorted(names.values(), key=lambda entry: entry["name"])
 
@@ -188,21 +219,27 @@ def _ftype(spec: FieldSpec) -> str:
         "amqp": "bytes",
         "bool": "bool",
         "float": "double",
+        "ipv4": "ipv4",
+        "ipv6": "ipv6",
+        "json": "string",
     }[spec.type]
 
 
 def _field(spec: FieldSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"name": spec.name, "type": spec.type}
-    for attr in ("enum", "display", "info", "hook", "struct", "size"):
+    for attr in ("enum", "response_enum", "display", "info", "hook", "struct", "size", "entry", "on", "mask"):
         value = getattr(spec, attr)
         if value is not None:
             out[attr] = value
     if spec.since != 1:
         out["since"] = spec.since
-    if spec.optional:
-        out["optional"] = True
+    for flag in ("optional", "inline", "rest", "length_of"):
+        if getattr(spec, flag):
+            out[flag] = True
     if spec.when is not None:
         out["when"] = {"field": spec.when[0], "values": list(spec.when[1])}
+        if spec.when[2] is not None:
+            out["when"]["mask"] = spec.when[2]
     if spec.of is not None:
         out["of"] = _field(spec.of)
     if spec.key is not None and spec.value is not None:
@@ -210,6 +247,23 @@ def _field(spec: FieldSpec) -> dict[str, Any]:
         out["value"] = _field(spec.value)
     if spec.type in INT_TYPES:
         out["width"] = INT_TYPES[spec.type][1]
+    if spec.prefix is not None:
+        out["prefix"] = spec.prefix
+        if spec.prefix != "none":
+            out["prefix_width"] = INT_TYPES[spec.prefix][1]
+            out["prefix_signed"] = INT_TYPES[spec.prefix][2]
+        if spec.prefix_counts != "items":
+            out["prefix_counts"] = spec.prefix_counts
+    if spec.bits:
+        out["bits"] = [_field(part) for part in spec.bits]
+    if spec.const is not None:
+        out["const"] = spec.const if isinstance(spec.const, int) else spec.const.hex()
+    if spec.cases:
+        out["cases"] = {value: _field(case) for value, case in spec.cases.items()}
+    if spec.default is not None:
+        out["default"] = _field(spec.default)
+    if spec.separators != ("", ""):
+        out["separators"] = list(spec.separators)
     return out
 
 
@@ -230,6 +284,10 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
     out: dict[str, Any] = {
         "correlation": conv.correlation,
         "status": conv.status,
+        "status_text": conv.status_text,
+        "codes": conv.codes,
+        "server": conv.server,
+        "hints": {command: dict(codes) for command, codes in conv.hints.items()},
         "ok": sorted(conv.ok),
         "routine": sorted(conv.routine),
         "close_hints": dict(conv.close_hints),

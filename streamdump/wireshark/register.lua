@@ -75,27 +75,51 @@ local function show_notes(tree, notes)
   end
 end
 
+local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
+
+local function conn_of(pinfo, key)
+  local conn = conns[key]
+  if conn == nil then
+    conn = new_conn()
+    conn.server_port = in_ports(pinfo.dst_port) and int(pinfo.dst_port) or int(pinfo.src_port)
+    conns[key] = conn
+  end
+  return conn
+end
+
 local function dissect_pdu(tvb, pinfo, root)
   local tree = nil
   if root then tree = root:add(P, tvb()) end
-  local frame = decode_frame(tvb, tree)
   local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
+  local from_client = in_ports(pinfo.dst_port)
+  local ckey = conn_key(pinfo)
+  -- A response whose key field holds its status has its request's command: found by
+  -- correlation id on the first pass, remembered for the later ones.
+  local function lookup(what, corr, key)
+    if f then return f.key end
+    local requests = conn_of(pinfo, ckey).requests
+    if what == "request" then
+      requests[side_key(from_client) .. tostring(corr)] = key
+      return key
+    end
+    local asker = side_key(not from_client) .. tostring(corr)
+    local found = requests[asker]
+    requests[asker] = nil
+    return found
+  end
+  local frame = decode_frame(tvb, tree, lookup)
   if not pinfo.visited and f == nil then
     f = {
-      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = in_ports(pinfo.dst_port),
+      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
-      version = frame.version, length = (frame.size or 0) + SIZE_LEN, fields = frame.fields,
+      version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
-    if frame.wire_key ~= nil then
-      local key = conn_key(pinfo)
-      conns[key] = conns[key] or new_conn()
-      track(conns[key], f)
-    end
+    if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
     if not f.pending then f.fields = nil end
     memo[pdu] = f
   end
-  local name = frame.command or (frame.key and string.format("Unknown(0x%04x)", frame.key)) or "Malformed"
+  local name = frame.command or (frame.wire_key ~= nil and string.format("Unknown(%s)", frame.key_text)) or "Malformed"
   local text = name
   if frame.kind == "request" or frame.kind == "response" then text = text .. " " .. frame.kind end
   if frame.info and frame.info ~= "" then text = text .. " " .. frame.info end
@@ -125,20 +149,32 @@ local function dissect_pdu(tvb, pinfo, root)
 end
 
 local function pdu_length(tvb, pinfo, offset)
-  if int(tvb:len()) - offset < SIZE_LEN then
-    return int(tvb:reported_len()) - offset  -- the capture cut the size field (snaplen)
+  if int(tvb:len()) - offset < LENGTH.offset + LENGTH.width then
+    return int(tvb:reported_len()) - offset  -- the capture cut the length field (snaplen)
   end
-  local size = uint_of(tvb(offset, SIZE_LEN))
-  if size > SPEC.max_size or size < HEADER_SIZE then
+  local total = frame_length(tvb, offset)
+  if total > SPEC.max_size + LENGTH_END or total < HEADER_SIZE then
     -- Not a frame boundary (bytes lost before it): the rest of the segment is one unframed run.
     return int(tvb:reported_len()) - offset
   end
-  return size + SIZE_LEN
+  return total
 end
 
 function P.dissector(tvb, pinfo, tree)
-  dissect_tcp_pdus(tvb, tree, SIZE_LEN, pdu_length, dissect_pdu, true)
+  dissect_tcp_pdus(tvb, tree, LENGTH.offset + LENGTH.width, pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
 
 register_ports()
+
+-- A protocol with a magic is found on any port: TCP offers segments no port claimed.
+if SPEC.magic then
+  local magic = ByteArray.new(SPEC.magic.bytes)
+  local function heuristic(tvb, pinfo, tree)
+    local at, n = SPEC.magic.offset, magic:len()
+    if int(tvb:len()) < at + n or tvb(at, n):bytes() ~= magic then return false end
+    P.dissector(tvb, pinfo, tree)
+    return true
+  end
+  P:register_heuristic("tcp", heuristic)
+end

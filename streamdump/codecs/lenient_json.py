@@ -1,0 +1,88 @@
+"""JSON as servers really write it: the standard library's parser, plus bare object keys.
+
+Some Java servers serialise maps with integer keys unquoted (`{0:"127.0.0.1:10911"}`),
+which is not JSON; their clients parse it anyway, so a decoder must too. Text that the
+standard parser refuses is read again with such keys quoted; what still fails is an
+error with its byte offset. Writing is plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_BARE = frozenset("0123456789-+.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
+
+
+class JsonError(ValueError):
+    """Text that is not JSON, even leniently read; `pos` is the character offset."""
+
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+def loads(text: str) -> tuple[Any, bool]:
+    """The value, and whether it needed bare keys quoted to read."""
+    try:
+        return json.loads(text), False
+    except json.JSONDecodeError as strict:
+        fixed = _quote_bare_keys(text)
+        if fixed == text:
+            raise JsonError(strict.msg, strict.pos) from None
+        try:
+            return json.loads(fixed), True
+        except json.JSONDecodeError:
+            raise JsonError(strict.msg, strict.pos) from None
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _quote_bare_keys(text: str) -> str:
+    """The text with unquoted object keys quoted; strings and everything else untouched."""
+    out: list[str] = []
+    stack: list[str] = []  # "{" or "[" of the containers we are in
+    at_key = False  # inside an object, where a key must come next
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            end = _string_end(text, i)
+            out.append(text[i:end])
+            i, at_key = end, False
+            continue
+        if c in "{[":
+            stack.append(c)
+            at_key = c == "{"
+        elif c in "}]":
+            if stack:
+                stack.pop()
+            at_key = False
+        elif c == ",":
+            at_key = bool(stack) and stack[-1] == "{"
+        elif c == ":":
+            at_key = False
+        elif at_key and c in _BARE:
+            start = i
+            while i < n and text[i] in _BARE:
+                i += 1
+            out.append('"' + text[start:i] + '"')
+            at_key = False
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _string_end(text: str, start: int) -> int:
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == '"':
+            return i + 1
+        i += 1
+    return len(text)

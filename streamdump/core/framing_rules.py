@@ -1,0 +1,139 @@
+"""Framing rules: how long the next PDU is from the bytes at hand, and where one may start.
+
+The framer (framing.py) cuts a byte stream into PDUs and hunts for a start after a loss;
+what it asks of the protocol is a FramingRule. `LengthRule` serves every protocol whose
+spec names a length field in a fixed place of its header (with an optional magic before
+it); a protocol package whose PDUs are not so delimited (text lines, a length with two
+meanings) subclasses it or writes its own, and names it in its DISSECTOR.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from streamdump.spec.registry import INT_TYPES
+
+if TYPE_CHECKING:
+    from streamdump.spec.decoder import Decoder
+
+# total() for bytes that cannot start a PDU (an impossible length, a wrong magic).
+BAD = -1
+
+
+class FramingRule:
+    """The protocol knowledge framing and hunting need."""
+
+    # Bytes a candidate start must show before plausible() can judge it.
+    header_len = 1
+    # The largest PDU, whole, that is accepted.
+    limit = 64 << 20
+
+    def total(self, buf: bytes | bytearray, start: int) -> int | None:
+        """The whole length of the PDU at start: None while the bytes do not say, BAD if none starts there."""
+        raise NotImplementedError
+
+    def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
+        """Why no PDU starts at start (seq is its TCP sequence number), for the notice."""
+        return f"no frame starts at seq {seq}"
+
+    def candidates(self, buf: bytearray, start: int) -> list[int]:
+        """Offsets from start where a PDU may begin, in order (a list: buf may grow meanwhile)."""
+        return list(range(start, len(buf)))
+
+    def plausible(self, data: bytes) -> bool:
+        """Whether the first header_len bytes of data look like a PDU's header."""
+        return True
+
+    def clean(self, data: bytes) -> bool:
+        """Whether data is one whole PDU that decodes without warnings or errors."""
+        raise NotImplementedError
+
+    def clean_prefix(self, data: bytes) -> bool:
+        """Whether the start of a PDU (the rest cut off) decodes without errors up to its end."""
+        raise NotImplementedError
+
+
+class DecodedRule(FramingRule):
+    """A rule whose clean checks decode with the protocol's decoder."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+
+    def clean(self, data: bytes) -> bool:
+        frame = self.decoder.decode(data)
+        return frame.command is not None and frame.worst_severity not in ("warn", "error")
+
+    def clean_prefix(self, data: bytes) -> bool:
+        frame = self.decoder.decode(data, partial=True)
+        return frame.command is not None and all(
+            e.cut or e.severity not in ("warn", "error") for e in frame.expert
+        )
+
+    def plausible(self, data: bytes) -> bool:
+        return self.decoder.plausible(data)
+
+
+class LengthRule(DecodedRule):
+    """PDUs delimited by a length field at a fixed offset of the header (the spec's wiring)."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        super().__init__(decoder)
+        protocol = decoder.protocol
+        wiring = protocol.wiring
+        self.length_st = decoder.length_st
+        self.length_at = decoder.length_at
+        self.length_end = decoder.length_end
+        self.after = wiring.counts == "after"
+        self.header_len = decoder.header_size
+        self.min_total = decoder.header_size
+        self.limit = wiring.max_size + (self.length_end if self.after else 0)
+        self.pattern = self._pattern(decoder)
+
+    def total(self, buf: bytes | bytearray, start: int) -> int | None:
+        if len(buf) - start < self.length_end:
+            return None
+        (value,) = self.length_st.unpack_from(buf, start + self.length_at)
+        total = value + self.length_end if self.after else value
+        return total if self.min_total <= total <= self.limit else BAD
+
+    def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
+        (value,) = self.length_st.unpack_from(buf, start + self.length_at)
+        return f"a frame size of {value} at seq {seq} is impossible"
+
+    def candidates(self, buf: bytearray, start: int) -> list[int]:
+        if self.pattern is None:
+            return super().candidates(buf, start)
+        return [m.start() for m in self.pattern.finditer(buf, start)]
+
+    @staticmethod
+    def _pattern(decoder: Decoder) -> re.Pattern[bytes] | None:
+        """What a PDU start shows at a fixed offset: its magic, or one of the known command keys.
+
+        One regex keeps hunting at C speed even through megabytes of unsynced bytes.
+        """
+        protocol = decoder.protocol
+        wiring = protocol.wiring
+        if wiring.magic is not None:
+            return re.compile(b"(?=[\\x00-\\xff]{%d}%s)" % (wiring.magic_offset, re.escape(wiring.magic)))
+        offset = 0
+        for spec in protocol.header:
+            if spec.name == protocol.frame.key:
+                break
+            width = INT_TYPES[spec.type][1] if spec.type in INT_TYPES else None
+            if width is None:
+                return None
+            offset += width
+        else:
+            return None
+        if spec.type not in INT_TYPES:
+            return None
+        key_st = decoder.key_struct
+        keys: set[int] = set()
+        for key, response, _version in decoder.compiled:
+            if isinstance(key, int):
+                keys.add(key | decoder.response[1] if response and decoder.response_in_key else key)  # type: ignore[index]
+        if not keys:
+            return None
+        alternatives = b"|".join(re.escape(key_st.pack(k)) for k in sorted(keys))
+        return re.compile(b"(?=[\\x00-\\xff]{%d}(?:%s))" % (offset, alternatives))
