@@ -7,7 +7,7 @@ the same run.
 
     python bench/conversation_bench.py [CAPTURE] [--repeat N]
 
-Without CAPTURE it uses captures/bulk.pcap (a real broker, MTU 1500); for a large one, make
+Without CAPTURE it uses captures/rabbitmq_stream/bulk.pcap (a real broker, MTU 1500); for a large one, make
 /tmp/flood1m.pcap with bench/record_flood.py.
 """
 
@@ -26,7 +26,7 @@ from streamdump.spec.registry import default_registry
 from streamdump.views.fieldnames import FrameFilter
 from streamdump.views.stats import Statistics
 
-DEFAULT = Path(__file__).resolve().parent.parent / "captures" / "bulk.pcap"
+DEFAULT = Path(__file__).resolve().parent.parent / "captures" / "rabbitmq_stream" / "bulk.pcap"
 
 
 def run(path: Path, decoder: Decoder, step: Callable[[], Callable[[Frame], object]]) -> tuple[int, int]:

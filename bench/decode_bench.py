@@ -20,7 +20,7 @@ from streamdump.core.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 
-CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+CAPTURES = Path(__file__).resolve().parent.parent / "captures" / "rabbitmq_stream"
 HEADER = struct.Struct(">IHH")
 
 

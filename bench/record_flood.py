@@ -7,7 +7,7 @@ AMQP messages as fast as rstream's low-level client allows (many messages per Pu
 frame, a bounded number unconfirmed), waits for every confirm, consumes them all from
 the first offset (one credit back per chunk), then unsubscribes, deletes the publisher
 and the stream, and sends Close. tcpdump records it on lo, with lo at --mtu and its
-offloads off (captures/record.py's machinery; `--mtu 0` leaves lo alone). The JSON
+offloads off (captures/rabbitmq_stream/record.py's machinery; `--mtu 0` leaves lo alone). The JSON
 sidecar `<out>.sent.json` holds what was sent and what tcpdump reported. Needs root.
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 from rstream import AMQPMessage, OffsetType, schema
 from rstream.client import Client
 
-# record.py lives in captures/, which is not a package; this makes the script runnable
+# record.py lives in captures/rabbitmq_stream/, which is not a package; this makes the script runnable
 # as `python bench/record_flood.py` from anywhere.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "captures"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "captures" / "rabbitmq_stream"))
 import record
 
 log = logging.getLogger("record_flood")

@@ -3101,11 +3101,12 @@ keyed_value = function(spec, raw, notes)
   if t == "string" then return java_text(raw) end
   if t == "bool" then
     if raw == true or raw == false then return raw end
-    if type(raw) == "string" and (raw:lower() == "true" or raw:lower() == "false") then
-      return raw:lower() == "true"
-    end
+    local text = type(raw) == "string" and raw:lower() or nil
+    if text == "true" then return true end
+    -- What the sender meant, and what Java's Boolean.parseBoolean reads.
+    if text == "false" or text == "0" or text == "" then return false end
     notes[#notes + 1] = spec.name .. ": " .. quoted(tostring(java_text(raw))) .. " is not true or false (Java reads it as false)"
-    return raw
+    return false
   end
   if t == "array" and spec.of then
     if getmetatable(raw) ~= JSON_ARRAY then return raw end
@@ -3202,6 +3203,8 @@ local function add_value(tree, spec, range, value, name)
   if field == nil then return tree:add(range, (NAME_TITLE[name or spec.name] or spec.name) .. ": " .. tostring(value)) end
   if spec.width then
     if type(value) ~= "number" then return tree:add(range, keyed_label(spec) .. ": " .. tostring(value)) end
+    -- Wireshark's 64-bit fields take Int64/UInt64 values, not Lua numbers.
+    if spec.type == "int64" then value = Int64.new(value) elseif spec.type == "uint64" then value = UInt64.new(value) end
     return tree:add(field, range, value)
   end
   if spec.type == "bool" then
@@ -3224,8 +3227,8 @@ show_keyed = function(tree, spec, value, range, label)
     return holder
   end
   if t == "array" and type(value) == "table" and spec.of then
-    local holder = tree:add(F[spec.name], range)
-    holder:set_text(keyed_label(spec) .. ": " .. #value .. " items")
+    -- A text item: each element is an item of the field, as Python's JSON lists them.
+    local holder = tree:add(range, keyed_label(spec) .. ": " .. #value .. " items")
     for i, item in ipairs(value) do
       if spec.of.struct then
         show_keyed(holder, spec.of, item, range, string.format("%s [%d]", struct_title(spec.of.struct), i - 1))
@@ -3842,6 +3845,17 @@ do
   walk(SPEC.header)
 end
 
+-- The header's part of the Info column: a request's key field is its command (shown
+-- already), and empty header text says nothing.
+local function header_info(fields, parts, response)
+  for _, spec in ipairs(HEADER_INFO) do
+    local value = fields[spec.name]
+    if value ~= nil and value ~= "" and not (spec.name == SPEC.frame.key and not response) then
+      parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value, response)
+    end
+  end
+end
+
 -- One frame ---------------------------------------------------------------------------
 
 local FRAME = SPEC.frame
@@ -3940,6 +3954,9 @@ local function decode_frame(tvb, tree, lookup)
   end
   frame.command = command and command.name or nil
   frame.key_text = key_text(key)
+  if tree and FRAME.key ~= "key" and key ~= nil then
+    tree:add(F.key, tvb(0, 0), key):set_generated()
+  end
   if FRAME.entries and layout then
     local taken = {}
     for _, spec in ipairs(layout.fields) do if spec.entry then taken[spec.entry] = true end end
@@ -3969,7 +3986,7 @@ local function decode_frame(tvb, tree, lookup)
       if tree then tree:add(F.payload, tvb(pos, stop - pos)) end
     end
     local parts = {}
-    info_parts(HEADER_INFO, frame.fields, parts, response)
+    header_info(frame.fields, parts, response)
     frame.info = table.concat(parts, " ")
     return frame
   end
@@ -4026,7 +4043,7 @@ local function decode_frame(tvb, tree, lookup)
     note(ctx, "warn", "malformed", (stop - pos) .. " bytes after the last field")
   end
   local parts = {}
-  info_parts(HEADER_INFO, frame.fields, parts, response)
+  header_info(frame.fields, parts, response)
   info_parts(layout.fields, frame.fields, parts, response)
   frame.info = table.concat(parts, " ")
   return frame
@@ -4114,6 +4131,8 @@ local function server_of(conn)
 end
 
 local function is_number(v) return type(v) == "number" end
+-- What findings call the correlation field ("correlation id", "opaque").
+local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 
 local function key_hex(key)
   if type(key) == "number" then return hex(key, 4) end
@@ -4249,7 +4268,7 @@ local function correlate(conn, f)
     local earlier = conn.pending[key]
     if earlier then
       tnote(f, "warn", "sequence", string.format(
-        "%s request reuses correlation id %d while the %s request of packet %d is still unanswered",
+        "%s request reuses " .. CORR_NAME .. " %d while the %s request of packet %d is still unanswered",
         f.command, corr, earlier.command, earlier.number))
     end
     conn.pending[key] = f
@@ -4260,7 +4279,7 @@ local function correlate(conn, f)
   local request = conn.pending[key]
   if request and request.command ~= f.command then
     tnote(f, "warn", "sequence", string.format(
-      "%s response with correlation id %d answers a %s request (packet %d)",
+      "%s response with " .. CORR_NAME .. " %d answers a %s request (packet %d)",
       f.command, corr, request.command, request.number))
     request = nil
   end
@@ -4451,7 +4470,9 @@ local function track(conn, f)
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end
-  if f.command and f.kind ~= "unknown" then
+  -- A response whose command is its request's is tracked even when the request is missing.
+  local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
+  if (f.command or orphan) and f.kind ~= "unknown" then
     if CONV.correlation then correlate(conn, f) end
     negotiation(conn, f)
     if SESSION_OF[f.command] then sessions(conn, f) end
@@ -4460,6 +4481,76 @@ local function track(conn, f)
     if CONV.announcement and f.command == CONV.announcement.command then announcement(conn, f) end
   end
   if f.from_client then conn.client_last = f end
+end
+
+-- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32, and
+-- inflate(range, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if not).
+
+-- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
+-- kept as four bytes, least significant first.
+local XOR8 = {}
+do
+  for a = 0, 255 do
+    for b = 0, 255 do
+      local r, bit, x, y = 0, 1, a, b
+      for _ = 1, 8 do
+        if (x % 2) ~= (y % 2) then r = r + bit end
+        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+      end
+      XOR8[a * 256 + b] = r
+    end
+  end
+end
+local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
+do
+  for n = 0, 255 do
+    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+    for _ = 1, 8 do
+      local low = c[1] % 2
+      -- shift right by one across the four bytes
+      for i = 1, 4 do
+        local carry = (i < 4) and (c[i + 1] % 2) or 0
+        c[i] = math.floor(c[i] / 2) + carry * 128
+      end
+      if low == 1 then
+        c[1] = XOR8[c[1] * 256 + 0x20]
+        c[2] = XOR8[c[2] * 256 + 0x83]
+        c[3] = XOR8[c[3] * 256 + 0xB8]
+        c[4] = XOR8[c[4] * 256 + 0xED]
+      end
+    end
+    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
+  end
+end
+
+local function crc32(tvb, pos, len)
+  local c0, c1, c2, c3 = 255, 255, 255, 255
+  local at, stop = pos, pos + len
+  while at < stop do
+    local n = math.min(4096, stop - at)
+    local bytes = { tvb:raw(at, n):byte(1, n) }
+    for i = 1, n do
+      local idx = XOR8[c0 * 256 + bytes[i]]
+      c0 = XOR8[CRC_T0[idx] * 256 + c1]
+      c1 = XOR8[CRC_T1[idx] * 256 + c2]
+      c2 = XOR8[CRC_T2[idx] * 256 + c3]
+      c3 = CRC_T3[idx]
+    end
+    at = at + n
+  end
+  return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
+end
+
+local function inflate(range, label)
+  for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
+    local found, fn = pcall(function() return range[method] end)
+    if found and fn then
+      local ok, out = pcall(fn, range, label)
+      if ok then return out end
+      return nil
+    end
+  end
+  return nil
 end
 
 -- Lua twin of streamdump/hooks/amqp.py, for the generated plugin: finds the sections of an
@@ -4569,78 +4660,11 @@ local function amqp_sections(tvb, pos, len)
   error(err, 0)
 end
 
--- Lua twin of streamdump/hooks/osiris.py: Osiris entries (Publish) and chunks (Deliver),
+-- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
 -- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
 -- inflate), records with their offsets, tracking entries, and AMQP section names.
 
 local OSIRIS_LIMITS = SPEC.limits.osiris
-
--- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
--- kept as four bytes, least significant first.
-local XOR8 = {}
-do
-  for a = 0, 255 do
-    for b = 0, 255 do
-      local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 8 do
-        if (x % 2) ~= (y % 2) then r = r + bit end
-        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
-      end
-      XOR8[a * 256 + b] = r
-    end
-  end
-end
-local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
-do
-  for n = 0, 255 do
-    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
-    for _ = 1, 8 do
-      local low = c[1] % 2
-      -- shift right by one across the four bytes
-      for i = 1, 4 do
-        local carry = (i < 4) and (c[i + 1] % 2) or 0
-        c[i] = math.floor(c[i] / 2) + carry * 128
-      end
-      if low == 1 then
-        c[1] = XOR8[c[1] * 256 + 0x20]
-        c[2] = XOR8[c[2] * 256 + 0x83]
-        c[3] = XOR8[c[3] * 256 + 0xB8]
-        c[4] = XOR8[c[4] * 256 + 0xED]
-      end
-    end
-    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
-  end
-end
-
-local function crc32(tvb, pos, len)
-  local c0, c1, c2, c3 = 255, 255, 255, 255
-  local at, stop = pos, pos + len
-  while at < stop do
-    local n = math.min(4096, stop - at)
-    local bytes = { tvb:raw(at, n):byte(1, n) }
-    for i = 1, n do
-      local idx = XOR8[c0 * 256 + bytes[i]]
-      c0 = XOR8[CRC_T0[idx] * 256 + c1]
-      c1 = XOR8[CRC_T1[idx] * 256 + c2]
-      c2 = XOR8[CRC_T2[idx] * 256 + c3]
-      c3 = CRC_T3[idx]
-    end
-    at = at + n
-  end
-  return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
-end
-
-local function osiris_inflate(range, label)
-  for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
-    local found, fn = pcall(function() return range[method] end)
-    if found and fn then
-      local ok, out = pcall(fn, range, label)
-      if ok then return out end
-      return nil
-    end
-  end
-  return nil
-end
 
 local function budget_of(ctx)
   if ctx.budget == nil then
@@ -4776,7 +4800,7 @@ local function entry_bodies(tvb, entry, where, ctx)
     return split_records(tvb, entry.body, entry.body_len, entry, where, ctx)
   end
   if entry.compression == 1 then
-    local out = entry.body_len > 0 and osiris_inflate(tvb(entry.body, entry.body_len), "gzip sub-batch") or nil
+    local out = entry.body_len > 0 and inflate(tvb(entry.body, entry.body_len), "gzip sub-batch") or nil
     if out == nil then
       note(ctx, "error", "malformed", where .. ": sub-batch: gzip data does not inflate")
       return {}

@@ -305,7 +305,7 @@ def read(
             error = str(exc)
         sys.stdout.flush()
     _print_notices(stats)
-    tracker.finish(stats.lossy)
+    tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)
     _finish_read(setup, stats, error)
 
@@ -338,7 +338,7 @@ def stats(
                 statistics[frame.protocol].add(frame)
     except CaptureError as exc:
         error = str(exc)
-    tracker.finish(read_stats.lossy)
+    tracker.finish(read_stats.lossy, read_stats.closed)
     # The protocols the capture holds; when it holds none, the first asked for (its empty tables).
     shown = [s for s in statistics.values() if s.tracker.connections] or list(statistics.values())[:1]
     with _reader_may_leave():
@@ -356,7 +356,9 @@ def stats(
             for n, statistic in enumerate(shown):
                 if len(shown) > 1:
                     console.print(("\n" if n else "") + f"== {statistic.protocol.title} ==", style="bold")
-                render_stats(statistic.result(), console, statistic.subject)
+                render_stats(
+                    statistic.result(), console, statistic.subject, bool(statistic.protocol.conversation.acks)
+                )
         sys.stdout.flush()
     _print_notices(read_stats)
     _finish_read(setup, read_stats, error)
@@ -395,7 +397,7 @@ def follow(
                 dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
     except CaptureError as exc:
         error = str(exc)
-    tracker.finish(read_stats.lossy)
+    tracker.finish(read_stats.lossy, read_stats.closed)
     connections = tracker.connections
     if connection is not None and connection not in dialogues and error is None:
         known = ", ".join(map(str, sorted(connections))) or "none"

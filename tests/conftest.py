@@ -11,7 +11,10 @@ from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
-CAPTURES = ROOT / "captures"
+CAPTURE_ROOT = ROOT / "captures"
+# Each protocol's recordings and the scripts that made them, in captures/<protocol>/.
+CAPTURES = CAPTURE_ROOT / "rabbitmq_stream"
+ROCKETMQ_CAPTURES = CAPTURE_ROOT / "rocketmq"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 

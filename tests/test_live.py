@@ -1,6 +1,6 @@
 """Real parts: record fresh traffic from a real client against the real broker, then decode it.
 
-Needs root (tcpdump), tcpdump and the RabbitMQ broker; captures/record.py enables the
+Needs root (tcpdump), tcpdump and the RabbitMQ broker; captures/rabbitmq_stream/record.py enables the
 stream plugin itself. On a laptop without them these tests skip; in CI they fail.
 """
 
@@ -40,7 +40,7 @@ def need_recording_tools() -> None:
 
 
 def record_scenarios(outdir: Path, *scenarios: str) -> None:
-    """Run captures/record.py for `scenarios` into `outdir`; its own checks must pass."""
+    """Run captures/rabbitmq_stream/record.py for `scenarios` into `outdir`; its own checks must pass."""
     cmd = [sys.executable, str(CAPTURES / "record.py"), "--outdir", str(outdir)]
     for name in scenarios:
         cmd += ["--scenario", name]

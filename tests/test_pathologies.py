@@ -1,6 +1,6 @@
-"""The pathological captures in captures/pathological, checked against their manifest's ground truth.
+"""The pathological captures in captures/rabbitmq_stream/pathological, checked against their manifest.
 
-Each file was made from a real recording by captures/make_pathologies.py, which
+Each file was made from a real recording by captures/rabbitmq_stream/make_pathologies.py, which
 wrote down exactly which bytes it removed, which copies it forged and where the
 capture starts. For every file: every frame of the source whose bytes are all
 present decodes to the same bytes, nothing else decodes as a complete frame, every

@@ -10,6 +10,7 @@ Differences that are allowed, each narrow and named here:
   bytes (`message`); the decoded values are the Python side's alone.
 - Sub-batches compressed with codecs Wireshark's Lua API cannot inflate (snappy, lz4,
   zstd on 4.0): the plugin shows the entry and an "undecoded" note instead of the records.
+- Expert notes longer than Wireshark keeps of a text (239 bytes) are compared as cut there.
 - Captures that lost bytes (pathological/*.dropped, midstream, snaplen...): Wireshark's
   TCP reassembly and streamdump's recovery differ by design, so only the absence of Lua
   errors is checked there.
@@ -38,13 +39,14 @@ import zstandard
 from streamdump.dissectors.rabbitmq_stream import osiris
 
 from streamdump.spec.decoder import Decoder
-from streamdump.spec.registry import Protocol
+from streamdump.spec.registry import Protocol, default_registry
 from streamdump.wireshark import luagen
-from tests.conftest import CAPTURES, ROOT, need
+from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
 
 PLUGIN = ROOT / "lua" / "rabbitmq_stream.lua"
-PREFIX = "rabbitmq_stream."
 TOP = ("size", "key", "version")
+# Every protocol's plugin, checked over the captures of its folder.
+PROTOCOLS = sorted(default_registry().protocols)
 MANIFEST = json.loads((CAPTURES / "pathological" / "manifest.json").read_text())
 LOSSY = {
     entry["file"]
@@ -55,9 +57,18 @@ UNINFLATABLE = {2, 3, 4}  # compression codes tshark 4.0's Lua API has no codec 
 LUA_ERRORS = ("lua error", "internal error in the streamdump lua plugin", "_ws.lua.error")
 
 
-def all_captures() -> list[Path]:
-    files = sorted(p for p in CAPTURES.rglob("*") if p.suffix in (".pcap", ".pcapng", ".gz", ".zst"))
-    return [p for p in files if "chunks" not in p.parts]
+def all_captures(folder: Path = CAPTURES) -> list[Path]:
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".pcap", ".pcapng", ".gz", ".zst"))
+    return [p for p in files if "chunks" not in p.parts and "node_modules" not in p.parts]
+
+
+def every_capture() -> list[tuple[str, Path]]:
+    """(protocol, capture) for every protocol's captures/<protocol>/ folder."""
+    return [(name, path) for name in PROTOCOLS for path in all_captures(CAPTURE_ROOT / name)]
+
+
+def plugin_of(name: str) -> Path:
+    return ROOT / "lua" / f"{name}.lua"
 
 
 def _tshark() -> str:
@@ -80,12 +91,12 @@ def _plain(path: Path, tmp: Path) -> Path:
     return path
 
 
-def run_tshark(path: Path, tmp: Path, *, two_pass: bool = False) -> tuple[list[Any], str]:
+def run_tshark(
+    path: Path, tmp: Path, *, two_pass: bool = False, name: str = "rabbitmq_stream"
+) -> tuple[list[Any], str]:
     """tshark's JSON for the capture (objects as lists of pairs: keys repeat) and all it printed."""
-    args = [_tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(_plain(path, tmp)), "-T", "json"]
-    args += ["-J", "frame rabbitmq_stream", "-o", "tcp.reassemble_out_of_order:TRUE"] + (
-        ["-2"] if two_pass else []
-    )
+    args = [_tshark(), "-X", f"lua_script:{plugin_of(name)}", "-r", str(_plain(path, tmp)), "-T", "json"]
+    args += ["-J", f"frame {name}", "-o", "tcp.reassemble_out_of_order:TRUE"] + (["-2"] if two_pass else [])
     env = dict(os.environ, HOME=str(tmp))  # no personal plugins or preferences of the machine
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     text = result.stdout + result.stderr
@@ -93,8 +104,9 @@ def run_tshark(path: Path, tmp: Path, *, two_pass: bool = False) -> tuple[list[A
     return json.loads(result.stdout, object_pairs_hook=list), text
 
 
-def run_streamdump(path: Path, *, two_pass: bool = False) -> list[dict[str, Any]]:
+def run_streamdump(path: Path, *, two_pass: bool = False, name: str | None = None) -> list[dict[str, Any]]:
     args = [sys.executable, "-m", "streamdump", "read", str(path), "-T", "jsonl"]
+    args += ["--protocol", name] if name else []
     result = subprocess.run(args + (["--two-pass"] if two_pass else []), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
@@ -103,8 +115,8 @@ def run_streamdump(path: Path, *, two_pass: bool = False) -> list[dict[str, Any]
 # ---------------------------------------------------------------- tshark's side
 
 
-def tshark_pdus(packets: list[Any]) -> dict[int, list[list[Any]]]:
-    """Per packet number, each rabbitmq_stream tree (a list of pairs) in order."""
+def tshark_pdus(packets: list[Any], name: str = "rabbitmq_stream") -> dict[int, list[list[Any]]]:
+    """Per packet number, each tree of the protocol (a list of pairs) in order."""
     out: dict[int, list[list[Any]]] = defaultdict(list)
     for packet in packets:
         layers = dict(packet)["_source"]
@@ -113,7 +125,7 @@ def tshark_pdus(packets: list[Any]) -> dict[int, list[list[Any]]]:
         for key, value in layers:
             if key == "frame":
                 number = int(dict(value)["frame.number"])
-            elif key == "rabbitmq_stream":
+            elif key == name:
                 assert number is not None
                 out[number].append(value)
     return out
@@ -136,36 +148,37 @@ class Flat:
         return out
 
 
-def flatten_tshark(tree: list[Any]) -> Flat:
+def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
     flat = Flat()
+    prefix = f"{name}."
 
     def walk(pairs: list[Any], into: list[tuple[str, Any]]) -> None:
         for key, value in pairs:
             if key == "_ws.expert":
                 notes = dict(value)
-                abbr = next(k for k, _ in value if k.startswith(PREFIX + "expert."))
-                group, severity = abbr[len(PREFIX + "expert.") :].rsplit(".", 1)
+                abbr = next(k for k, _ in value if k.startswith(prefix + "expert."))
+                group, severity = abbr[len(prefix + "expert.") :].rsplit(".", 1)
                 flat.expert.append((group, severity, notes["_ws.expert.message"]))
             elif "lua" in key and "error" in key.lower():
                 raise AssertionError(f"Lua error in tshark: {value}")
             elif key == "_ws.lua.text":
                 if isinstance(value, list):
                     walk(value, into)
-            elif key == PREFIX + "links":
+            elif key == prefix + "links":
                 walk(value, flat.links)
-            elif key.startswith(PREFIX):
-                name = key[len(PREFIX) :]
-                if name.endswith("_tree"):
+            elif key.startswith(prefix):
+                field = key[len(prefix) :]
+                if field.endswith("_tree"):
                     walk(value, into)
-                elif name in ("command", "kind") or (
-                    name in TOP and into is flat.fields and name not in flat.top
+                elif field in ("command", "kind") or (
+                    field in TOP and into is flat.fields and field not in flat.top
                 ):
-                    flat.top[name] = value
+                    flat.top[field] = value
                 elif isinstance(value, list):
-                    into.append((name, ""))
+                    into.append((field, ""))
                     walk(value, into)
                 else:
-                    into.append((name, value))
+                    into.append((field, value))
 
     walk(tree, flat.fields)
     flat.links.sort(key=lambda item: item[0])
@@ -175,16 +188,22 @@ def flatten_tshark(tree: list[Any]) -> Flat:
 # ---------------------------------------------------------------- streamdump's side
 
 
-def flatten_streamdump(frame: dict[str, Any], maps: frozenset[str]) -> Flat:
+def flatten_streamdump(
+    frame: dict[str, Any], maps: frozenset[str], opaque: frozenset[str] = frozenset()
+) -> Flat:
+    """opaque: fields whose values only the Python side decodes (JSON of no declared shape)."""
     flat = Flat()
     flat.top = {name: frame[name] for name in (*TOP, "command", "kind") if frame.get(name) is not None}
     if frame.get("command") is None:
-        flat.top["command"] = f"Unknown(0x{frame['key']:04x})"
+        key = frame.get("key")
+        flat.top["command"] = f"Unknown(0x{key:04x})" if isinstance(key, int) else "Unknown(?)"
 
     def walk(name: str, value: Any, into: list[tuple[str, Any]]) -> None:
         if value is None:
             return  # absent in Wireshark, which shows a null as text
-        if isinstance(value, list):
+        if name in opaque:
+            into.append((name, ANY))
+        elif isinstance(value, list):
             for item in value:
                 walk(name, item, into)
         elif isinstance(value, dict) and name == "message":
@@ -206,8 +225,17 @@ def flatten_streamdump(frame: dict[str, Any], maps: frozenset[str]) -> Flat:
     for name, value in (frame.get("links") or {}).items():
         walk(name, value, flat.links)
     flat.links.sort(key=lambda item: item[0])
-    flat.expert = [(e["group"], e["severity"], e["message"]) for e in frame["expert"]]
+    flat.expert = [(e["group"], e["severity"], wireshark_text(e["message"])) for e in frame["expert"]]
     return flat
+
+
+# Wireshark keeps at most this many bytes of an item's or expert note's text (ITEM_LABEL_LENGTH - 1).
+LABEL_BYTES = 239
+
+
+def wireshark_text(text: str) -> str:
+    """A note as Wireshark can show it: cut at LABEL_BYTES bytes, never inside a character."""
+    return text.encode("utf-8")[:LABEL_BYTES].decode("utf-8", "ignore")
 
 
 class _Any:
@@ -319,12 +347,13 @@ def field_types(protocol: Protocol) -> dict[str, str]:
 
 
 def differences(path: Path, tmp: Path, protocol: Protocol, *, two_pass: bool = False) -> Iterator[str]:
-    packets, _ = run_tshark(path, tmp, two_pass=two_pass)
-    theirs = tshark_pdus(packets)
+    packets, _ = run_tshark(path, tmp, two_pass=two_pass, name=protocol.name)
+    theirs = tshark_pdus(packets, protocol.name)
     ours: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for frame in run_streamdump(path, two_pass=two_pass):
+    for frame in run_streamdump(path, two_pass=two_pass, name=protocol.name):
         ours[frame["frame"]].append(frame)
     maps = frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
+    opaque = frozenset(s.name for s in protocol.all_fields() if s.type == "json" and not s.fields)
     ftypes = field_types(protocol)
     for number in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(number, []), theirs.get(number, [])
@@ -335,7 +364,7 @@ def differences(path: Path, tmp: Path, protocol: Protocol, *, two_pass: bool = F
             )
             continue
         for index, (frame, tree) in enumerate(zip(mine, other, strict=True)):
-            expected, actual = flatten_streamdump(frame, maps), flatten_tshark(tree)
+            expected, actual = flatten_streamdump(frame, maps, opaque), flatten_tshark(tree, protocol.name)
             if any(group == "undecoded" for group, _, _ in actual.expert):
                 without_uninflatable(expected)
                 actual.expert = [e for e in actual.expert if e[0] != "undecoded"]
@@ -459,33 +488,38 @@ def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protoco
 # ---------------------------------------------------------------- tests
 
 
-def test_plugin_is_current(protocol: Protocol) -> None:
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_plugin_is_current(name: str) -> None:
     """The committed plugin is what `streamdump lua generate` writes today."""
-    assert PLUGIN.read_text(encoding="utf-8") == luagen.generate(protocol), (
+    assert plugin_of(name).read_text(encoding="utf-8") == luagen.generate(default_registry().get(name)), (
         "lua/ is stale: run `streamdump lua generate`"
     )
 
 
-def test_plugin_says_it_is_generated() -> None:
-    first = PLUGIN.read_text(encoding="utf-8").splitlines()[0]
-    source = "dissectors/rabbitmq_stream/spec.yaml"
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_plugin_says_it_is_generated(name: str) -> None:
+    first = plugin_of(name).read_text(encoding="utf-8").splitlines()[0]
+    source = f"dissectors/{name}/spec.yaml"
     assert first.startswith(f"-- Generated by `streamdump lua generate` from {source}")
 
 
+@pytest.mark.parametrize("name", PROTOCOLS)
 @pytest.mark.parametrize("luac", ["luac5.2", "luac5.4"])
-def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str) -> None:
+def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str, name: str) -> None:
     """Wireshark 4.0 embeds Lua 5.2, 4.4 and later 5.4: the plugin must parse under both (5.2 has
     no integer division or bit operators, so parsing there refuses them)."""
     path = shutil.which(luac)
     need(path is not None, f"{luac} is not installed (apt-get install lua5.2 lua5.4)")
     assert path is not None
-    result = subprocess.run([path, "-p", str(PLUGIN)], capture_output=True, text=True)
+    result = subprocess.run([path, "-p", str(plugin_of(name))], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_plugin_relies_on_no_bit32() -> None:
+@pytest.mark.parametrize("name", PROTOCOLS)
+def test_plugin_relies_on_no_bit32(name: str) -> None:
     """bit32 is gone from Lua 5.4 (FACTS.md): arithmetic stands in for bit operations."""
-    code = "\n".join(line.split("--", 1)[0] for line in PLUGIN.read_text(encoding="utf-8").splitlines())
+    text = plugin_of(name).read_text(encoding="utf-8")
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     assert "bit32" not in code and "bit." not in code
 
 
@@ -537,23 +571,27 @@ def test_lua_install_defaults_to_wiresharks_personal_folder(tmp_path: Path) -> N
     assert "QueryPublisherSequence response corr=7 code=OK seq=0" in check.stdout
 
 
-@pytest.mark.parametrize("path", all_captures(), ids=lambda p: str(p.relative_to(CAPTURES)))
-def test_tshark_runs_the_plugin_without_lua_errors(path: Path, tmp_path: Path) -> None:
-    packets, text = run_tshark(path, tmp_path)
+@pytest.mark.parametrize(
+    ("name", "path"),
+    every_capture(),
+    ids=lambda v: str(v.relative_to(CAPTURE_ROOT)) if isinstance(v, Path) else v,
+)
+def test_tshark_runs_the_plugin_without_lua_errors(name: str, path: Path, tmp_path: Path) -> None:
+    packets, text = run_tshark(path, tmp_path, name=name)
     lowered = text.lower()
     for marker in LUA_ERRORS:
         assert marker not in lowered, f"{marker!r} in tshark's output for {path.name}"
     if path.name not in LOSSY:
-        assert tshark_pdus(packets), "the plugin decoded no frame"
+        assert tshark_pdus(packets, name), "the plugin decoded no frame"
 
 
 @pytest.mark.parametrize(
-    "path",
-    [p for p in all_captures() if p.name not in LOSSY],
-    ids=lambda p: str(p.relative_to(CAPTURES)),
+    ("name", "path"),
+    [(n, p) for n, p in every_capture() if p.name not in LOSSY],
+    ids=lambda v: str(v.relative_to(CAPTURE_ROOT)) if isinstance(v, Path) else v,
 )
-def test_tshark_and_streamdump_agree(path: Path, tmp_path: Path, protocol: Protocol) -> None:
-    found = list(differences(path, tmp_path, protocol))
+def test_tshark_and_streamdump_agree(name: str, path: Path, tmp_path: Path) -> None:
+    found = list(differences(path, tmp_path, default_registry().get(name)))
     assert not found, f"{len(found)} differences; first ones:\n" + "\n\n".join(found[:5])
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdump.codecs import amqp
-from streamdump.codecs.compression import DecompressionError, decompress
+from streamdump.codecs.compression import Budget, DecompressionError, decompress
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import BadValue, Ctx, Short
@@ -33,9 +33,6 @@ SIMPLE, SUB_BATCH = 0, 1
 MAGIC = 5
 DELTA, SNAPSHOT = 1, 2  # chunk types whose records are tracking entries, not messages
 PRODUCER = 0  # tracking entry type of a producer's sequence
-# Per frame, whatever its sub-batches declare; far above what a broker's frame_max allows.
-MAX_EXPANDED_BYTES = 64 << 20
-MAX_EXPANDED_RECORDS = 100_000
 
 
 @dataclass(slots=True)
@@ -110,39 +107,6 @@ def write_entry(buf: bytearray, entry: Entry) -> None:
 def records_body(records: list[bytes]) -> bytes:
     """The uncompressed body of a sub-batch holding these records."""
     return b"".join(_U32.pack(len(r)) + r for r in records)
-
-
-class Budget:
-    """What expanding one frame may still produce: decompressed bytes and records.
-
-    Each sub-batch is bounded by its declared length, but a frame may hold many; the
-    budget bounds their sum, so a small hostile frame cannot make a large expansion.
-    """
-
-    __slots__ = ("bytes_left", "records_left", "spent")
-
-    def __init__(self) -> None:
-        self.bytes_left = MAX_EXPANDED_BYTES
-        self.records_left = MAX_EXPANDED_RECORDS
-        self.spent = False  # the frame has been told once
-
-    @staticmethod
-    def of(ctx: Ctx) -> Budget:
-        if ctx.budget is None:
-            ctx.budget = Budget()
-        return ctx.budget  # type: ignore[no-any-return]
-
-    def refuse(self, ctx: Ctx, where: str, what: str, pos: int) -> None:
-        if not self.spent:
-            self.spent = True
-            ctx.expert.append(
-                Expert(
-                    "error",
-                    f"{where}: {what}; expanding this frame stops at {MAX_EXPANDED_BYTES >> 20} MiB "
-                    f"decompressed and {MAX_EXPANDED_RECORDS} records",
-                    pos,
-                )
-            )
 
 
 class EntryHook(Hook):

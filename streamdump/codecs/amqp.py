@@ -898,7 +898,6 @@ def preview(value: Any, limit: int = 40) -> str:
     return _cut(_printable(json.dumps(converted, ensure_ascii=False, separators=(",", ":"))), limit)
 
 
-
 # Message properties a one-line summary shows, in this order, then the first application properties.
 KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 MAX_APP_PROPERTIES = 3
@@ -925,6 +924,7 @@ def summary(message: Message, limit: int = 40) -> str:
     if message.error is not None:
         parts.append(f"[warn: {message.error}]")
     return "  ".join(parts)
+
 
 # ---------------------------------------------------------------- encoding
 

@@ -1,4 +1,10 @@
-"""Bounded decompression of Osiris sub-batch bodies, for every codec and framing clients use.
+"""Bounded decompression of message bodies, for every codec and framing clients use.
+
+Osiris sub-batches declare their uncompressed length: decompress() produces exactly that.
+RocketMQ bodies declare none: inflate() produces at most a limit. Either way, what one
+frame may expand to is bounded by a Budget, so a small hostile frame of many compressed
+parts cannot exhaust memory.
+
 
 The compression code in a sub-batch header is a client convention, not something the
 broker checks, and clients of the same code frame their bytes differently: the Java and
@@ -14,11 +20,16 @@ work, so a hostile or broken capture cannot blow up memory.
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import cramjam
+import zstandard
+
+from streamdump.core.frame import Expert
 
 # No client batches anywhere near this much into one sub-entry; the broker's own frame
 # limit keeps real ones far below it.
@@ -197,3 +208,88 @@ def compress(framing: str, data: bytes) -> bytes:
     if framing == "zstd frame":
         return bytes(cramjam.zstd.compress(data))
     raise ValueError(f"unknown framing {framing!r}")
+
+
+# ---------------------------------------------------------------- bodies of no declared length
+
+# Per frame, whatever its parts declare; far above what any broker's frame limit allows.
+MAX_EXPANDED_BYTES = 64 << 20
+MAX_EXPANDED_RECORDS = 100_000
+
+
+class Budget:
+    """What expanding one frame may still produce: decompressed bytes and records.
+
+    Each part is bounded by its own length, but a frame may hold many; the budget bounds
+    their sum. A hook takes the frame's budget from its decode context (Budget.of).
+    """
+
+    __slots__ = ("bytes_left", "records_left", "spent")
+
+    def __init__(self) -> None:
+        self.bytes_left = MAX_EXPANDED_BYTES
+        self.records_left = MAX_EXPANDED_RECORDS
+        self.spent = False  # the frame has been told once
+
+    @staticmethod
+    def of(ctx: Any) -> Budget:
+        if ctx.budget is None:
+            ctx.budget = Budget()
+        return ctx.budget  # type: ignore[no-any-return]
+
+    def refuse(self, ctx: Any, where: str, what: str, pos: int) -> None:
+        if not self.spent:
+            self.spent = True
+            ctx.expert.append(
+                Expert(
+                    "error",
+                    f"{where}: {what}; expanding this frame stops at {MAX_EXPANDED_BYTES >> 20} MiB "
+                    f"decompressed and {MAX_EXPANDED_RECORDS} records",
+                    pos,
+                )
+            )
+
+
+def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
+    """A body compressed with codec ("zlib", "lz4", "zstd"), at most limit bytes of it.
+
+    Raises DecompressionError for corrupt data and for output over the limit.
+    """
+    data = bytes(body)
+    if codec == "zlib":
+        inflater = zlib.decompressobj()
+        try:
+            out = inflater.decompress(data, limit + 1)
+        except zlib.error as exc:
+            raise DecompressionError(f"zlib data is corrupt: {exc}") from None
+        if len(out) > limit:
+            raise DecompressionError(f"zlib output is over the {limit} bytes left to expand")
+        if not inflater.eof:
+            raise DecompressionError("zlib data ends before its stream does")
+        return out
+    if codec == "zstd":
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
+            out = reader.read(limit + 1)
+        except zstandard.ZstdError as exc:
+            raise DecompressionError(f"zstd data is corrupt: {exc}") from None
+        if len(out) > limit:
+            raise DecompressionError(f"zstd output is over the {limit} bytes left to expand")
+        return out
+    if codec == "lz4":
+        if not data.startswith(_LZ4_FRAME):
+            raise DecompressionError("lz4 data does not start with an lz4 frame magic")
+        size = min(limit, max(64 << 10, 4 * len(data)))
+        while True:  # a buffer that grows to the limit: most bodies are small
+            out = bytearray(size)
+            try:
+                written = cramjam.lz4.decompress_into(data, out)
+                return bytes(out[:written])
+            except cramjam.DecompressionError as exc:
+                text = str(exc)
+                if not ("whole buffer" in text or "smaller than required" in text or "large enough" in text):
+                    raise DecompressionError(f"lz4 data is corrupt: {text}") from None
+            if size >= limit:
+                raise DecompressionError(f"lz4 output is over the {limit} bytes left to expand")
+            size = min(limit, size * 4)
+    raise DecompressionError(f"unknown codec {codec!r}")

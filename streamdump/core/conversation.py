@@ -154,6 +154,18 @@ class Tracker:
             size_len = wiring.length_offset + INT_TYPES[wiring.length_type][1] if after else 0
         self.size_len = size_len
         self.user_of = dissector_of(protocol).user
+        self.by_request = protocol.frame.response_key == "request"
+        # Who each peer is, from fields every frame carries: (property, field, value names).
+        self.identity: list[tuple[str, str, dict[int, str]]] = []
+        for prop, name in self.spec.identity.items():
+            spec = protocol.header_field(name)
+            names = (
+                dict(protocol.enums[spec.enum]) if spec is not None and spec.enum in protocol.enums else {}
+            )
+            self.identity.append((prop, name, names))
+        self.closed: dict[int, tuple[int, float, str]] = {}
+        # What diagnoses call the correlation field ("correlation id", "opaque").
+        self.corr_name = (self.spec.correlation or "correlation id").replace("_", " ")
         self.connections: dict[int, ConnState] = {}
         self.diagnoses: list[Diagnosis] = []
         # Findings past MAX_DIAGNOSES, counted:
@@ -214,12 +226,16 @@ class Tracker:
                 (frame.src, frame.dst) if frame.from_client is not False else (frame.dst, frame.src)
             )
         side = conn.side(frame.from_client)
+        if self.identity and side.properties is None:
+            side.properties = self._identity(frame)
         if frame.incomplete is not None:
             conn.lossy = True
         self._silence(conn, side, frame)
         self._frame_max(conn, frame)
         command = frame.command
-        if command is not None and frame.kind != "unknown":
+        # A response whose command is its request's is tracked even when the request is missing.
+        orphan = frame.kind == "response" and self.by_request
+        if (command is not None or orphan) and frame.kind != "unknown":
             self._correlate(conn, frame)
             self._negotiation(conn, side, frame)
             if command in self.session_of:
@@ -239,12 +255,25 @@ class Tracker:
         side.bytes += length
         conn.last = seen
 
-    def finish(self, lossy: Collection[int] = ()) -> None:
+    def _identity(self, frame: Frame) -> dict[str, Any] | None:
+        """A peer's product and version, from a frame's header fields (its language, its version)."""
+        props: dict[str, Any] = {}
+        for prop, name, names in self.identity:
+            value = frame.version if name == "version" else frame.fields.get(name)
+            if value is not None:
+                props[prop] = names.get(value, value) if isinstance(value, int) else value
+        return props or None
+
+    def finish(
+        self, lossy: Collection[int] = (), closed: Mapping[int, tuple[int, float, str]] | None = None
+    ) -> None:
         """What only the end shows: unanswered requests, unconfirmed items, silence, stalls.
 
         lossy: connections the capture lost bytes of; what is missing there may be in them,
-        so it is told as a note, not a warning.
+        so it is told as a note, not a warning. closed: connections that ended before the
+        capture did (connection -> packet, time, how), so an answer could not still come.
         """
+        self.closed = dict(closed or {})
         lossy_now = {conn.number for conn in self.connections.values() if conn.lossy or conn.number in lossy}
         # Silence told while the frames went by may be bytes the capture lost: only a note then.
         self.diagnoses = [
@@ -312,8 +341,8 @@ class Tracker:
                     "warn",
                     "sequence",
                     "duplicate_correlation",
-                    "correlation id reused while a request with it is unanswered",
-                    f"{frame.command} request reuses correlation id {corr} while the "
+                    f"{self.corr_name} reused while a request with it is unanswered",
+                    f"{frame.command} request reuses {self.corr_name} {corr} while the "
                     f"{earlier.frame.command} request of packet {earlier.frame.number} is still unanswered",
                 )
             early = conn.early.pop((asker, corr), None)
@@ -334,7 +363,7 @@ class Tracker:
                 "sequence",
                 "mismatched_response",
                 "response to a request of another command",
-                f"{frame.command} response with correlation id {corr} answers a "
+                f"{frame.command} response with {self.corr_name} {corr} answers a "
                 f"{request.frame.command} request (packet {request.frame.number})",
             )
             request = None
@@ -365,7 +394,7 @@ class Tracker:
             "sequence",
             "orphan_response",
             "response without a request",
-            f"{frame.command} response with correlation id {corr} answers no request in the capture"
+            f"{frame.name} response with {self.corr_name} {corr} answers no request in the capture"
             + ("" if began else " (the request may be before the capture started or in bytes it lost)"),
         )
 
@@ -455,7 +484,7 @@ class Tracker:
     def _asked(self, request: Frame | None, response: Frame) -> str:
         """The request named for a user: command, what it was about, and where it is."""
         if request is None:
-            return f"{response.command} (response at packet {response.number})"
+            return f"{response.name} (response at packet {response.number})"
         about = [
             f"{spec.name.replace('_', ' ')} {request.fields[spec.name]!r}"
             for spec in self.named.get((request.key, False), ())
@@ -482,19 +511,29 @@ class Tracker:
             if closed is not None and closed.number >= frame.number
             else ""
         )
+        ended_at = self.closed.get(conn.number)
+        if not after and ended_at is not None and ended_at[0] >= frame.number:
+            number, ts, how = ended_at
+            after = f"; {how} at packet {number}, {ts - frame.ts:.3f} s after it"
         if conn.lossy and not after:
             after = "; the capture lost bytes of this connection, maybe the answer"
         ended = self._ended_soon(conn, frame.ts) if not after else None
         if ended:
             after = ended
+        # A request the server may hold (a long poll) is not late until its time is up.
+        held = self._patience(frame)
+        end_ts = ended_at[1] if ended_at is not None else conn.last.ts if conn.last is not None else frame.ts
+        waiting = held is not None and end_ts - frame.ts < held
+        if waiting:
+            after += f"; the {self.server(conn)} may hold it up to {held:.3f} s (a long poll)"
         self._diagnose(
             conn,
             frame,
-            "note" if conn.lossy or ended else "warn",
+            "note" if conn.lossy or ended or waiting else "warn",
             "sequence",
             "unanswered",
             f"{frame.command} request never answered",
-            f"{self._asked(frame, frame)} with correlation id {request.corr} was never answered{after}",
+            f"{self._asked(frame, frame)} with {self.corr_name} {request.corr} was never answered{after}",
         )
 
     # ------------------------------------------------------------------ negotiation
@@ -719,9 +758,15 @@ class Tracker:
                     f"{count} {ack.noun}{'s' * (count != 1)} of {where} refused: {what}{gone}",
                 )
 
+    def _patience(self, request: Frame) -> float | None:
+        """How long the server may hold this request before answering, in seconds (a long poll)."""
+        name = self.spec.patience.get(request.command or "")
+        value = request.fields.get(name) if name else None
+        return value / 1000 if isinstance(value, int) and value > 0 else None
+
     def _ended_soon(self, conn: ConnState, ts: float) -> str | None:
         """Whether the capture stopped so soon after ts that an answer had no time to come."""
-        if conn.last is None or conn.closed_by_server is not None:
+        if conn.last is None or conn.closed_by_server is not None or conn.number in self.closed:
             return None
         waited = conn.last.ts - ts
         if waited >= ANSWER_GRACE_S:
@@ -968,9 +1013,11 @@ class Conversations:
             self.first_ts = frame.ts
         self.trackers[frame.protocol].feed(frame)
 
-    def finish(self, lossy: Collection[int] = ()) -> None:
+    def finish(
+        self, lossy: Collection[int] = (), closed: Mapping[int, tuple[int, float, str]] | None = None
+    ) -> None:
         for tracker in self.trackers.values():
-            tracker.finish(lossy)
+            tracker.finish(lossy, closed)
 
     @property
     def diagnoses(self) -> list[Diagnosis]:

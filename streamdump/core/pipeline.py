@@ -61,6 +61,8 @@ class ReadStats(Tally):
     skipped_bytes: int = 0
     notices: list[Notice] = field(default_factory=list)
     lossy: set[int] = field(default_factory=set)  # connections that lost bytes (gaps, passed over)
+    # Connections that ended before the capture did: connection -> (packet, time, what happened).
+    closed: dict[int, tuple[int, float, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -367,6 +369,8 @@ class Reader:
         if conn.finished:
             return
         conn.finished = True
+        if why != "the capture ended":
+            self.stats.closed[conn.number] = (number, self.ts, why)
         for side in (conn.to_server, conn.to_client):
             if side.stream.next is None:
                 continue

@@ -86,7 +86,7 @@ class Decoder:
         self.protocol = protocol
         self.hooks = build_hooks(protocol)
         self.keyed = Keyed(protocol.enums)
-        compiler = Compiler(protocol.order, self.hooks, self.keyed)
+        compiler = self.compiler = Compiler(protocol.order, self.hooks, self.keyed)
         self.header_ops = compiler.fields(protocol.header, 1)
         wiring = protocol.wiring
         length_type = wiring.length_type
@@ -103,6 +103,11 @@ class Decoder:
         self.key_width = INT_TYPES[key_spec.type][1] * 2 if int_key else 4  # type: ignore[union-attr]
         self.key_struct = struct.Struct(protocol.order + INT_TYPES[key_spec.type][0]) if int_key else None  # type: ignore[union-attr]
         self.header_names = frozenset(_names(protocol.header))
+        # Header fields encoding computes: sizes other fields refer to, and words packed from parts.
+        self.derived = frozenset(
+            {s.size for s in protocol.header if isinstance(s.size, str) and s.size != "rest"}
+            | {s.name for s in protocol.header if s.bits}
+        )
         self.lifted = tuple(name for name in FRAME_OWN if name in self.header_names)
         self.response = frame.response
         self.oneway = frame.oneway
@@ -370,9 +375,15 @@ class Decoder:
         else:
             fields.pop(name, None)
         if nodes is not None:
-            node = _find_node(nodes, name)
-            if node is not None:
-                node.children = [c for c in node.children if c.label in map(str, ctx.entries)]
+            found = _find_node(nodes, name)
+            if found is not None:
+                siblings, node = found
+                if ctx.entries:
+                    left = set(map(str, ctx.entries))
+                    node.children = [c for c in node.children if c.label in left]
+                    node.value = ctx.entries
+                else:
+                    siblings.remove(node)
 
     def expand(self, frame: Frame) -> Frame:
         """The frame with everything below its headers decoded (records, sections), in place.
@@ -471,6 +482,16 @@ class Decoder:
 
     # ------------------------------------------------------------------ encode
 
+    def encode_struct(self, name: str, values: Mapping[str, Any]) -> bytes:
+        """One value of a named struct of the spec (a stored message, say), encoded alone."""
+        codec = self.compiler.codec(_struct_spec(self.protocol, name), 1)
+        buf = bytearray()
+        try:
+            codec.write(buf, dict(values))
+        except (KeyError, TypeError, struct.error, AttributeError, ValueError) as exc:
+            raise EncodeError(f"{name}: cannot encode: {exc}") from None
+        return bytes(buf)
+
     def encode(self, command: str, kind: str, fields: Mapping[str, Any], version: int = 1) -> bytes:
         """Build a whole frame (header included) from a command name and field values.
 
@@ -488,12 +509,13 @@ class Decoder:
             raise EncodeError(f"{command} has no version {version}")
         response = kind == "response"
         ops = self.compiled[cmd.key, response, version][1]
-        values: dict[str, Any] = dict(fields)
+        # What the header derives is derived again (a re-encoded JSON header has its own length).
+        values: dict[str, Any] = {k: v for k, v in fields.items() if k not in self.derived}
         length_name = self.protocol.wiring.length
         if length_name is not None:
             values[length_name] = 0  # patched below, once the frame's length is known
-        if "version" in self.lifted:
-            values["version"] = version
+        if "version" in self.lifted and (self.protocol.frame.layout_versions or "version" not in values):
+            values["version"] = version  # else the header's version says who sent it, as given
         key = cmd.key
         if self.response_in_key and response:
             key |= self.response[1]  # type: ignore[index,operator]
@@ -528,6 +550,12 @@ class Decoder:
         return bytes(body)
 
 
+def _struct_spec(protocol: Protocol, name: str) -> FieldSpec:
+    if name not in protocol.structs:
+        raise EncodeError(f"{protocol.name} has no struct {name!r}")
+    return FieldSpec(name=name, type="struct", struct=name, fields=protocol.structs[name])
+
+
 def _names(specs: tuple[FieldSpec, ...]) -> set[str]:
     """The names fields take in the frame: inline members and bit parts count as their own."""
     names: set[str] = set()
@@ -541,10 +569,11 @@ def _names(specs: tuple[FieldSpec, ...]) -> set[str]:
     return names
 
 
-def _find_node(nodes: list[Node], name: str) -> Node | None:
+def _find_node(nodes: list[Node], name: str) -> tuple[list[Node], Node] | None:
+    """The map node of that name in a tree, and the list holding it."""
     for node in nodes:
         if node.spec is not None and node.spec.name == name and node.spec.type == "map":
-            return node
+            return nodes, node
         found = _find_node(node.children, name)
         if found is not None:
             return found

@@ -85,10 +85,14 @@ class Keyed:
         if kind == "bool":
             if isinstance(raw, bool):
                 return raw
-            if isinstance(raw, str) and raw.lower() in ("true", "false"):
-                return raw.lower() == "true"
+            text = raw.lower() if isinstance(raw, str) else None
+            if text == "true":
+                return True
+            if text in ("false", "0", ""):
+                return False  # what the sender meant, and what Java's Boolean.parseBoolean reads
+            # Decoded as the server reads it; the note keeps what the sender wrote.
             notes.append(f"{spec.name}: {raw!r} is not true or false (Java reads it as false)")
-            return raw
+            return False
         if kind == "array" and spec.of is not None:
             if not isinstance(raw, list):
                 notes.append(f"{spec.name}: expected a list, got {type(raw).__name__}")
@@ -138,9 +142,9 @@ class Keyed:
         """The keyed object of the values. text: every value as text (a header's entries map)."""
         out: dict[Any, Any] = {}
         for spec in specs:
-            if spec.name not in values:
-                continue
-            value = values[spec.name]
+            value = values.get(spec.name)
+            if value is None:
+                continue  # absent, as servers write a null member
             if spec.rest and isinstance(value, Mapping):
                 out.update(value)
                 continue

@@ -68,7 +68,7 @@ FIELD_ATTRS = {
     "bits",
     "mask",
     "const",
-    "on",
+    "by",
     "cases",
     "default",
     "inline",
@@ -103,6 +103,8 @@ CONVERSATION_ATTRS = {
     "codes",
     "hints",
     "server",
+    "patience",
+    "identity",
 }
 SESSION_ATTRS = {"id", "open", "close", "keep", "used_by"}
 ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
@@ -150,7 +152,7 @@ class FieldSpec:
     mask: int | None = None
     # The value every frame must carry here (a magic number or text).
     const: int | bytes | None = None
-    # switch: the sibling field whose value picks the case; the cases; the case for others.
+    # switch: the sibling field whose value picks the case (`by:` in specs); the cases; the case for others.
     on: str | None = None
     cases: Mapping[int, FieldSpec] = field(default_factory=dict)
     default: FieldSpec | None = None
@@ -308,6 +310,11 @@ class Conversation:
     server: str = "broker"
     # The response field with the server's own words about a status (a remark).
     status_text: str | None = None
+    # Requests the server may hold before answering (long polls): command -> the request's
+    # field saying for how long, in milliseconds.
+    patience: Mapping[str, str] = field(default_factory=dict)
+    # Who a peer is, from fields every frame carries: property (product, version) -> field.
+    identity: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,6 +635,18 @@ class _Builder:
                 raise self.fail(f"{where}.hints.{command_name}", "must map status codes to text")
             response_hints[command_name] = dict(by_code)
         kw["hints"] = response_hints
+        patience: dict[str, str] = {}
+        for command_name, field_name in (raw.get("patience") or {}).items():
+            self._ref(f"{command_name}.{field_name}", f"{where}.patience", commands, int_only=True)
+            patience[command_name] = str(field_name)
+        kw["patience"] = patience
+        identity = raw.get("identity") or {}
+        if not isinstance(identity, Mapping) or not all(isinstance(v, str) for v in identity.values()):
+            raise self.fail(f"{where}.identity", "must map property names to header fields")
+        for name in identity.values():
+            if name != "version" and _by_name(self.header, name) is None:
+                raise self.fail(f"{where}.identity", f"{name!r} is not a header field")
+        kw["identity"] = dict(identity)
         hints = raw.get("close_hints") or {}
         if not isinstance(hints, Mapping) or not all(
             isinstance(k, int) and isinstance(v, str) for k, v in hints.items()
@@ -1029,6 +1048,7 @@ class _Builder:
             rest=rest,
             response_enum=attrs.get("response_enum"),
             length_of=length_of,
+            mask=attrs.get("mask"),
             **kw,
         )
         if not element:
@@ -1094,10 +1114,10 @@ class _Builder:
     def _switch(
         self, name: str, attrs: Mapping[str, Any], siblings: Mapping[str, FieldSpec], where: str
     ) -> dict[str, Any]:
-        on = attrs.get("on")
+        on = attrs.get("by")  # not "on": YAML 1.1 reads that key as true
         ref = siblings.get(on) if isinstance(on, str) else None
         if ref is None or ref.type not in INT_TYPES:
-            raise self.fail(where, f"'on' refers to {on!r}, which is not an earlier integer field")
+            raise self.fail(where, f"'by' refers to {on!r}, which is not an earlier integer field")
         cases = attrs.get("cases")
         if not isinstance(cases, Mapping) or not cases or not all(isinstance(k, int) for k in cases):
             raise self.fail(where, "'cases' must map selector values to types")

@@ -38,7 +38,12 @@ class Renderer:
         parts: list[str] = []
         response = frame.kind == "response"
         layout = self.protocol.layout(frame.key, response)
-        self._info_parts(self.header_info, frame.fields, parts, response)
+        for spec in self.header_info:
+            value = frame.fields.get(spec.name)
+            # The key field of a request is its command (shown already); empty header text says nothing.
+            if value is None or value == "" or (spec.name == self.protocol.frame.key and not response):
+                continue
+            parts.append(f"{spec.info}={self.short_value(spec, value, response)}")
         self._info_parts(layout.fields if layout else (), frame.fields, parts, response)
         worst = frame.worst_severity
         if worst in ("warn", "error"):
@@ -194,7 +199,7 @@ class Renderer:
             names = self.enum_of(spec, response)
             if names is not None:
                 name = names.get(value, "Unknown")
-                return f"{name} ({value})" if spec.display == "dec" else f"{name} (0x{value:02x})"
+                return f"{name} ({value})" if spec.display in ("dec", "name") else f"{name} (0x{value:02x})"
             if spec.display == "hex":
                 return f"0x{value:0{INT_TYPES[spec.type][1] * 2}x}"
             if spec.display == "time_ms":

@@ -238,10 +238,11 @@ def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------- text
 
 
-def render(result: dict[str, Any], console: Console, subject: str) -> None:
+def render(result: dict[str, Any], console: Console, subject: str, acks: bool = True) -> None:
     """The statistics as tables, in the order a user debugging a client reads them.
 
-    subject: what messages are addressed to in this protocol (stream, topic).
+    subject: what messages are addressed to in this protocol (stream, topic); acks: whether
+    its messages are confirmed one by one (else there is no confirm latency to show).
     """
     for conn in result["connections"]:
         console.print(_connection_text(conn))
@@ -258,12 +259,13 @@ def render(result: dict[str, Any], console: Console, subject: str) -> None:
         ("Command", "Code", "Count"),
         [(r["command"], r["code"], r["count"]) for r in result["response_codes"]],
     )
-    _table(
-        console,
-        "Publish to confirm latency (ms)",
-        ("Confirmed by", "Count", "Min", "Median", "p95", "p99", "Max"),
-        [_latency_row(r) for r in result["confirm_latency"] if r["count"]],
-    )
+    if acks:
+        _table(
+            console,
+            "Publish to confirm latency (ms)",
+            ("Confirmed by", "Count", "Min", "Median", "p95", "p99", "Max"),
+            [_latency_row(r) for r in result["confirm_latency"] if r["count"]],
+        )
     _table(
         console,
         f"Messages per {subject}",

@@ -384,11 +384,12 @@ keyed_value = function(spec, raw, notes)
   if t == "string" then return java_text(raw) end
   if t == "bool" then
     if raw == true or raw == false then return raw end
-    if type(raw) == "string" and (raw:lower() == "true" or raw:lower() == "false") then
-      return raw:lower() == "true"
-    end
+    local text = type(raw) == "string" and raw:lower() or nil
+    if text == "true" then return true end
+    -- What the sender meant, and what Java's Boolean.parseBoolean reads.
+    if text == "false" or text == "0" or text == "" then return false end
     notes[#notes + 1] = spec.name .. ": " .. quoted(tostring(java_text(raw))) .. " is not true or false (Java reads it as false)"
-    return raw
+    return false
   end
   if t == "array" and spec.of then
     if getmetatable(raw) ~= JSON_ARRAY then return raw end
@@ -485,6 +486,8 @@ local function add_value(tree, spec, range, value, name)
   if field == nil then return tree:add(range, (NAME_TITLE[name or spec.name] or spec.name) .. ": " .. tostring(value)) end
   if spec.width then
     if type(value) ~= "number" then return tree:add(range, keyed_label(spec) .. ": " .. tostring(value)) end
+    -- Wireshark's 64-bit fields take Int64/UInt64 values, not Lua numbers.
+    if spec.type == "int64" then value = Int64.new(value) elseif spec.type == "uint64" then value = UInt64.new(value) end
     return tree:add(field, range, value)
   end
   if spec.type == "bool" then
@@ -507,8 +510,8 @@ show_keyed = function(tree, spec, value, range, label)
     return holder
   end
   if t == "array" and type(value) == "table" and spec.of then
-    local holder = tree:add(F[spec.name], range)
-    holder:set_text(keyed_label(spec) .. ": " .. #value .. " items")
+    -- A text item: each element is an item of the field, as Python's JSON lists them.
+    local holder = tree:add(range, keyed_label(spec) .. ": " .. #value .. " items")
     for i, item in ipairs(value) do
       if spec.of.struct then
         show_keyed(holder, spec.of, item, range, string.format("%s [%d]", struct_title(spec.of.struct), i - 1))
@@ -1125,6 +1128,17 @@ do
   walk(SPEC.header)
 end
 
+-- The header's part of the Info column: a request's key field is its command (shown
+-- already), and empty header text says nothing.
+local function header_info(fields, parts, response)
+  for _, spec in ipairs(HEADER_INFO) do
+    local value = fields[spec.name]
+    if value ~= nil and value ~= "" and not (spec.name == SPEC.frame.key and not response) then
+      parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value, response)
+    end
+  end
+end
+
 -- One frame ---------------------------------------------------------------------------
 
 local FRAME = SPEC.frame
@@ -1223,6 +1237,9 @@ local function decode_frame(tvb, tree, lookup)
   end
   frame.command = command and command.name or nil
   frame.key_text = key_text(key)
+  if tree and FRAME.key ~= "key" and key ~= nil then
+    tree:add(F.key, tvb(0, 0), key):set_generated()
+  end
   if FRAME.entries and layout then
     local taken = {}
     for _, spec in ipairs(layout.fields) do if spec.entry then taken[spec.entry] = true end end
@@ -1252,7 +1269,7 @@ local function decode_frame(tvb, tree, lookup)
       if tree then tree:add(F.payload, tvb(pos, stop - pos)) end
     end
     local parts = {}
-    info_parts(HEADER_INFO, frame.fields, parts, response)
+    header_info(frame.fields, parts, response)
     frame.info = table.concat(parts, " ")
     return frame
   end
@@ -1309,7 +1326,7 @@ local function decode_frame(tvb, tree, lookup)
     note(ctx, "warn", "malformed", (stop - pos) .. " bytes after the last field")
   end
   local parts = {}
-  info_parts(HEADER_INFO, frame.fields, parts, response)
+  header_info(frame.fields, parts, response)
   info_parts(layout.fields, frame.fields, parts, response)
   frame.info = table.concat(parts, " ")
   return frame
@@ -1397,6 +1414,8 @@ local function server_of(conn)
 end
 
 local function is_number(v) return type(v) == "number" end
+-- What findings call the correlation field ("correlation id", "opaque").
+local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 
 local function key_hex(key)
   if type(key) == "number" then return hex(key, 4) end
@@ -1532,7 +1551,7 @@ local function correlate(conn, f)
     local earlier = conn.pending[key]
     if earlier then
       tnote(f, "warn", "sequence", string.format(
-        "%s request reuses correlation id %d while the %s request of packet %d is still unanswered",
+        "%s request reuses " .. CORR_NAME .. " %d while the %s request of packet %d is still unanswered",
         f.command, corr, earlier.command, earlier.number))
     end
     conn.pending[key] = f
@@ -1543,7 +1562,7 @@ local function correlate(conn, f)
   local request = conn.pending[key]
   if request and request.command ~= f.command then
     tnote(f, "warn", "sequence", string.format(
-      "%s response with correlation id %d answers a %s request (packet %d)",
+      "%s response with " .. CORR_NAME .. " %d answers a %s request (packet %d)",
       f.command, corr, request.command, request.number))
     request = nil
   end
@@ -1734,7 +1753,9 @@ local function track(conn, f)
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end
-  if f.command and f.kind ~= "unknown" then
+  -- A response whose command is its request's is tracked even when the request is missing.
+  local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
+  if (f.command or orphan) and f.kind ~= "unknown" then
     if CONV.correlation then correlate(conn, f) end
     negotiation(conn, f)
     if SESSION_OF[f.command] then sessions(conn, f) end

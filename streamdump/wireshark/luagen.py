@@ -178,6 +178,11 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
     for spec in protocol.header:
         if spec.name == key and spec.type in INT_TYPES and not spec.response_enum:
             add(spec.name, spec.type, spec.doc, display=spec.display, enum="commands")
+    key_spec = protocol.header_field(key)
+    if key != "key" and key_spec is not None:
+        # The frame's command key, generated: a response's is its request's, not its key field.
+        ktype = key_spec.type if key_spec.type in INT_TYPES else "string"
+        add("key", ktype, "The command key (a response's is its request's)", enum="commands")
     specs = list(protocol.all_fields())
     map_parts = {id(part) for spec in specs if spec.type == "map" for part in (spec.key, spec.value)}
     for spec in specs:

@@ -2,7 +2,7 @@
 
 wrong_vhost, unknown_command, unsupported_version, deleted_stream, credit_exhausted,
 heartbeat_timeout and frame_too_large. They use raw_client.RawClient, not rstream, so that
-the client sends exactly the frames listed in captures/README.md and nothing else (no
+the client sends exactly the frames listed in captures/rabbitmq_stream/README.md and nothing else (no
 Heartbeat, no automatic Tune values). Each scenario checks that the broker reacted as the
 README says and raises otherwise; `verify_keys()` then reads the finished capture back and
 checks the frame keys per direction. None of them writes files besides its capture.

@@ -7,10 +7,11 @@ a snap length, IP fragments, other link types and other file formats. `manifest.
 file, which TCP byte ranges are absent and why, where copies conflict, and which packets are fragments,
 so a test can check that every frame whose bytes are all present decodes and that every gap is reported.
 
-    python captures/make_pathologies.py --source captures/session.pcap --source captures/offset_specs.pcap \\
-        --source captures/bulk.pcap \\
+    cd captures/rabbitmq_stream
+    python make_pathologies.py --source session.pcap --source offset_specs.pcap \\
+        --source bulk.pcap \\
         --select bulk=reordered,duplicated,overlap_conflict,dropped,midstream,snaplen,ipfrag \\
-        --outdir captures/pathological --seed 1
+        --outdir pathological --seed 1
 
 TCP pathologies are made from every --source, link-layer and file-format variants from --link-source
 (default: the first --source). `regenerate()` rebuilds what a manifest lists, for a test to compare.

@@ -1,4 +1,4 @@
-"""Record the RabbitMQ Streams test captures that live in captures/.
+"""Record the RabbitMQ Streams test captures that live in captures/rabbitmq_stream/.
 
 This is the entry point of the capture tooling: the table RECORDINGS (per output file:
 scenario, tcpdump interface, link type, ring size, lo MTU, checks), `record()` for one file,
@@ -31,8 +31,8 @@ The work is done by the modules beside it:
 
 Usage (needs root for tcpdump, ip and ethtool):
 
-    python captures/record.py [--scenario NAME ...] [--outdir DIR]
-    python captures/record.py --restore-lo    # only undo a killed run's lo changes
+    python captures/rabbitmq_stream/record.py [--scenario NAME ...] [--outdir DIR]
+    python captures/rabbitmq_stream/record.py --restore-lo    # only undo a killed run's lo changes
 
 Leftover streams from earlier runs are deleted by a separate connection *before* tcpdump
 starts, so that cleanup traffic never appears in a capture.

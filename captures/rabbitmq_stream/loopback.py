@@ -155,7 +155,7 @@ def _restore_loopback(ip: str, ethtool: str, saved: LoopbackState) -> None:
     if left:
         raise RuntimeError(
             f"{LOOPBACK} is NOT back as it was: {', '.join(left)}. The saved settings stay in {LO_SAVED}; "
-            "retry with `python captures/record.py --restore-lo`."
+            "retry with `python captures/rabbitmq_stream/record.py --restore-lo`."
         )
     log.info(
         "%s restored: mtu %d, %d offload feature(s) switched back", LOOPBACK, saved.mtu, len(changes) // 2

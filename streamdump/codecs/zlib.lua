@@ -1,0 +1,69 @@
+-- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32, and
+-- inflate(range, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if not).
+
+-- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
+-- kept as four bytes, least significant first.
+local XOR8 = {}
+do
+  for a = 0, 255 do
+    for b = 0, 255 do
+      local r, bit, x, y = 0, 1, a, b
+      for _ = 1, 8 do
+        if (x % 2) ~= (y % 2) then r = r + bit end
+        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+      end
+      XOR8[a * 256 + b] = r
+    end
+  end
+end
+local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
+do
+  for n = 0, 255 do
+    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+    for _ = 1, 8 do
+      local low = c[1] % 2
+      -- shift right by one across the four bytes
+      for i = 1, 4 do
+        local carry = (i < 4) and (c[i + 1] % 2) or 0
+        c[i] = math.floor(c[i] / 2) + carry * 128
+      end
+      if low == 1 then
+        c[1] = XOR8[c[1] * 256 + 0x20]
+        c[2] = XOR8[c[2] * 256 + 0x83]
+        c[3] = XOR8[c[3] * 256 + 0xB8]
+        c[4] = XOR8[c[4] * 256 + 0xED]
+      end
+    end
+    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
+  end
+end
+
+local function crc32(tvb, pos, len)
+  local c0, c1, c2, c3 = 255, 255, 255, 255
+  local at, stop = pos, pos + len
+  while at < stop do
+    local n = math.min(4096, stop - at)
+    local bytes = { tvb:raw(at, n):byte(1, n) }
+    for i = 1, n do
+      local idx = XOR8[c0 * 256 + bytes[i]]
+      c0 = XOR8[CRC_T0[idx] * 256 + c1]
+      c1 = XOR8[CRC_T1[idx] * 256 + c2]
+      c2 = XOR8[CRC_T2[idx] * 256 + c3]
+      c3 = CRC_T3[idx]
+    end
+    at = at + n
+  end
+  return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
+end
+
+local function inflate(range, label)
+  for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
+    local found, fn = pcall(function() return range[method] end)
+    if found and fn then
+      local ok, out = pcall(fn, range, label)
+      if ok then return out end
+      return nil
+    end
+  end
+  return nil
+end
