@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURES, need
+from conftest import CAPTURES, ROOT, need
 from test_osiris import check_delivered, check_published
 
 from streamdump.core.capture import read_segments
@@ -115,7 +115,7 @@ def test_flood_recovery_with_and_without_losses(tmp_path: Path) -> None:
     segments dropped, exactly the messages whose bytes are gone are lost, all inside reported gaps."""
     need_recording_tools()
     out = tmp_path / "flood.pcap"
-    bench = CAPTURES.parent / "bench"
+    bench = ROOT / "bench"
     record = subprocess.run(
         [sys.executable, str(bench / "record_flood.py"), "--messages", "20000", "--out", str(out)],
         capture_output=True,
