@@ -12,13 +12,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURES, GOLDEN
+from conftest import CAPTURES, GOLDEN, ROCKETMQ_CAPTURES
 from typer.testing import CliRunner
 
 from streamdump.cli import Format, analysed, app, write_frames
 from streamdump.core.conversation import Tracker
 from streamdump.core.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
@@ -196,3 +197,43 @@ def test_every_json_field_name_comes_from_the_registry(path: Path, decoder: Deco
     for line in render(path, decoder, "jsonl").splitlines():
         _json_names(json.loads(line)["fields"], opaque, names)
     assert names and names <= declared, sorted(names - declared)
+
+
+# ---------------------------------------------------------------------- other protocols' captures
+
+# Each protocol's goldens live in tests/golden/<protocol>/ (RabbitMQ Streams', the first, at the top).
+OTHERS = [("rocketmq", path) for path in sorted(ROCKETMQ_CAPTURES.glob("*.pcap"))]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize(("name", "path"), OTHERS, ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_golden_output_of_other_protocols(
+    name: str, path: Path, view: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "dumb")
+    decoder = Decoder(default_registry().get(name))
+    stats = ReadStats()
+    tracker = Tracker(decoder.protocol)
+    frames = analysed(read_frames(path, decoder, None, stats), tracker)
+    out = io.StringIO()
+    fmt, detail, messages = VIEWS[view]
+    write_frames(frames, Renderer(decoder), fmt, detail, out, messages, tracker)
+    check_golden(GOLDEN / name / f"{path.name}.{view}.txt", out.getvalue())
+
+
+@pytest.mark.parametrize("command", ["stats", "follow"])
+@pytest.mark.parametrize(("name", "path"), OTHERS, ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_golden_stats_and_follow_of_other_protocols(name: str, path: Path, command: str) -> None:
+    args = [command, str(path)] + (["--format", "json"] if command == "stats" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    check_golden(GOLDEN / name / f"{path.name}.{command}.txt", result.stdout)
+
+
+def check_golden(golden: Path, actual: str) -> None:
+    if os.environ.get("STREAMDUMP_UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(actual, encoding="utf-8")
+    assert golden.exists(), f"missing {golden.name}: run with STREAMDUMP_UPDATE_GOLDEN=1"
+    assert actual == golden.read_text(encoding="utf-8")
