@@ -43,6 +43,7 @@ local SPEC = {
     },
     response_key = "field",
     layout_versions = true,
+    default_version = 0,
   },
   enums = {
     response_code = {
@@ -3709,12 +3710,21 @@ local function read_case(spec, version, tvb, pos, stop, tree, ctx, out)
     return value, stop
   end
   local holder
-  if tree then holder = tree:add(tvb(pos, stop - pos), label) end
+  if tree then
+    -- An inline case's members belong to the frame: a text item holds them; else the field's own.
+    if spec.inline or F[spec.name] == nil then
+      holder = tree:add(tvb(pos, stop - pos), label)
+    else
+      holder = tree:add(F[spec.name], tvb(pos, stop - pos))
+      holder:set_text(label)
+    end
+  end
   local value = {}
   local after = decode_fields(SPEC.structs[case.struct], version, tvb, pos, stop, value, holder, ctx)
   if after < stop and spec.size ~= nil then
     note(ctx, "warn", "malformed", string.format("%s: %d bytes after its last field", spec.name, stop - after))
   end
+  if holder and spec.size == nil then holder:set_len(after - pos) end
   return value, spec.size ~= nil and stop or after
 end
 
@@ -3933,7 +3943,7 @@ local function decode_frame(tvb, tree, lookup)
     return frame
   end
   local wire_key = probe[FRAME.key]
-  local version = probe.version or 0
+  local version = probe.version or FRAME.default_version
   local response = marked(probe, FRAME.response)
   local oneway = not response and marked(probe, FRAME.oneway)
   local key = wire_key
@@ -5002,6 +5012,14 @@ local function in_ports(port)
   return false
 end
 
+-- Whether the packet goes to the server: to a port of the preference; on a connection found
+-- by its magic on other ports, to the lower port (as streamdump decides without the SYN).
+local function to_server(pinfo)
+  if in_ports(pinfo.dst_port) then return true end
+  if in_ports(pinfo.src_port) then return false end
+  return int(pinfo.dst_port) < int(pinfo.src_port)
+end
+
 local function conn_key(pinfo)
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
@@ -5049,7 +5067,7 @@ local function conn_of(pinfo, key)
   local conn = conns[key]
   if conn == nil then
     conn = new_conn()
-    conn.server_port = in_ports(pinfo.dst_port) and int(pinfo.dst_port) or int(pinfo.src_port)
+    conn.server_port = to_server(pinfo) and int(pinfo.dst_port) or int(pinfo.src_port)
     conns[key] = conn
   end
   return conn
@@ -5060,7 +5078,7 @@ local function dissect_pdu(tvb, pinfo, root)
   if root then tree = root:add(P, tvb()) end
   local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
-  local from_client = in_ports(pinfo.dst_port)
+  local from_client = to_server(pinfo)
   local ckey = conn_key(pinfo)
   -- A response whose key field holds its status has its request's command: found by
   -- correlation id on the first pass, remembered for the later ones.
@@ -5141,6 +5159,9 @@ if SPEC.magic then
   local function heuristic(tvb, pinfo, tree)
     local at, n = SPEC.magic.offset, magic:len()
     if int(tvb:len()) < at + n or tvb(at, n):bytes() ~= magic then return false end
+    -- The connection is this protocol's from now on: segments that do not start a frame
+    -- (the rest of a split one) come here too.
+    pinfo.conversation = P
     P.dissector(tvb, pinfo, tree)
     return true
   end

@@ -122,6 +122,10 @@ BAD_SPECS = [
     (spec("- kind: uint8"), ["field name 'kind' is taken by the frame itself"]),
     (spec("- links: uint8"), ["field name 'links' is taken by the frame itself"]),
     (spec("- x: {type: uint32, display: colour}"), ["unknown display 'colour'"]),
+    (
+        spec(replace=("commands:", "conversation:\n  correlation: correlation_id\ncommands:")),
+        ["conversation.links", "correlation links frames by request_in, response_in, response_time"],
+    ),
     ("protocol: [unclosed", ["not valid YAML"]),
     ("- just a list", ["top level must be a mapping"]),
 ]

@@ -26,6 +26,7 @@ from streamdump.spec.layout import (
     Short,
     decode_ops,
     encode_ops,
+    part_of,
     title,
     with_derived_sizes,
 )
@@ -109,6 +110,8 @@ class Decoder:
             | {s.name for s in protocol.header if s.bits}
         )
         self.lifted = tuple(name for name in FRAME_OWN if name in self.header_names)
+        # A header without a version field has one version of every layout: the first.
+        self.default_version = 0 if "version" in self.header_names else 1
         self.response = frame.response
         self.oneway = frame.oneway
         self.response_in_key = frame.response is not None and frame.response[0] == frame.key
@@ -251,10 +254,18 @@ class Decoder:
             expert.append(Expert("error", f"frame too short for a header: {what}", exc.offset))
             wire_key = fields.get(self.key_field)
             return self._frame(
-                wire_key, wire_key, "unknown", None, fields.get("version", 0), size, {}, expert, data
+                wire_key,
+                wire_key,
+                "unknown",
+                None,
+                fields.get("version", self.default_version),
+                size,
+                {},
+                expert,
+                data,
             )
         wire_key = fields.get(self.key_field)
-        version = fields.get("version", 0)
+        version = fields.get("version", self.default_version)
         for name in self.lifted:
             fields.pop(name, None)
         response = self._marked(fields, self.response) or (
@@ -523,12 +534,30 @@ class Decoder:
             values[self.key_field] = key
         elif self.key_field not in values:
             raise EncodeError(f"{command} response: its {self.key_field} carries the status; give it")
+        for spec in (*self.protocol.header, *layout.fields):
+            if spec.const is not None and spec.name not in values:
+                values[spec.name] = spec.const
+        for spec in self.protocol.header:
+            # A packed word is built from its parts; a part not given is the given word's, else 0.
+            word = fields.get(spec.name)
+            for part in spec.bits:
+                if part.name not in values and part.name not in self.derived:
+                    values[part.name] = part_of(word, part.mask or 0) if isinstance(word, int) else 0
         for mark, wanted in ((self.response, response), (self.oneway, False)):
-            if mark is not None and mark[0] != self.key_field:
-                flag = values.get(mark[0], 0)
-                values[mark[0]] = (
-                    flag | mark[1] if wanted else flag & ~mark[1] if mark is self.response else flag
-                )
+            if mark is None or mark[0] == self.key_field:
+                continue
+            name, mask = mark
+            spec = self.protocol.header_field(name)
+            # A mark inside a packed word is set in the parts it covers, which make the word.
+            targets = (
+                [(p.name, p.mask or 0) for p in spec.bits if (p.mask or 0) & mask]
+                if spec is not None and spec.bits
+                else [(name, -1)]
+            )
+            for target, part_mask in targets:
+                bits = part_of(mask & part_mask, part_mask) if part_mask != -1 else mask
+                flag = values.get(target, 0)
+                values[target] = flag | bits if wanted else flag & ~bits if mark is self.response else flag
         entries_name = self.protocol.frame.entries
         if entries_name is not None:
             entries = dict(values.get(entries_name) or {})

@@ -608,6 +608,11 @@ def _shift(mask: int) -> int:
     return (mask & -mask).bit_length() - 1 if mask else 0
 
 
+def part_of(word: int, mask: int) -> int:
+    """The value of the part of a packed word under mask."""
+    return (word & mask) >> _shift(mask)
+
+
 def compose_bits(spec: FieldSpec, values: Mapping[str, Any]) -> int | None:
     """A packed word from its parts, when the caller gave parts and not the word."""
     if not spec.bits or spec.name in values or not all(p.name in values for p in spec.bits):
@@ -803,6 +808,8 @@ class FieldOp:
             if case is None:
                 if isinstance(value, bytes | bytearray | memoryview):
                     buf += bytes(value)
+                elif value is not None:
+                    raise ValueError(f"{self.name}: no case for {codec.on} {selector!r}")
                 return
             case[1].write(buf, value)
             return
@@ -882,6 +889,9 @@ class Compiler:
                 continue
             if spec.type in INT_TYPES and not spec.when and not spec.optional:
                 run.append(spec)
+                if spec.bits:  # its parts follow it, before the next field
+                    ops.append(FixedRun(run, self.order))
+                    run = []
                 continue
             if run:
                 ops.append(FixedRun(run, self.order))
@@ -957,8 +967,18 @@ def encode_ops(ops: Sequence[Op], buf: bytearray, values: dict[str, Any]) -> Non
 
 
 def with_derived_sizes(ops: Sequence[Op], values: dict[str, Any]) -> dict[str, Any]:
-    """Fill in the size fields sized fields refer to, and packed words, when the caller left them out."""
+    """Fill in the size fields sized fields refer to, and packed words, when the caller left them out.
+
+    A packed word given whole also gives its parts, which later fields may be chosen by.
+    """
     derived: dict[str, Any] = {}
+    for op in ops:
+        for spec in op.specs if isinstance(op, FixedRun) else (op.spec,) if isinstance(op, FieldOp) else ():
+            word = values.get(spec.name)
+            if spec.bits and isinstance(word, int):
+                for part in spec.bits:
+                    if part.name not in values:
+                        derived[part.name] = part_of(word, part.mask or 0)
     for op in ops:
         ref = op.codec.ref if isinstance(op, FieldOp) and isinstance(op.codec, RawCodec) else None
         if ref and ref not in values:

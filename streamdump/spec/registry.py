@@ -106,6 +106,13 @@ CONVERSATION_ATTRS = {
     "patience",
     "identity",
 }
+# The links the conversation tracker sets for each conversation feature a spec uses.
+TRACKER_LINKS = {
+    "correlation": ("request_in", "response_in", "response_time"),
+    "sessions": ("opened_in",),
+    "acks": ("publish_in", "confirm_time"),
+    "credit": ("credit_left",),
+}
 SESSION_ATTRS = {"id", "open", "close", "keep", "used_by"}
 ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
 CREDIT_ATTRS = {"session", "grant", "spend", "refusal"}
@@ -714,6 +721,14 @@ class _Builder:
             kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)
         finally:
             self.in_hook_output = saved
+        # The tracker links frames by these names; the spec gives them types and docs.
+        declared = {spec.name for spec in kw["links"]}
+        for feature, names in TRACKER_LINKS.items():
+            missing = [n for n in names if n not in declared]
+            if kw.get(feature) and missing:
+                raise self.fail(
+                    f"{where}.links", f"{feature} links frames by {', '.join(missing)}: declare them"
+                )
         return Conversation(**kw)
 
     def _layout_fields(self, commands: Mapping[str, Command]) -> Iterator[FieldSpec]:

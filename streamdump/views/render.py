@@ -31,6 +31,8 @@ class Renderer:
         # Header fields the one-line view shows (a correlation id, a status), before the layout's.
         self.header_info = tuple(s for s in _flat_header(self.protocol.header) if s.info)
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
+        # A protocol whose header has no version: JSON says none was on the wire.
+        self.versioned = self.protocol.header_field("version") is not None
 
     # ------------------------------------------------------------ one line
 
@@ -110,7 +112,7 @@ class Renderer:
             "key": frame.key,
             "kind": frame.kind,
             "command": frame.command,
-            "version": frame.version,
+            "version": frame.version if self.versioned else None,
             "size": frame.size,
             "connection": frame.conn or None,
             "fields": frame.fields,

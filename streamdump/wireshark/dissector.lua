@@ -992,12 +992,21 @@ local function read_case(spec, version, tvb, pos, stop, tree, ctx, out)
     return value, stop
   end
   local holder
-  if tree then holder = tree:add(tvb(pos, stop - pos), label) end
+  if tree then
+    -- An inline case's members belong to the frame: a text item holds them; else the field's own.
+    if spec.inline or F[spec.name] == nil then
+      holder = tree:add(tvb(pos, stop - pos), label)
+    else
+      holder = tree:add(F[spec.name], tvb(pos, stop - pos))
+      holder:set_text(label)
+    end
+  end
   local value = {}
   local after = decode_fields(SPEC.structs[case.struct], version, tvb, pos, stop, value, holder, ctx)
   if after < stop and spec.size ~= nil then
     note(ctx, "warn", "malformed", string.format("%s: %d bytes after its last field", spec.name, stop - after))
   end
+  if holder and spec.size == nil then holder:set_len(after - pos) end
   return value, spec.size ~= nil and stop or after
 end
 
@@ -1216,7 +1225,7 @@ local function decode_frame(tvb, tree, lookup)
     return frame
   end
   local wire_key = probe[FRAME.key]
-  local version = probe.version or 0
+  local version = probe.version or FRAME.default_version
   local response = marked(probe, FRAME.response)
   local oneway = not response and marked(probe, FRAME.oneway)
   local key = wire_key

@@ -34,6 +34,14 @@ local function in_ports(port)
   return false
 end
 
+-- Whether the packet goes to the server: to a port of the preference; on a connection found
+-- by its magic on other ports, to the lower port (as streamdump decides without the SYN).
+local function to_server(pinfo)
+  if in_ports(pinfo.dst_port) then return true end
+  if in_ports(pinfo.src_port) then return false end
+  return int(pinfo.dst_port) < int(pinfo.src_port)
+end
+
 local function conn_key(pinfo)
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
@@ -81,7 +89,7 @@ local function conn_of(pinfo, key)
   local conn = conns[key]
   if conn == nil then
     conn = new_conn()
-    conn.server_port = in_ports(pinfo.dst_port) and int(pinfo.dst_port) or int(pinfo.src_port)
+    conn.server_port = to_server(pinfo) and int(pinfo.dst_port) or int(pinfo.src_port)
     conns[key] = conn
   end
   return conn
@@ -92,7 +100,7 @@ local function dissect_pdu(tvb, pinfo, root)
   if root then tree = root:add(P, tvb()) end
   local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
-  local from_client = in_ports(pinfo.dst_port)
+  local from_client = to_server(pinfo)
   local ckey = conn_key(pinfo)
   -- A response whose key field holds its status has its request's command: found by
   -- correlation id on the first pass, remembered for the later ones.
@@ -173,6 +181,9 @@ if SPEC.magic then
   local function heuristic(tvb, pinfo, tree)
     local at, n = SPEC.magic.offset, magic:len()
     if int(tvb:len()) < at + n or tvb(at, n):bytes() ~= magic then return false end
+    -- The connection is this protocol's from now on: segments that do not start a frame
+    -- (the rest of a split one) come here too.
+    pinfo.conversation = P
     P.dissector(tvb, pinfo, tree)
     return true
   end
