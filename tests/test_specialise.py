@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURES
+from conftest import CAPTURES, ROCKETMQ_CAPTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
@@ -144,3 +144,23 @@ def test_general_ops_and_fast_path_agree_on_positions() -> None:
     end = decode_ops(ops, memoryview(wire), 8, len(wire), general_out, Ctx([]))
     assert FAST.fast[0x0002, False, 1](memoryview(wire), 8, len(wire), fast_out, Ctx([])) == end
     assert fast_out == general_out
+
+
+ROCKETMQ = default_registry().get("rocketmq")
+ROCKETMQ_FAST, ROCKETMQ_GENERAL = Decoder(ROCKETMQ), Decoder(ROCKETMQ, fast=False)
+
+
+@pytest.mark.parametrize("path", sorted(ROCKETMQ_CAPTURES.glob("*.pcap")), ids=lambda p: p.name)
+def test_rocketmq_captures_decode_the_same_both_ways(path: Path) -> None:
+    """Little of RocketMQ's header is fixed (JSON or packed words), yet both ways must agree."""
+    frames = list(read_frames(path, ROCKETMQ_GENERAL, ROCKETMQ.wiring.ports, ReadStats()))
+    assert frames
+    for frame in frames:
+        if frame.incomplete is not None:
+            continue
+        for expand in (False, True):
+            data = bytes(frame.data)
+            fast = ROCKETMQ_FAST.decode(data, expand=expand, key=frame.key)
+            general = ROCKETMQ_GENERAL.decode(data, expand=expand, key=frame.key)
+            assert as_json(fast) == as_json(general)
+            assert fast.command == frame.command
