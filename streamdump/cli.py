@@ -7,6 +7,7 @@ stderr; frames decoded before an error are already printed.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -460,7 +461,11 @@ def _setup(protocols: list[str] | None, ports: list[int] | None, decode_as: list
         forced = {**dict.fromkeys(ports or [], only), **forced}
     else:
         guess = list(ports or [])
-    return Setup(decoders, Dissection(decoders.values(), forced, guess))
+    setup = Setup(decoders, Dissection(decoders.values(), forced, guess))
+    # The registry and the compiled layouts live as long as the process: the collector need
+    # not walk them again each time decoding's short-lived dicts and lists trigger it.
+    gc.freeze()
+    return setup
 
 
 def _selection(setup: Setup, text: str | None) -> FrameFilter | None:
@@ -678,6 +683,9 @@ def lua_install(
 
 def main() -> None:
     """Entry point: run the app with one-line errors and no tracebacks."""
+    # Decoding allocates many short-lived containers and few cycles: collect the youngest
+    # generation every 10,000 allocations, not every 700 (a fifth of a read's time otherwise).
+    gc.set_threshold(10_000, 10, 10)
     try:
         app()
     except KeyboardInterrupt:

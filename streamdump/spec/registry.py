@@ -390,7 +390,11 @@ class Protocol:
         yield from walk(self.conversation.links)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it: the specs load at every start.
+_SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):
     """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
 
 

@@ -1,0 +1,113 @@
+"""streamdump now against streamdump at an earlier revision, on the same capture, in one run.
+
+Each side is installed (not edited in place) into its own temp folder with pip, from the
+working tree and from `git archive REV`, and runs in a child process with that folder
+first on PYTHONPATH and its output thrown away. Runs alternate between the two sides,
+so both meet the same page cache and machine load; the best of --repeat runs counts.
+Prints seconds, MB/s and peak RSS per side and mode, and the ratio now / reference
+(below 1.0: now is faster).
+
+    python bench/against_revision.py CAPTURE [--rev 10fcc7b] [--repeat 3]
+                                     [--modes one-line,json,messages,stats]
+
+Modes as in vs_tshark.py. A mode the reference does not have fails on its side and is
+reported so. No test asserts these figures: they are for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from vs_tshark import STREAMDUMP_ARGS, Run, run_child
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def install(source: Path, target: Path) -> None:
+    """A plain (not editable) install of the project at source into target."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--target", str(target), str(source)],
+        check=True,
+    )  # fmt: skip
+
+
+def exported(rev: str, into: Path) -> Path:
+    """The tree of rev, as git archive writes it."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def side_env(site: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    # The check that each side imports its own copy, not an editable install of the checkout.
+    probe = [sys.executable, "-c", "import streamdump, sys; sys.stdout.write(streamdump.__file__)"]
+    found = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout
+    if not found.startswith(str(site)):
+        raise SystemExit(f"the {site.name} side imports streamdump from {found}, not from {site}")
+    return env
+
+
+def best(runs: list[Run]) -> Run:
+    ok = [r for r in runs if r.ok]
+    if not ok:
+        return runs[-1]
+    fastest = min(ok, key=lambda r: r.seconds)
+    return Run(fastest.seconds, max(r.rss_mib for r in ok), 0, "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("capture", type=Path)
+    parser.add_argument("--rev", default="10fcc7b", help="the reference revision (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", default="one-line,stats")
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in STREAMDUMP_ARGS]
+    if unknown:
+        raise SystemExit(f"unknown mode(s) {unknown} (known: {', '.join(STREAMDUMP_ARGS)})")
+    size_mb = args.capture.stat().st_size / 1e6
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
+    now_name = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    with tempfile.TemporaryDirectory(prefix="sd-against-") as tmp:
+        base = Path(tmp)
+        install(REPO, base / "now")
+        install(exported(args.rev, base / "src-ref"), base / "ref")
+        sides = {now_name: side_env(base / "now"), args.rev: side_env(base / "ref")}
+        print(f"{args.capture} ({size_mb:.1f} MB), best of {args.repeat}, Python {sys.version.split()[0]}")
+        print(f"{'mode':<10} {'side':<16} {'seconds':>8} {'MB/s':>7} {'peak RSS':>9}")
+        for mode in modes:
+            argv = [sys.executable, "-m", "streamdump"] + [
+                str(args.capture) if a == "{capture}" else a for a in STREAMDUMP_ARGS[mode]
+            ]
+            runs: dict[str, list[Run]] = {name: [] for name in sides}
+            for _ in range(args.repeat):
+                for name, env in sides.items():
+                    runs[name].append(run_child(argv, env))
+            results = {name: best(r) for name, r in runs.items()}
+            for name, run in results.items():
+                if not run.ok:
+                    print(f"{mode:<10} {name:<16} failed ({run.exit_code}): {run.last_stderr}")
+                    continue
+                print(
+                    f"{mode:<10} {name:<16} {run.seconds:>8.2f} {size_mb / run.seconds:>7.1f} "
+                    f"{run.rss_mib:>6.0f} MiB"
+                )
+            now, ref = results[now_name], results[args.rev]
+            if now.ok and ref.ok:
+                print(f"{mode:<10} {'ratio':<16} {now.seconds / ref.seconds:>8.3f}  (now / {args.rev})")
+
+
+if __name__ == "__main__":
+    main()
