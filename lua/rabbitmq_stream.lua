@@ -4563,7 +4563,7 @@ local function inflate(range, label)
   return nil
 end
 
--- Lua twin of streamdump/hooks/amqp.py, for the generated plugin: finds the sections of an
+-- Lua twin of streamdump/codecs/amqp.py, for the generated plugin: finds the sections of an
 -- AMQP 1.0 bare message and names them; values are left to the Python side.
 
 local AMQP_FIXED = {

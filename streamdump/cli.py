@@ -678,7 +678,7 @@ def lua_install(
         raise _fail(f"cannot write {target}: {exc.strerror or exc}") from None
     for path in written:
         print(f"installed {path}")
-    print("Wireshark loads it when it starts (Analyze > Reload Lua Plugins in a running one).")
+    print("Wireshark loads them when it starts (Analyze > Reload Lua Plugins in a running one).")
 
 
 def main() -> None:

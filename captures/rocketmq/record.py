@@ -20,8 +20,10 @@ Scenarios (see README.md):
   cpp_producer   rocketmq 0.4.4 (C++) producer: 4 sends + 1 batch send
   topic_missing  C++ producer asks for a topic the name server does not know (17)
   send_refused   ali-ons producer, the broker refuses the send (16 NO_PERMISSION)
-  unanswered     extra: C++ producer whose first SEND_MESSAGE is left unanswered; the
-                 client times out (1.5 s), reconnects and sends again
+  unanswered     C++ producer whose first SEND_MESSAGE is left unanswered; the client
+                 times out (1.5 s), reconnects and sends again
+  binary         client_binary.py: ROCKETMQ binary headers built by streamdump's encoder,
+                 a zlib-compressed body and a one-way offset update
 """
 
 import argparse

@@ -2,9 +2,9 @@
 
 The plugin is one self-contained Lua file per spec: a header saying it is generated, the
 registry entry as a Lua table (layouts, enums, field names, the conversation section),
-then the hand-written Lua that interprets it (streamdump/lua/dissector.lua) and the Lua
-twins of the spec's hooks (streamdump/hooks/<module>.lua). Field abbreviations are the
-registry's flat names, the same that --filter and the JSON output use, so a field added
+then the hand-written Lua that interprets it (dissector.lua and register.lua beside this
+module) and the Lua twins of the spec's hooks, which its package's DISSECTOR lists. Field
+abbreviations are the registry's flat names, the same that --filter and the JSON output use, so a field added
 to a spec shows up in Wireshark with nothing else to edit. Output is deterministic.
 """
 
