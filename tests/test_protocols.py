@@ -7,7 +7,6 @@ import ast
 import json
 import re
 import shutil
-import socket
 import subprocess
 import tomllib
 from collections import Counter
@@ -32,6 +31,7 @@ from tests.test_wireshark import (
     field_types,
     flatten_streamdump,
     flatten_tshark,
+    tcp_pcap,
     tshark_pdus,
 )
 
@@ -268,34 +268,7 @@ def test_toy_wrong_magic_is_an_error_note(toy: Decoder) -> None:
 
 def _pcap(path: Path, server_port: int, payloads: list[tuple[bool, bytes]]) -> Path:
     """One TCP connection to server_port (handshake, then a segment per payload), as a pcap."""
-    client, server = ("10.1.0.1", 45000), ("10.1.0.2", server_port)
-    seq = {True: 1000, False: 9000}
-    out = path.open("wb")
-    writer = dpkt.pcap.Writer(out)
-    ts = 1_800_000_000.0
-
-    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
-        nonlocal ts
-        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
-        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
-                           flags=flags, win=65535, data=payload)  # fmt: skip
-        ip = dpkt.ip.IP(
-            src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP, data=tcp
-        )
-        ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(
-            src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP, data=ip
-        )
-        writer.writepkt(bytes(eth), ts=ts)
-        ts += 0.001
-        seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
-
-    packet(True, dpkt.tcp.TH_SYN)
-    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
-    packet(True, dpkt.tcp.TH_ACK)
-    for from_client, payload in payloads:
-        packet(from_client, dpkt.tcp.TH_ACK | dpkt.tcp.TH_PUSH, payload)
-    out.close()
+    path.write_bytes(tcp_pcap(payloads, server=("10.1.0.2", server_port), client=("10.1.0.1", 45000)))
     return path
 
 

@@ -376,9 +376,12 @@ def differences(path: Path, tmp: Path, protocol: Protocol, *, two_pass: bool = F
 # ---------------------------------------------------------------- a capture of damage
 
 
-def _segments(frames: list[tuple[bool, bytes]]) -> bytes:
+def tcp_pcap(
+    frames: list[tuple[bool, bytes]],
+    server: tuple[str, int] = ("127.0.0.1", 5552),
+    client: tuple[str, int] = ("127.0.0.1", 40000),
+) -> bytes:
     """A pcap of one TCP connection (handshake, then one segment per frame) built with dpkt."""
-    client, server = ("127.0.0.1", 40000), ("127.0.0.1", 5552)
     out = io.BytesIO()
     writer = dpkt.pcap.Writer(out)
     seq = {True: 1000, False: 5000}
@@ -454,7 +457,7 @@ def _deliver(stored_chunk: bytes) -> bytes:
 def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protocol) -> None:
     """Tracking chunks, trailers and malformed frames: the same fields and the same notes."""
     path = tmp_path / "damage.pcap"
-    path.write_bytes(_segments(damage_frames(Decoder(protocol))))
+    path.write_bytes(tcp_pcap(damage_frames(Decoder(protocol))))
     found = list(differences(path, tmp_path, protocol))
     assert not found, f"{len(found)} differences; first ones:\n" + "\n\n".join(found[:5])
     frames = run_streamdump(path)

@@ -499,15 +499,9 @@ def read_count(
     element_min: int,
     declared_end: int | None,
 ) -> tuple[int | None, int]:
-    size = prefix.size
-    if end - pos < size:
-        raise Short(name, pos, size, end - pos)
-    (count,) = prefix.unpack_from(mv, pos)
-    pos += size
-    if count == -1:
+    count, pos = _read_prefix(prefix, mv, pos, end, name, "count")
+    if count is None:
         return None, pos
-    if count < 0:
-        raise BadValue(name, pos - size, f"{name} has negative count {count}")
     # Refuse counts that cannot fit before allocating anything for them.
     room = max(end, declared_end or 0) - pos
     if count * element_min > room:
@@ -515,17 +509,27 @@ def read_count(
     return count, pos
 
 
-def read_span(prefix: struct.Struct, mv: memoryview, pos: int, end: int, name: str) -> tuple[int | None, int]:
-    """A byte-length prefix: where what it measures ends (None for a null)."""
+def _read_prefix(
+    prefix: struct.Struct, mv: memoryview, pos: int, end: int, name: str, what: str
+) -> tuple[int | None, int]:
+    """A count or length prefix's value (None for -1, a null) and the position after it."""
     size = prefix.size
     if end - pos < size:
         raise Short(name, pos, size, end - pos)
-    (length,) = prefix.unpack_from(mv, pos)
+    (value,) = prefix.unpack_from(mv, pos)
     pos += size
-    if length == -1:
+    if value == -1:
         return None, pos
-    if length < 0:
-        raise BadValue(name, pos - size, f"{name} has negative length {length}")
+    if value < 0:
+        raise BadValue(name, pos - size, f"{name} has negative {what} {value}")
+    return value, pos
+
+
+def read_span(prefix: struct.Struct, mv: memoryview, pos: int, end: int, name: str) -> tuple[int | None, int]:
+    """A byte-length prefix: where what it measures ends (None for a null)."""
+    length, pos = _read_prefix(prefix, mv, pos, end, name, "length")
+    if length is None:
+        return None, pos
     if end - pos < length:
         raise Short(name, pos, length, end - pos)
     return pos + length, pos
