@@ -3383,6 +3383,23 @@ local function read_struct(spec, version, tvb, pos, stop, tree, ctx, name, into)
   return value, after
 end
 
+-- How far an array or map reaches: its element count, or where its bytes end (a prefix
+-- counting bytes, or no prefix: the rest); a null prefix gets its item and says so.
+local function read_extent(tvb, pos, stop, name, spec, element_min, ctx, tree)
+  local count, span_end
+  if spec.prefix == "none" then
+    return nil, stop, pos, false
+  elseif spec.prefix_counts == "bytes" then
+    span_end, pos = read_span(tvb, pos, stop, name, spec)
+    if span_end ~= nil then return nil, span_end, pos, false end
+  else
+    count, pos = read_count(tvb, pos, stop, name, element_min, ctx, spec)
+    if count ~= nil then return count, nil, pos, false end
+  end
+  add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
+  return nil, nil, pos, true
+end
+
 -- One value of a spec at pos; adds its items under tree (which may be nil).
 read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   local t = spec.type
@@ -3447,22 +3464,9 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     return value, pos + prefix + length
   elseif t == "array" then
     local element = spec.of
-    local count, span_end
-    if spec.prefix == "none" then
-      span_end = stop
-    elseif spec.prefix_counts == "bytes" then
-      span_end, pos = read_span(tvb, pos, stop, name, spec)
-      if span_end == nil then
-        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
-        return nil, pos
-      end
-    else
-      count, pos = read_count(tvb, pos, stop, name, min_size(element, version), ctx, spec)
-      if count == nil then
-        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
-        return nil, pos
-      end
-    end
+    local count, span_end, null
+    count, span_end, pos, null = read_extent(tvb, pos, stop, name, spec, min_size(element, version), ctx, tree)
+    if null then return nil, pos end
     local prefix = spec.prefix_width or 0
     local holder
     if tree then
@@ -3502,23 +3506,10 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     if not ok then error(err, 0) end
     return items, pos
   elseif t == "map" then
-    local count, span_end
-    if spec.prefix == "none" then
-      span_end = stop
-    elseif spec.prefix_counts == "bytes" then
-      span_end, pos = read_span(tvb, pos, stop, name, spec)
-      if span_end == nil then
-        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
-        return nil, pos
-      end
-    else
-      count, pos = read_count(tvb, pos, stop, name,
-        min_size(spec.key, version) + min_size(spec.value, version), ctx, spec)
-      if count == nil then
-        add_null(tree, tvb, pos - spec.prefix_width, spec.prefix_width, name)
-        return nil, pos
-      end
-    end
+    local count, span_end, null
+    count, span_end, pos, null = read_extent(tvb, pos, stop, name, spec,
+      min_size(spec.key, version) + min_size(spec.value, version), ctx, tree)
+    if null then return nil, pos end
     local prefix = spec.prefix_width or 0
     local holder
     local skip = ctx.entries_field == name and ctx.taken_entries or nil
