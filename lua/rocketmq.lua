@@ -8299,6 +8299,7 @@ local P = Proto(SPEC.name, SPEC.title)
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
+local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_HOOKS = {}   -- the protocol package's conversation hooks (user: who authenticates)
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
@@ -9434,7 +9435,9 @@ end
 -- One frame ---------------------------------------------------------------------------
 
 local FRAME = SPEC.frame
-local LENGTH = SPEC.length
+-- A protocol its package frames (text lines) has no length field: the package's Lua twin
+-- gives FRAMING.pdu_length, and a PDU's size is all of it.
+local LENGTH = SPEC.length or { offset = 0, width = 0, counts = "whole" }
 local HEADER_SIZE = fields_min(SPEC.header, 1)
 local MASK_IN_KEY = FRAME.response and FRAME.response.field == FRAME.key
 local KEY_HEX = false
@@ -9450,6 +9453,7 @@ end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
 local function frame_length(tvb, offset)
+  if LENGTH.width == 0 then return int(tvb:reported_len()) - offset end
   local value = read_int(tvb(offset + LENGTH.offset, LENGTH.width),
     ({ [1] = "uint8", [2] = "uint16", [4] = "uint32", [8] = "uint64" })[LENGTH.width])
   if LENGTH.counts == "after" then return value + LENGTH.offset + LENGTH.width end
@@ -10316,6 +10320,9 @@ local function dissect_pdu(tvb, pinfo, root)
   if frame.info and frame.info ~= "" then text = text .. " " .. frame.info end
   if tree then
     tree:append_text(": " .. text)
+    if LENGTH.width == 0 and frame.size then
+      tree:add(F.size, tvb(0, 0), frame.size):set_generated()  -- no field says it: the PDU's length
+    end
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     if f then show_links(tree, tvb, f) end
@@ -10340,6 +10347,12 @@ local function dissect_pdu(tvb, pinfo, root)
 end
 
 local function pdu_length(tvb, pinfo, offset)
+  if LENGTH.width == 0 then
+    -- The package's rule: the PDU's length, 0 while the bytes do not say yet, -1 where none starts.
+    local total = FRAMING.pdu_length(tvb, offset)
+    if total < 0 then return int(tvb:reported_len()) - offset end
+    return total
+  end
   if int(tvb:len()) - offset < LENGTH.offset + LENGTH.width then
     return int(tvb:reported_len()) - offset  -- the capture cut the length field (snaplen)
   end
@@ -10352,7 +10365,7 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
-  dissect_tcp_pdus(tvb, tree, LENGTH.offset + LENGTH.width, pdu_length, dissect_pdu, true)
+  dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
 

@@ -22,7 +22,7 @@ from streamdump.core.conversation import Tracker
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, EncodeError
 from streamdump.spec.dissector import Dissector, dissector_of
-from streamdump.spec.registry import Protocol, default_registry, load_registry, load_spec
+from streamdump.spec.registry import Protocol, SpecError, default_registry, load_registry, load_spec
 from streamdump.views.render import Renderer
 from streamdump.wireshark import luagen
 from tests.test_wireshark import (
@@ -325,6 +325,115 @@ def test_toy_plugin_agrees_with_python_in_tshark(tmp_path: Path, toy: Decoder) -
         assert not diff, "\n".join(diff)
     assert ours[2]["links"]["request_in"] == 4
     assert [e["message"] for e in ours[2]["expert"]] == ["Hello (packet 4) failed: NOPE (0x02)"]
+
+
+# A protocol whose package frames it (lines, as text protocols are): no length field in
+# its header, a Python framing rule and its Lua twin.
+LINES_SPEC = """
+protocol: lines
+title: Lines
+wiring: {ports: [7001], framing: {rule: package}}
+header:
+  - key: {type: uint8, display: hex}
+commands:
+  Say:
+    key: 0x53
+    command:
+      - text: {type: raw, size: rest}
+  Quit:
+    key: 0x51
+    command:
+      - text: {type: raw, size: rest}
+"""
+LINES_PACKAGE = """
+from streamdump.core.framing_rules import BAD, DecodedRule
+from streamdump.spec.dissector import Dissector
+
+
+class LineRule(DecodedRule):
+    header_len = 1
+
+    def total(self, buf, start):
+        end = buf.find(b"\\n", start)
+        if end < 0:
+            return BAD if len(buf) - start > 1000 else None
+        return end + 1 - start
+
+    def candidates(self, buf, start):
+        return [start] + [i + 1 for i in range(start, len(buf)) if buf[i] == 10]
+
+
+DISSECTOR = Dissector(framing=LineRule, lua=("framing.lua",))
+"""
+LINES_LUA = """
+FRAMING.pdu_length = function(tvb, offset)
+  for i = offset, tvb:len() - 1 do
+    if tvb(i, 1):uint() == 10 then return i + 1 - offset end
+  end
+  return 0
+end
+"""
+
+
+@pytest.fixture
+def lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Decoder:
+    folder = tmp_path / "linepkgs" / "lines"
+    folder.mkdir(parents=True)
+    (folder.parent / "__init__.py").write_text("", encoding="utf-8")
+    (folder / "spec.yaml").write_text(LINES_SPEC, encoding="utf-8")
+    (folder / "__init__.py").write_text(LINES_PACKAGE, encoding="utf-8")
+    (folder / "framing.lua").write_text(LINES_LUA, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return Decoder(load_registry(folder.parent, package="linepkgs").get("lines"))
+
+
+# Lines split and joined across segments, as a text protocol's are.
+LINES_SEGMENTS = [(True, b"Shello\n"), (True, b"Swor"), (True, b"ld\nQbye\n")]
+
+
+def test_a_package_framing_rule_cuts_text_lines(tmp_path: Path, lines: Decoder) -> None:
+    path = _pcap(tmp_path / "lines.pcap", 7001, LINES_SEGMENTS)
+    frames = list(read_frames(path, Dissection([lines]), None, ReadStats()))
+    assert [(f.number, f.command, bytes(f.fields["text"])) for f in frames] == [
+        (4, "Say", b"hello\n"),
+        (6, "Say", b"world\n"),
+        (6, "Quit", b"bye\n"),
+    ]
+    assert all(not f.expert for f in frames) and frames[0].size == 7
+
+
+def test_a_spec_framed_by_its_package_needs_a_rule(tmp_path: Path) -> None:
+    folder = tmp_path / "lines"
+    folder.mkdir()
+    (folder / "spec.yaml").write_text(LINES_SPEC, encoding="utf-8")
+    decoder = Decoder(load_registry(tmp_path, package=None).get("lines"))
+    with pytest.raises(SpecError, match="framing is 'rule: package', but its package has no framing rule"):
+        Dissection([decoder])
+
+
+def test_a_package_framing_rule_has_its_lua_twin_in_tshark(tmp_path: Path, lines: Decoder) -> None:
+    tshark = shutil.which("tshark")
+    need(tshark is not None, "tshark is not installed (apt-get install tshark)")
+    assert tshark is not None
+    plugin = tmp_path / "lines.lua"
+    plugin.write_text(luagen.generate(lines.protocol), encoding="utf-8")
+    path = _pcap(tmp_path / "lines.pcap", 7001, LINES_SEGMENTS)
+    args = [tshark, "-X", f"lua_script:{plugin}", "-r", str(path), "-T", "json", "-J", "frame lines"]
+    result = subprocess.run(
+        args, capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert not any(e in (result.stdout + result.stderr).lower() for e in LUA_ERRORS), result.stderr
+    theirs = tshark_pdus(json.loads(result.stdout, object_pairs_hook=list), "lines")
+    renderer = Renderer(lines)
+    ours = [
+        json.loads(renderer.json_line(f)) for f in read_frames(path, Dissection([lines]), None, ReadStats())
+    ]
+    assert sorted(theirs) == [4, 6] and [len(theirs[4]), len(theirs[6])] == [1, 2]
+    ftypes = field_types(lines.protocol)
+    for frame, tree in zip(ours, [theirs[4][0], *theirs[6]], strict=True):
+        diff = compare(flatten_streamdump(frame, frozenset()), flatten_tshark(tree, "lines"), ftypes)
+        assert not diff, "\n".join(diff)
 
 
 # ---------------------------------------------------------------- several protocols in one read

@@ -26,6 +26,7 @@ from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Confl
 from streamdump.core.tail import TailRule, last_value, recover, tail_rule
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
+from streamdump.spec.registry import SpecError
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
@@ -104,7 +105,10 @@ class Watch:
 
 def framing_rule(decoder: Decoder) -> FramingRule:
     """The protocol package's framing rule, or the one the spec's length field gives."""
-    build = dissector_of(decoder.protocol).framing
+    protocol = decoder.protocol
+    build = dissector_of(protocol).framing
+    if build is None and protocol.wiring.length is None:
+        raise SpecError(f"{protocol.source}: framing is 'rule: package', but its package has no framing rule")
     return build(decoder) if build is not None else LengthRule(decoder)
 
 

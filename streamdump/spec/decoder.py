@@ -93,7 +93,9 @@ class Decoder:
         length_type = wiring.length_type
         self.length_st = struct.Struct(protocol.order + INT_TYPES[length_type][0])
         self.length_at = wiring.length_offset
-        self.length_end = wiring.length_offset + self.length_st.size
+        # Without a length field (the package's framing rule cuts PDUs) a PDU is all it is given.
+        self.framed_by_length = wiring.length is not None
+        self.length_end = wiring.length_offset + self.length_st.size if self.framed_by_length else 0
         # Bytes every frame's header has at least (the fixed fields before any variable one).
         self.header_size = sum(op.min_size for op in self.header_ops)
         frame = protocol.frame
@@ -149,6 +151,8 @@ class Decoder:
 
     def frame_length(self, data: bytes | bytearray | memoryview, start: int = 0) -> int | None:
         """The whole length of the frame at start from its length field; None before that field."""
+        if not self.framed_by_length:
+            return len(data) - start
         if len(data) - start < self.length_end:
             return None
         (value,) = self.length_st.unpack_from(data, start + self.length_at)

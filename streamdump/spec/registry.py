@@ -786,6 +786,8 @@ class _Builder:
         length = framing.get("length")
         if length is None and framing.get("rule") != "package":
             raise self.fail("wiring.framing", "needs 'length' (a header field) or 'rule: package'")
+        if length is None:
+            kw["counts"] = "whole"  # what the package's rule cuts is the whole PDU
         if length is not None:
             offset = 0
             for spec in header:

@@ -7,6 +7,7 @@ local P = Proto(SPEC.name, SPEC.title)
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
+local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_HOOKS = {}   -- the protocol package's conversation hooks (user: who authenticates)
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
@@ -1142,7 +1143,9 @@ end
 -- One frame ---------------------------------------------------------------------------
 
 local FRAME = SPEC.frame
-local LENGTH = SPEC.length
+-- A protocol its package frames (text lines) has no length field: the package's Lua twin
+-- gives FRAMING.pdu_length, and a PDU's size is all of it.
+local LENGTH = SPEC.length or { offset = 0, width = 0, counts = "whole" }
 local HEADER_SIZE = fields_min(SPEC.header, 1)
 local MASK_IN_KEY = FRAME.response and FRAME.response.field == FRAME.key
 local KEY_HEX = false
@@ -1158,6 +1161,7 @@ end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
 local function frame_length(tvb, offset)
+  if LENGTH.width == 0 then return int(tvb:reported_len()) - offset end
   local value = read_int(tvb(offset + LENGTH.offset, LENGTH.width),
     ({ [1] = "uint8", [2] = "uint16", [4] = "uint32", [8] = "uint64" })[LENGTH.width])
   if LENGTH.counts == "after" then return value + LENGTH.offset + LENGTH.width end

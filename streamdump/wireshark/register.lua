@@ -133,6 +133,9 @@ local function dissect_pdu(tvb, pinfo, root)
   if frame.info and frame.info ~= "" then text = text .. " " .. frame.info end
   if tree then
     tree:append_text(": " .. text)
+    if LENGTH.width == 0 and frame.size then
+      tree:add(F.size, tvb(0, 0), frame.size):set_generated()  -- no field says it: the PDU's length
+    end
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     if f then show_links(tree, tvb, f) end
@@ -157,6 +160,12 @@ local function dissect_pdu(tvb, pinfo, root)
 end
 
 local function pdu_length(tvb, pinfo, offset)
+  if LENGTH.width == 0 then
+    -- The package's rule: the PDU's length, 0 while the bytes do not say yet, -1 where none starts.
+    local total = FRAMING.pdu_length(tvb, offset)
+    if total < 0 then return int(tvb:reported_len()) - offset end
+    return total
+  end
   if int(tvb:len()) - offset < LENGTH.offset + LENGTH.width then
     return int(tvb:reported_len()) - offset  -- the capture cut the length field (snaplen)
   end
@@ -169,7 +178,7 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
-  dissect_tcp_pdus(tvb, tree, LENGTH.offset + LENGTH.width, pdu_length, dissect_pdu, true)
+  dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
 
