@@ -357,9 +357,9 @@ def stats(
             for n, statistic in enumerate(shown):
                 if len(shown) > 1:
                     console.print(("\n" if n else "") + f"== {statistic.protocol.title} ==", style="bold")
-                render_stats(
-                    statistic.result(), console, statistic.subject, bool(statistic.protocol.conversation.acks)
-                )
+                ack = next(iter(statistic.protocol.conversation.acks.values()), None)
+                acked = ack.send.command if ack is not None else None
+                render_stats(statistic.result(), console, statistic.subject, acked)
         sys.stdout.flush()
     _print_notices(read_stats)
     _finish_read(setup, read_stats, error)

@@ -238,11 +238,11 @@ def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------- text
 
 
-def render(result: dict[str, Any], console: Console, subject: str, acks: bool = True) -> None:
+def render(result: dict[str, Any], console: Console, subject: str, acked: str | None = None) -> None:
     """The statistics as tables, in the order a user debugging a client reads them.
 
-    subject: what messages are addressed to in this protocol (stream, topic); acks: whether
-    its messages are confirmed one by one (else there is no confirm latency to show).
+    subject: what messages are addressed to in this protocol (stream, topic); acked: the
+    command whose items are confirmed one by one (None: no confirm latency to show).
     """
     for conn in result["connections"]:
         console.print(_connection_text(conn))
@@ -259,10 +259,10 @@ def render(result: dict[str, Any], console: Console, subject: str, acks: bool = 
         ("Command", "Code", "Count"),
         [(r["command"], r["code"], r["count"]) for r in result["response_codes"]],
     )
-    if acks:
+    if acked:
         _table(
             console,
-            "Publish to confirm latency (ms)",
+            f"{acked} to confirm latency (ms)",
             ("Confirmed by", "Count", "Min", "Median", "p95", "p99", "Max"),
             [_latency_row(r) for r in result["confirm_latency"] if r["count"]],
         )
