@@ -2618,10 +2618,8 @@ local SPEC = {
     },
   },
   limits = {
-    osiris = {
-      bytes = 67108864,
-      records = 100000,
-    },
+    bytes = 67108864,
+    records = 100000,
   },
   conversation = {
     correlation = "correlation_id",
@@ -4488,8 +4486,9 @@ local function track(conn, f)
   if f.from_client then conn.client_last = f end
 end
 
--- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32, and
--- inflate(range, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if not).
+-- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32;
+-- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
+-- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
@@ -4546,7 +4545,9 @@ local function crc32(tvb, pos, len)
   return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
 end
 
-local function inflate(range, label)
+local function inflate(tvb, pos, len, label)
+  if len <= 0 then return nil end
+  local range = tvb(pos, len)
   for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
     local found, fn = pcall(function() return range[method] end)
     if found and fn then
@@ -4556,6 +4557,24 @@ local function inflate(range, label)
     end
   end
   return nil
+end
+
+-- What expanding one frame may still produce (SPEC.limits); told once when spent.
+local function budget_of(ctx)
+  if ctx.budget == nil then
+    ctx.budget = { bytes = SPEC.limits.bytes, records = SPEC.limits.records, spent = false }
+  end
+  return ctx.budget
+end
+
+local function budget_refuse(ctx, where, what)
+  local b = budget_of(ctx)
+  if not b.spent then
+    b.spent = true
+    note(ctx, "error", "malformed", string.format(
+      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
+      where, what, math.floor(SPEC.limits.bytes / 1048576), SPEC.limits.records))
+  end
 end
 
 -- Lua twin of streamdump/codecs/amqp.py, for the generated plugin: finds the sections of an
@@ -4668,25 +4687,6 @@ end
 -- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
 -- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
 -- inflate), records with their offsets, tracking entries, and AMQP section names.
-
-local OSIRIS_LIMITS = SPEC.limits.osiris
-
-local function budget_of(ctx)
-  if ctx.budget == nil then
-    ctx.budget = { bytes = OSIRIS_LIMITS.bytes, records = OSIRIS_LIMITS.records, spent = false }
-  end
-  return ctx.budget
-end
-
-local function budget_refuse(ctx, where, what)
-  local b = budget_of(ctx)
-  if not b.spent then
-    b.spent = true
-    note(ctx, "error", "malformed", string.format(
-      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
-      where, what, math.floor(OSIRIS_LIMITS.bytes / 1048576), OSIRIS_LIMITS.records))
-  end
-end
 
 -- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
 local function read_entry(tvb, pos, stop, name, base)
@@ -4805,7 +4805,7 @@ local function entry_bodies(tvb, entry, where, ctx)
     return split_records(tvb, entry.body, entry.body_len, entry, where, ctx)
   end
   if entry.compression == 1 then
-    local out = entry.body_len > 0 and inflate(tvb(entry.body, entry.body_len), "gzip sub-batch") or nil
+    local out = inflate(tvb, entry.body, entry.body_len, "gzip sub-batch")
     if out == nil then
       note(ctx, "error", "malformed", where .. ": sub-batch: gzip data does not inflate")
       return {}

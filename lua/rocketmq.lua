@@ -8245,7 +8245,10 @@ local SPEC = {
       title = "Zone Name",
     },
   },
-  limits = {},
+  limits = {
+    bytes = 67108864,
+    records = 100000,
+  },
   conversation = {
     correlation = "opaque",
     status = "code",
@@ -10062,8 +10065,9 @@ local function track(conn, f)
   if f.from_client then conn.client_last = f end
 end
 
--- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32, and
--- inflate(range, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if not).
+-- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32;
+-- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
+-- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
@@ -10120,7 +10124,9 @@ local function crc32(tvb, pos, len)
   return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
 end
 
-local function inflate(range, label)
+local function inflate(tvb, pos, len, label)
+  if len <= 0 then return nil end
+  local range = tvb(pos, len)
   for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
     local found, fn = pcall(function() return range[method] end)
     if found and fn then
@@ -10132,11 +10138,28 @@ local function inflate(range, label)
   return nil
 end
 
+-- What expanding one frame may still produce (SPEC.limits); told once when spent.
+local function budget_of(ctx)
+  if ctx.budget == nil then
+    ctx.budget = { bytes = SPEC.limits.bytes, records = SPEC.limits.records, spent = false }
+  end
+  return ctx.budget
+end
+
+local function budget_refuse(ctx, where, what)
+  local b = budget_of(ctx)
+  if not b.spent then
+    b.spent = true
+    note(ctx, "error", "malformed", string.format(
+      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
+      where, what, math.floor(SPEC.limits.bytes / 1048576), SPEC.limits.records))
+  end
+end
+
 -- Lua twin of dissectors/rocketmq/bodies.py: a stored message body's CRC (masked to 31
 -- bits), and a body the producer compressed, inflated when Wireshark's Lua can (zlib;
--- lz4 and zstd get an "undecoded" note, as Wireshark 4.0's Lua has no codec for them).
-
-local BODY_CODECS = { [0] = "zlib", [1] = "lz4", [2] = "zstd", [3] = "zlib" }
+-- lz4 and zstd get an "undecoded" note, as Wireshark 4.0's Lua has no codec for them),
+-- within the frame's expansion budget.
 
 local function body_expand(tvb, pos, len, tree, ctx, siblings)
   local sys_flag = siblings.sys_flag
@@ -10144,7 +10167,7 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
   local code = math.floor(sys_flag / 256) % 8
   siblings.compression = code
   if tree then tree:add(F.compression, tvb(pos, len), code):set_generated() end
-  local codec = BODY_CODECS[code]
+  local codec = VS.compression[code]
   if codec == nil then
     note(ctx, "warn", "malformed", "message body: unknown compression type " .. code .. " in sys_flag")
     return
@@ -10153,11 +10176,18 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
     note(ctx, "note", "undecoded", "message body: " .. codec .. " is not inflated here (Wireshark's Lua has no codec for it)")
     return
   end
-  local out = len > 0 and inflate(tvb(pos, len), "uncompressed body") or nil
+  local out = inflate(tvb, pos, len, "uncompressed body")
   if out == nil then
     note(ctx, "warn", "malformed", "message body: zlib data is corrupt")
     return
   end
+  local budget = budget_of(ctx)
+  if out:len() > budget.bytes then
+    -- Wireshark inflated it already; what the budget bounds is what is shown and kept.
+    budget_refuse(ctx, "message body", codec .. " body not inflated")
+    return
+  end
+  budget.bytes = budget.bytes - out:len()
   siblings.uncompressed_body = true
   if tree then tree:add(F.uncompressed_body, out()) end
 end

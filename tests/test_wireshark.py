@@ -28,6 +28,7 @@ import socket
 import struct
 import subprocess
 import sys
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -489,6 +490,39 @@ def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protoco
 
 
 # ---------------------------------------------------------------- tests
+
+
+def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
+    """Stored bodies in a pull answer: a bad CRC, a zlib body, and zlib bombs the frame's
+    expansion budget stops, in the plugin as in Python."""
+    rocketmq = default_registry().get("rocketmq")
+    decoder = Decoder(rocketmq)
+    bomb = zlib.compress(b"\0" * (40 << 20), 9)
+    body = b"streamdump " * 20
+
+    def stored(data: bytes, sys_flag: int = 0, crc: int | None = None) -> dict[str, Any]:
+        return {
+            "magic_code": 0xDAA320A7, "body_crc": zlib.crc32(data) & 0x7FFFFFFF if crc is None else crc,
+            "queue_id": 0, "message_flag": 0, "queue_offset": 0, "physical_offset": 0, "sys_flag": sys_flag,
+            "born_timestamp": 0, "born_host": "127.0.0.1", "born_port": 1, "store_timestamp": 0,
+            "store_host": "127.0.0.1", "store_port": 2, "reconsume_times": 0,
+            "prepared_transaction_offset": 0, "message_body": data, "topic": "T", "properties": {},
+        }  # fmt: skip
+
+    header = {"serialize_type": 0, "language": 0, "opaque": 1}
+    ask = decoder.encode("PULL_MESSAGE", "request", header | {"consumer_group": "G", "topic": "T"})
+    messages = [stored(b"x", crc=7), stored(zlib.compress(body), 0x1), stored(bomb, 0x1), stored(bomb, 0x1)]
+    answer = decoder.encode("PULL_MESSAGE", "response", header | {"code": 0, "messages": messages})
+    path = tmp_path / "bodies.pcap"
+    pieces = [(False, answer[at : at + 60000]) for at in range(0, len(answer), 60000)]  # IP's 64 KiB
+    path.write_bytes(tcp_pcap([(True, ask), *pieces], server=("127.0.0.1", 10911)))
+    found = list(differences(path, tmp_path, rocketmq))
+    assert not found, f"{len(found)} differences; first ones:\n" + "\n\n".join(found[:5])
+    (pulled,) = [f for f in run_streamdump(path) if f["kind"] == "response"]
+    notes = [e["message"] for e in pulled["expert"]]
+    assert notes[0].startswith("message body CRC mismatch: header says 0x00000007")
+    assert "expanding this frame stops at 64 MiB decompressed" in notes[1] and len(notes) == 2
+    assert [("uncompressed_body" in m) for m in pulled["fields"]["messages"]] == [False, True, True, False]
 
 
 @pytest.mark.parametrize("name", PROTOCOLS)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from streamdump.dissectors.rabbitmq_stream import messages, osiris, sasl
 
-from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
 from streamdump.spec.dissector import Dissector
 
 DISSECTOR = Dissector(
     hooks=(osiris.EntryHook, osiris.ChunkHook, osiris.TrailerHook),
     lua=("streamdump.codecs:zlib.lua", "streamdump.codecs:amqp.lua", "osiris.lua", "sasl.lua"),
-    lua_limits={"osiris": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS}},
     messages=messages.StreamMessages,
     user=sasl.plain_user,
 )

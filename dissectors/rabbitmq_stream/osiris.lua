@@ -2,25 +2,6 @@
 -- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
 -- inflate), records with their offsets, tracking entries, and AMQP section names.
 
-local OSIRIS_LIMITS = SPEC.limits.osiris
-
-local function budget_of(ctx)
-  if ctx.budget == nil then
-    ctx.budget = { bytes = OSIRIS_LIMITS.bytes, records = OSIRIS_LIMITS.records, spent = false }
-  end
-  return ctx.budget
-end
-
-local function budget_refuse(ctx, where, what)
-  local b = budget_of(ctx)
-  if not b.spent then
-    b.spent = true
-    note(ctx, "error", "malformed", string.format(
-      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
-      where, what, math.floor(OSIRIS_LIMITS.bytes / 1048576), OSIRIS_LIMITS.records))
-  end
-end
-
 -- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
 local function read_entry(tvb, pos, stop, name, base)
   base = base or 0
@@ -138,7 +119,7 @@ local function entry_bodies(tvb, entry, where, ctx)
     return split_records(tvb, entry.body, entry.body_len, entry, where, ctx)
   end
   if entry.compression == 1 then
-    local out = entry.body_len > 0 and inflate(tvb(entry.body, entry.body_len), "gzip sub-batch") or nil
+    local out = inflate(tvb, entry.body, entry.body_len, "gzip sub-batch")
     if out == nil then
       note(ctx, "error", "malformed", where .. ": sub-batch: gzip data does not inflate")
       return {}

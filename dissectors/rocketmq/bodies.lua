@@ -1,8 +1,7 @@
 -- Lua twin of dissectors/rocketmq/bodies.py: a stored message body's CRC (masked to 31
 -- bits), and a body the producer compressed, inflated when Wireshark's Lua can (zlib;
--- lz4 and zstd get an "undecoded" note, as Wireshark 4.0's Lua has no codec for them).
-
-local BODY_CODECS = { [0] = "zlib", [1] = "lz4", [2] = "zstd", [3] = "zlib" }
+-- lz4 and zstd get an "undecoded" note, as Wireshark 4.0's Lua has no codec for them),
+-- within the frame's expansion budget.
 
 local function body_expand(tvb, pos, len, tree, ctx, siblings)
   local sys_flag = siblings.sys_flag
@@ -10,7 +9,7 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
   local code = math.floor(sys_flag / 256) % 8
   siblings.compression = code
   if tree then tree:add(F.compression, tvb(pos, len), code):set_generated() end
-  local codec = BODY_CODECS[code]
+  local codec = VS.compression[code]
   if codec == nil then
     note(ctx, "warn", "malformed", "message body: unknown compression type " .. code .. " in sys_flag")
     return
@@ -19,11 +18,18 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
     note(ctx, "note", "undecoded", "message body: " .. codec .. " is not inflated here (Wireshark's Lua has no codec for it)")
     return
   end
-  local out = len > 0 and inflate(tvb(pos, len), "uncompressed body") or nil
+  local out = inflate(tvb, pos, len, "uncompressed body")
   if out == nil then
     note(ctx, "warn", "malformed", "message body: zlib data is corrupt")
     return
   end
+  local budget = budget_of(ctx)
+  if out:len() > budget.bytes then
+    -- Wireshark inflated it already; what the budget bounds is what is shown and kept.
+    budget_refuse(ctx, "message body", codec .. " body not inflated")
+    return
+  end
+  budget.bytes = budget.bytes - out:len()
   siblings.uncompressed_body = true
   if tree then tree:add(F.uncompressed_body, out()) end
 end

@@ -12,13 +12,13 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from streamdump.codecs.compression import Budget, DecompressionError, inflate
+from streamdump.codecs.compression import Budget, DecompressionError, OverLimit, inflate
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
+from streamdump.spec.registry import Protocol
 
 COMPRESSED = 0x1
-CODECS = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 
 
 def body_crc(body: bytes | memoryview) -> int:
@@ -28,6 +28,10 @@ def body_crc(body: bytes | memoryview) -> int:
 
 class MessageBody(Hook):
     name = "message_body"
+
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        self.codecs = protocol.enums["compression"]  # sys_flag bits 8-10 -> zlib, lz4, zstd
 
     def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
         crc = siblings.get("body_crc")
@@ -51,7 +55,7 @@ class MessageBody(Hook):
             return
         code = (sys_flag >> 8) & 0x7
         siblings["compression"] = code
-        codec = CODECS.get(code)
+        codec = self.codecs.get(code)
         if codec is None:
             ctx.expert.append(
                 Expert("warn", f"message body: unknown compression type {code} in sys_flag", pos)
@@ -60,11 +64,11 @@ class MessageBody(Hook):
         budget = Budget.of(ctx)
         try:
             data = inflate(codec, value, budget.bytes_left)
+        except OverLimit:
+            budget.refuse(ctx, "message body", f"{codec} body not inflated", pos)
+            return
         except DecompressionError as exc:
-            if "over the" in str(exc):
-                budget.refuse(ctx, "message body", f"{codec} body not inflated", pos)
-            else:
-                ctx.expert.append(Expert("warn", f"message body: {exc}", pos))
+            ctx.expert.append(Expert("warn", f"message body: {exc}", pos))
             return
         budget.bytes_left -= len(data)
         siblings["uncompressed_body"] = data

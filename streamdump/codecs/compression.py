@@ -48,6 +48,10 @@ class DecompressionError(Exception):
     """The body cannot be decompressed to the declared size; str() says why in plain words."""
 
 
+class OverLimit(DecompressionError):
+    """The body inflates to more than the frame's expansion budget has left."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decompressed:
     data: bytes
@@ -253,7 +257,7 @@ class Budget:
 def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
     """A body compressed with codec ("zlib", "lz4", "zstd"), at most limit bytes of it.
 
-    Raises DecompressionError for corrupt data and for output over the limit.
+    Raises DecompressionError for corrupt data, OverLimit for output over the limit.
     """
     data = bytes(body)
     if codec == "zlib":
@@ -263,7 +267,7 @@ def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
         except zlib.error as exc:
             raise DecompressionError(f"zlib data is corrupt: {exc}") from None
         if len(out) > limit:
-            raise DecompressionError(f"zlib output is over the {limit} bytes left to expand")
+            raise OverLimit(f"zlib output is over the {limit} bytes left to expand")
         if not inflater.eof:
             raise DecompressionError("zlib data ends before its stream does")
         return out
@@ -274,7 +278,7 @@ def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
         except zstandard.ZstdError as exc:
             raise DecompressionError(f"zstd data is corrupt: {exc}") from None
         if len(out) > limit:
-            raise DecompressionError(f"zstd output is over the {limit} bytes left to expand")
+            raise OverLimit(f"zstd output is over the {limit} bytes left to expand")
         return out
     if codec == "lz4":
         if not data.startswith(_LZ4_FRAME):
@@ -290,6 +294,6 @@ def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
                 if not ("whole buffer" in text or "smaller than required" in text or "large enough" in text):
                     raise DecompressionError(f"lz4 data is corrupt: {text}") from None
             if size >= limit:
-                raise DecompressionError(f"lz4 output is over the {limit} bytes left to expand")
+                raise OverLimit(f"lz4 output is over the {limit} bytes left to expand")
             size = min(limit, size * 4)
     raise DecompressionError(f"unknown codec {codec!r}")

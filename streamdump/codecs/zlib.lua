@@ -1,5 +1,6 @@
--- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32, and
--- inflate(range, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if not).
+-- zlib for hooks of any protocol: crc32(tvb, pos, len), Python's zlib.crc32;
+-- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
+-- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
@@ -56,7 +57,9 @@ local function crc32(tvb, pos, len)
   return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
 end
 
-local function inflate(range, label)
+local function inflate(tvb, pos, len, label)
+  if len <= 0 then return nil end
+  local range = tvb(pos, len)
   for _, method in ipairs({ "uncompress_zlib", "uncompress" }) do
     local found, fn = pcall(function() return range[method] end)
     if found and fn then
@@ -66,4 +69,22 @@ local function inflate(range, label)
     end
   end
   return nil
+end
+
+-- What expanding one frame may still produce (SPEC.limits); told once when spent.
+local function budget_of(ctx)
+  if ctx.budget == nil then
+    ctx.budget = { bytes = SPEC.limits.bytes, records = SPEC.limits.records, spent = false }
+  end
+  return ctx.budget
+end
+
+local function budget_refuse(ctx, where, what)
+  local b = budget_of(ctx)
+  if not b.spent then
+    b.spent = true
+    note(ctx, "error", "malformed", string.format(
+      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
+      where, what, math.floor(SPEC.limits.bytes / 1048576), SPEC.limits.records))
+  end
 end

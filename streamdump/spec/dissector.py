@@ -11,8 +11,8 @@ recorded for the spec's folder, so no core module names a protocol.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamdump.spec.registry import Protocol, SpecError
@@ -76,8 +76,6 @@ class Dissector:
     # Lua files making the hooks' twins, in load order: names in the package folder, or
     # "package:file" for files of another package (a shared codec).
     lua: tuple[str, ...] = ()
-    # Values the Lua twins read from the generated SPEC table (e.g. expansion bounds).
-    lua_limits: Mapping[str, Any] = field(default_factory=dict)
     # Builds the framing rule from the protocol's decoder; None: the spec's length word.
     framing: Callable[[Any], Any] | None = None
     messages: type[MessageRules] = MessageRules

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
@@ -156,8 +157,8 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "commands": commands,
         "layouts": layouts,
         "names": field_names(protocol),
-        # What expanding one frame may produce, as the Python hooks bound it.
-        "limits": dict(dissector_of(protocol).lua_limits),
+        # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
+        "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS},
         "conversation": _conversation(protocol),
     }
 
