@@ -574,7 +574,7 @@ def _with_length(rest: bytes, decoder: Decoder) -> bytes | None:
     wiring = decoder.protocol.wiring
     if wiring.length is None or decoder.length_at != 0:
         return None
-    value = len(rest) if wiring.counts == "after" else len(rest) + decoder.length_end
+    value = len(rest) + decoder.length_end - decoder.uncounted
     try:
         return decoder.length_st.pack(value) + rest
     except struct.error:

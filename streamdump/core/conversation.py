@@ -22,7 +22,7 @@ from typing import Any
 
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
+from streamdump.spec.registry import FieldSpec, Protocol, Ref
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed.
@@ -145,14 +145,10 @@ class ConnState:
 class Tracker:
     """Follows every connection of one capture, frame by frame, in capture order."""
 
-    def __init__(self, protocol: Protocol, size_len: int | None = None) -> None:
+    def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.spec = protocol.conversation
-        wiring = protocol.wiring
-        if size_len is None:  # what a frame's size leaves out: the length field, when it counts what follows
-            after = wiring.length is not None and wiring.counts == "after"
-            size_len = wiring.length_offset + INT_TYPES[wiring.length_type][1] if after else 0
-        self.size_len = size_len
+        self.size_len = protocol.wiring.uncounted  # what a frame's size leaves out
         self.user_of = dissector_of(protocol).user
         self.by_request = protocol.frame.response_key == "request"
         # Who each peer is, from fields every frame carries: (property, field, value names).

@@ -44,8 +44,8 @@ class Piece:
 class Framer:
     def __init__(self, rule: FramingRule, *, synced: bool = False) -> None:
         self.rule = rule
-        # Brokers do not enforce a negotiated frame_max (3.10.8 accepts and sends larger
-        # frames), so the protocol's sanity cap is the only limit; the tracker flags the rest.
+        # The protocol's sanity cap, not a negotiated maximum: peers exceed those, and the
+        # conversation tracker says so.
         self.limit = rule.limit
         self.synced = synced
         self.buf = bytearray()

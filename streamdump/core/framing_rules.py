@@ -79,22 +79,19 @@ class LengthRule(DecodedRule):
 
     def __init__(self, decoder: Decoder) -> None:
         super().__init__(decoder)
-        protocol = decoder.protocol
-        wiring = protocol.wiring
+        wiring = decoder.protocol.wiring
+        self.frame_length = decoder.frame_length
         self.length_st = decoder.length_st
         self.length_at = decoder.length_at
-        self.length_end = decoder.length_end
-        self.after = wiring.counts == "after"
         self.header_len = decoder.header_size
         self.min_total = decoder.header_size
-        self.limit = wiring.max_size + (self.length_end if self.after else 0)
+        self.limit = wiring.max_size + wiring.uncounted
         self.pattern = self._pattern(decoder)
 
     def total(self, buf: bytes | bytearray, start: int) -> int | None:
-        if len(buf) - start < self.length_end:
+        total = self.frame_length(buf, start)
+        if total is None:
             return None
-        (value,) = self.length_st.unpack_from(buf, start + self.length_at)
-        total = value + self.length_end if self.after else value
         return total if self.min_total <= total <= self.limit else BAD
 
     def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:

@@ -96,6 +96,7 @@ class Decoder:
         # Without a length field (the package's framing rule cuts PDUs) a PDU is all it is given.
         self.framed_by_length = wiring.length is not None
         self.length_end = wiring.length_offset + self.length_st.size if self.framed_by_length else 0
+        self.uncounted = wiring.uncounted  # what a frame's size leaves out
         # Bytes every frame's header has at least (the fixed fields before any variable one).
         self.header_size = sum(op.min_size for op in self.header_ops)
         frame = protocol.frame
@@ -156,7 +157,7 @@ class Decoder:
         if len(data) - start < self.length_end:
             return None
         (value,) = self.length_st.unpack_from(data, start + self.length_at)
-        return value + self.length_end if self.protocol.wiring.counts == "after" else value
+        return value + self.uncounted  # type: ignore[no-any-return]
 
     def wire_text(self, frame: Frame) -> str:
         """The key as the one-line view shows it: as on the wire where it carries the response bit."""
@@ -174,7 +175,7 @@ class Decoder:
         if len(data) < self.header_size:
             return False
         total = self.frame_length(data)
-        if total is None or not self.header_size <= total <= self.protocol.wiring.max_size + self.length_end:
+        if total is None or not self.header_size <= total <= self.protocol.wiring.max_size + self.uncounted:
             return False
         header: dict[str, Any] = {}
         ctx = Ctx([])
@@ -231,7 +232,7 @@ class Decoder:
         if total is None or have < self.header_size:
             expert.append(Expert("error", f"frame too short for a header: {have} bytes", 0))
             return self._frame(None, None, "unknown", None, 0, 0, fields, expert, data)
-        size = total - self.length_end if self.protocol.wiring.counts == "after" else total
+        size = total - self.uncounted
         if partial:
             ctx.declared_end = total
         end = have
@@ -576,10 +577,7 @@ class Decoder:
         except (KeyError, TypeError, struct.error, AttributeError, ValueError) as exc:
             raise EncodeError(f"{command} {kind}: cannot encode: {exc}") from None
         if length_name is not None:
-            counts_after = self.protocol.wiring.counts == "after"
-            self.length_st.pack_into(
-                body, self.length_at, len(body) - self.length_end if counts_after else len(body)
-            )
+            self.length_st.pack_into(body, self.length_at, len(body) - self.uncounted)
         return bytes(body)
 
 

@@ -224,6 +224,13 @@ class Wiring:
     # Names of the server by port (e.g. a name server and a broker), for diagnoses.
     roles: Mapping[int, str] = field(default_factory=dict)
 
+    @property
+    def uncounted(self) -> int:
+        """Bytes of a PDU its length does not count: to the length field's end, if it counts what follows."""
+        if self.length is None or self.counts != "after":
+            return 0
+        return self.length_offset + INT_TYPES[self.length_type][1]
+
 
 @dataclass(frozen=True, slots=True)
 class FrameSpec:
