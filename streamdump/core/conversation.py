@@ -149,6 +149,7 @@ class Tracker:
         self.protocol = protocol
         self.spec = protocol.conversation
         self.size_len = protocol.wiring.uncounted  # what a frame's size leaves out
+        self.key_text = protocol.key_formatter()
         self.user_of = dissector_of(protocol).user
         self.by_request = protocol.frame.response_key == "request"
         # Who each peer is, from fields every frame carries: (property, field, value names).
@@ -587,7 +588,7 @@ class Tracker:
         hint = self.spec.close_hints.get(code)
         last = (
             f"; the client's last frame before it was {before.name} "
-            f"(key {_key_hex(before.wire_key)}, version {before.version}, {before.length} bytes, "
+            f"(key {self.key_text(before.wire_key)}, version {before.version}, {before.length} bytes, "
             f"packet {before.number})" + (f": {hint}" if hint else "")
             if before is not None
             else ""
@@ -1062,10 +1063,6 @@ def _values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
                     found.append(value)
         level = found
     return [v for v in level if isinstance(v, int)]
-
-
-def _key_hex(key: Any) -> str:
-    return f"0x{key:04x}" if isinstance(key, int) else str(key)
 
 
 def _named(enum: dict[int, str], code: int, codes: str = "hex") -> str:

@@ -102,9 +102,8 @@ class Decoder:
         frame = protocol.frame
         self.key_field = frame.key
         key_spec = protocol.header_field(frame.key)
-        self.key_hex = key_spec is not None and key_spec.display == "hex"
         int_key = key_spec is not None and key_spec.type in INT_TYPES
-        self.key_width = INT_TYPES[key_spec.type][1] * 2 if int_key else 4  # type: ignore[union-attr]
+        self.key_text = protocol.key_formatter()  # the key as the one-line view and notes write it
         self.key_struct = struct.Struct(protocol.order + INT_TYPES[key_spec.type][0]) if int_key else None  # type: ignore[union-attr]
         self.header_names = frozenset(_names(protocol.header))
         # Header fields encoding computes: sizes other fields refer to, and words packed from parts.
@@ -162,13 +161,6 @@ class Decoder:
     def wire_text(self, frame: Frame) -> str:
         """The key as the one-line view shows it: as on the wire where it carries the response bit."""
         return self.key_text(frame.wire_key) if self.response_in_key else frame.key_text
-
-    def key_text(self, key: Any) -> str:
-        if key is None:
-            return "?"
-        if isinstance(key, int) and self.key_hex:
-            return f"0x{key:0{self.key_width}x}"
-        return str(key)
 
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane length, a header that decodes, a known command."""

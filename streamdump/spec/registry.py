@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -356,6 +356,14 @@ class Protocol:
         if response:
             return command.layouts.get("response")
         return command.layouts.get("request") or command.layouts.get("command")
+
+    def key_formatter(self) -> Callable[[Any], str]:
+        """How the command key is written: hex to its field's width when the field displays hex."""
+        spec = self.header_field(self.frame.key)
+        if spec is None or spec.display != "hex" or spec.type not in INT_TYPES:
+            return lambda key: "?" if key is None else str(key)
+        width = INT_TYPES[spec.type][1] * 2
+        return lambda key: "?" if key is None else f"0x{key:0{width}x}" if isinstance(key, int) else str(key)
 
     def header_field(self, name: str) -> FieldSpec | None:
         """A header field by name, looking into inline structs and switch cases."""

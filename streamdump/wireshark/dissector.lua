@@ -1421,11 +1421,6 @@ local function is_number(v) return type(v) == "number" end
 -- What findings call the correlation field ("correlation id", "opaque").
 local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 
-local function key_hex(key)
-  if type(key) == "number" then return hex(key, 4) end
-  return tostring(key)
-end
-
 -- Every value a path names, stepping through arrays and structs.
 local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
@@ -1618,7 +1613,7 @@ local function negotiation(conn, f)
       if before then
         local hint = CONV.close_hints[code]
         last = string.format("; the client's last frame before it was %s (key %s, version %d, %d bytes, packet %d)",
-          before.command or string.format("Unknown(%s)", key_text(before.key)), key_hex(before.wire_key),
+          before.command or string.format("Unknown(%s)", key_text(before.key)), key_text(before.wire_key),
           before.version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
       tnote(f, OK[code] and "note" or "error", "protocol",
