@@ -8384,7 +8384,6 @@ if math.tointeger then
 end
 -- Big-endian readers (the hooks' own formats are big-endian whatever the protocol's order).
 local function uint_of(range) return int(range:uint()) end
-local function int_of(range) return int(range:int()) end
 
 -- The protocol's byte order, for the fields of its spec.
 local LITTLE = SPEC.order == "<"
@@ -8650,11 +8649,6 @@ local keyed_fields, keyed_value
 
 local function entry_key(spec) return spec.entry or spec.name end
 
-local function obj_get(obj, key)
-  -- A keyed object: a JSON object, or a plain map with its keys in order.
-  return obj.map[key]
-end
-
 local function java_text(raw)
   if raw == true then return "true" elseif raw == false then return "false" end
   if type(raw) == "number" then return tostring(int(raw)) end
@@ -8798,7 +8792,7 @@ show_keyed = function(tree, spec, value, range, label)
   if tree == nil or value == nil then return end
   local t = spec.type
   if type(value) == "table" and value.__order and spec.struct then
-    local holder = tree:add(F[spec.name] or F[label] or F.payload, range)
+    local holder = tree:add(F[spec.name] or F.payload, range)
     holder:set_text(label or keyed_label(spec))
     for _, member in ipairs(SPEC.structs[spec.struct]) do
       if value[member.name] ~= nil then show_keyed(holder, member, value[member.name], range) end
@@ -9659,9 +9653,6 @@ end
 -- request strings worth naming in findings.
 local STATUS_ENUM, NAMED = {}, {}
 local ANY_STATUS = nil  -- a status in the header names its codes for every response
-for _, spec in ipairs(SPEC.header) do
-  if spec.name == CONV.status and spec.response_enum then ANY_STATUS = VS[spec.response_enum] end
-end
 do
   local function walk(specs)
     for _, spec in ipairs(specs) do

@@ -315,7 +315,7 @@ class Reader:
                 self._ignore(ident)
             return
         watch.tries += 1
-        runtime = self.dissection.recognise(bytes(seg.payload), guessed)
+        runtime = self.dissection.recognise(seg.payload, guessed)
         if runtime is None:
             if watch.tries >= WATCHED_SEGMENTS:
                 self._ignore(ident)
@@ -470,6 +470,8 @@ class Reader:
 
     def _note_floor(self, side: Side, frame: Frame, runtime: Runtime) -> None:
         """Remember the last increasing value (e.g. publishing id) each layout had in this direction."""
+        if not runtime.tail_rules:
+            return
         ident = self._layout(frame)
         rule = runtime.tail_rules.get(ident)
         if rule is None:

@@ -28,7 +28,6 @@ from streamdump.spec.layout import (
     encode_ops,
     part_of,
     title,
-    with_derived_sizes,
 )
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol
 from streamdump.spec.specialise import Fallback, Specialised, specialise
@@ -564,7 +563,7 @@ class Decoder:
             values[entries_name] = entries or None
         try:
             body = bytearray()
-            encode_ops(self.header_ops, body, with_derived_sizes(self.header_ops, values))
+            encode_ops(self.header_ops, body, values)
             encode_ops(ops, body, values)
         except (KeyError, TypeError, struct.error, AttributeError, ValueError) as exc:
             raise EncodeError(f"{command} {kind}: cannot encode: {exc}") from None

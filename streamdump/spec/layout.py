@@ -20,7 +20,7 @@ from streamdump.core.frame import Expert, Node
 from streamdump.spec.keyed import Keyed, key_of, label, member_nodes, title, value_nodes
 from streamdump.spec.registry import INT_TYPES, FieldSpec
 
-__all__ = ["BadValue", "Compiler", "Ctx", "Short", "compile_fields", "decode_ops", "encode_ops", "title"]
+__all__ = ["BadValue", "Compiler", "Ctx", "Short", "decode_ops", "encode_ops", "title"]
 
 
 class Short(Exception):
@@ -340,7 +340,6 @@ class StructCodec:
         saved = ctx.nodes
         if node is not None:
             ctx.nodes = node.children
-        start = pos
         try:
             if self.length_of is not None:
                 pos = self._read_measured(mv, pos, end, out, ctx, name)
@@ -351,7 +350,6 @@ class StructCodec:
             raise
         finally:
             ctx.nodes = saved
-        del start
         return out, pos
 
     def _read_measured(
@@ -633,7 +631,7 @@ def compose_bits(spec: FieldSpec, values: Mapping[str, Any]) -> int | None:
 class FixedRun:
     """A run of unconditional fixed-width integer fields, decoded in one unpack."""
 
-    __slots__ = ("checks", "min_size", "names", "offsets", "specs", "st", "widths")
+    __slots__ = ("check_of", "checks", "min_size", "names", "offsets", "specs", "st", "widths")
 
     def __init__(self, specs: Sequence[FieldSpec], order: str = ">") -> None:
         self.specs = tuple(specs)
@@ -646,35 +644,42 @@ class FixedRun:
             at += INT_TYPES[s.type][1]
         self.offsets = tuple(offsets)
         self.widths = tuple(INT_TYPES[s.type][1] for s in specs)
-        # Constants to compare and words to unpack into parts; empty for plain runs.
-        self.checks = tuple((i, c) for i, s in enumerate(specs) if (c := checks_of(s)) is not None)
+        # Constants to compare and words to unpack into parts, per field; `checks` lists the
+        # fields that have any (empty for plain runs).
+        self.check_of = tuple(checks_of(s) for s in specs)
+        self.checks = tuple((i, c) for i, c in enumerate(self.check_of) if c is not None)
 
     def decode(self, mv: memoryview, pos: int, end: int, out: dict[str, Any], ctx: Ctx) -> int:
         if end - pos >= self.st.size:
             out.update(zip(self.names, self.st.unpack_from(mv, pos), strict=True))
             if ctx.nodes is not None:
-                for spec, off, width in zip(self.specs, self.offsets, self.widths, strict=True):
-                    ctx.nodes.append(Node(spec, title(spec.name), pos + off, width, out[spec.name]))
-                    self._check(spec, out, pos + off, width, ctx)
-            elif self.checks:
-                for i, _ in self.checks:
-                    self._check(self.specs[i], out, pos + self.offsets[i], self.widths[i], ctx)
+                for i, spec in enumerate(self.specs):
+                    at, width = pos + self.offsets[i], self.widths[i]
+                    ctx.nodes.append(Node(spec, title(spec.name), at, width, out[spec.name]))
+                    self._check(i, out, at, ctx)
+            else:
+                for i, checks in self.checks:
+                    checks.apply(
+                        self.specs[i], out[self.names[i]], out, pos + self.offsets[i], self.widths[i], ctx
+                    )
             return pos + self.st.size
         # Short: decode what fits so the caller keeps every complete field.
         order = self.st.format[0]
-        for spec, off, width in zip(self.specs, self.offsets, self.widths, strict=True):
-            if end - (pos + off) < width:
-                raise Short(spec.name, pos + off, width, end - (pos + off))
-            (out[spec.name],) = struct.unpack_from(order + INT_TYPES[spec.type][0], mv, pos + off)
+        for i, spec in enumerate(self.specs):
+            at, width = pos + self.offsets[i], self.widths[i]
+            if end - at < width:
+                raise Short(spec.name, at, width, end - at)
+            (out[spec.name],) = struct.unpack_from(order + INT_TYPES[spec.type][0], mv, at)
             if ctx.nodes is not None:
-                ctx.nodes.append(Node(spec, title(spec.name), pos + off, width, out[spec.name]))
-            self._check(spec, out, pos + off, width, ctx)
+                ctx.nodes.append(Node(spec, title(spec.name), at, width, out[spec.name]))
+            self._check(i, out, at, ctx)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _check(self, spec: FieldSpec, out: dict[str, Any], pos: int, width: int, ctx: Ctx) -> None:
-        checks = next((c for i, c in self.checks if self.specs[i] is spec), None)
+    def _check(self, i: int, out: dict[str, Any], at: int, ctx: Ctx) -> None:
+        checks = self.check_of[i]
         if checks is not None:
-            checks.apply(spec, out[spec.name], out, pos, width, ctx)
+            spec = self.specs[i]
+            checks.apply(spec, out[spec.name], out, at, self.widths[i], ctx)
 
     def encode(self, buf: bytearray, values: dict[str, Any]) -> None:
         words = {s.name: compose_bits(s, values) for s in self.specs if s.bits}
@@ -949,13 +954,6 @@ class Compiler:
             )
             return StructCodec(ops, length_of)
         raise ValueError(f"no codec for type {spec.type!r}")  # the registry rejects these first
-
-
-def compile_fields(
-    specs: Sequence[FieldSpec], version: int, hooks: Mapping[str, Any] | None = None, order: str = ">"
-) -> tuple[Op, ...]:
-    """Ops for fields of big-endian specs without keyed objects (tests, simple callers)."""
-    return Compiler(order, hooks).fields(specs, version)
 
 
 def decode_ops(ops: Sequence[Op], mv: memoryview, pos: int, end: int, out: dict[str, Any], ctx: Ctx) -> int:

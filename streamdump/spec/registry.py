@@ -30,8 +30,6 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
     "uint64": ("Q", 8, False),
 }
 # Length-prefixed text and bytes; the prefix's integer type is the field's `prefix`.
-PREFIXED_TYPES = {"string", "bytes", "pairs"}
-COMPOUND_TYPES = {*PREFIXED_TYPES, "raw", "array", "map", "hook", "json", "switch", "bool", "ipv4", "ipv6"}
 # What a length-prefixed field's prefix is when the spec does not say.
 DEFAULT_PREFIX = {"string": "int16", "bytes": "int32", "pairs": "int16", "array": "int32", "map": "int32"}
 # Types that only describe what hooks add to a decoded frame; no wire layout uses them.
@@ -126,7 +124,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True, slots=True)
 class FieldSpec:
     name: str
-    type: str  # an INT_TYPES name, a COMPOUND_TYPES name, or "struct"
+    type: str  # an INT_TYPES name, another type of the spec syntax (string, map, switch...), or "struct"
     enum: str | None = None
     doc: str | None = None
     info: str | None = None

@@ -195,7 +195,6 @@ class FrameFilter:
             self.by_protocol[protocol.name] = (decoder, compiled, expand, map_names(protocol))
         if failures and not any(f.native for _, f, _, _ in self.by_protocol.values()):
             raise failures[0]
-        self.filter = next(iter(self.by_protocol.values()))[1]  # the first protocol's, for callers that ask
 
     def __call__(self, frame: Frame) -> bool:
         entry = self.by_protocol.get(frame.protocol)
