@@ -29,7 +29,7 @@ from streamdump.spec.layout import (
     part_of,
     title,
 )
-from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol, flat_fields
 from streamdump.spec.specialise import Fallback, Specialised, specialise
 
 # Header fields with these names are the frame's own (Frame.size, .key, .version), not fields.
@@ -104,7 +104,7 @@ class Decoder:
         int_key = key_spec is not None and key_spec.type in INT_TYPES
         self.key_text = protocol.key_formatter()  # the key as the one-line view and notes write it
         self.key_struct = struct.Struct(protocol.order + INT_TYPES[key_spec.type][0]) if int_key else None  # type: ignore[union-attr]
-        self.header_names = frozenset(_names(protocol.header))
+        self.header_names = frozenset(s.name for s in flat_fields(protocol.header))
         # Header fields encoding computes: sizes other fields refer to, and words packed from parts.
         self.derived = frozenset(
             {s.size for s in protocol.header if isinstance(s.size, str) and s.size != "rest"}
@@ -112,7 +112,7 @@ class Decoder:
         )
         self.lifted = tuple(name for name in FRAME_OWN if name in self.header_names)
         # A header without a version field has one version of every layout: the first.
-        self.default_version = 0 if "version" in self.header_names else 1
+        self.default_version = 0 if protocol.versioned else 1
         self.response = frame.response
         self.oneway = frame.oneway
         self.response_in_key = frame.response is not None and frame.response[0] == frame.key
@@ -576,19 +576,6 @@ def _struct_spec(protocol: Protocol, name: str) -> FieldSpec:
     if name not in protocol.structs:
         raise EncodeError(f"{protocol.name} has no struct {name!r}")
     return FieldSpec(name=name, type="struct", struct=name, fields=protocol.structs[name])
-
-
-def _names(specs: tuple[FieldSpec, ...]) -> set[str]:
-    """The names fields take in the frame: inline members and bit parts count as their own."""
-    names: set[str] = set()
-    for spec in specs:
-        names.add(spec.name)
-        names |= {part.name for part in spec.bits}
-        if spec.inline:
-            for case in (*spec.cases.values(), spec.default) if spec.type == "switch" else (spec,):
-                if case is not None:
-                    names |= _names(case.fields)
-    return names
 
 
 def _find_node(nodes: list[Node], name: str) -> tuple[list[Node], Node] | None:

@@ -363,9 +363,14 @@ class Protocol:
         width = INT_TYPES[spec.type][1] * 2
         return lambda key: "?" if key is None else f"0x{key:0{width}x}" if isinstance(key, int) else str(key)
 
+    @property
+    def versioned(self) -> bool:
+        """Whether the header carries a version (else every layout has one version: the first)."""
+        return self.header_field("version") is not None
+
     def header_field(self, name: str) -> FieldSpec | None:
         """A header field by name, looking into inline structs and switch cases."""
-        return next((s for s in _flat(self.header) if s.name == name), None)
+        return next((s for s in flat_fields(self.header) if s.name == name), None)
 
     def field_at(self, ref: Ref, kind: str | None = None) -> FieldSpec | None:
         """The field a Command.path names (in the given layout kind, else the first that has it)."""
@@ -750,7 +755,7 @@ class _Builder:
 
     def _layout_fields(self, commands: Mapping[str, Command]) -> Iterator[FieldSpec]:
         """The fields every frame's layout has, the header's included."""
-        yield from _flat(self.header)
+        yield from flat_fields(self.header)
         for command in commands.values():
             for layout in command.layouts.values():
                 yield from layout.fields
@@ -954,7 +959,7 @@ class _Builder:
             raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
         type_name = attrs["type"]
         kw: dict[str, Any] = {}
-        sibling_by_name = {s.name: s for s in _flat(tuple(siblings))}
+        sibling_by_name = {s.name: s for s in flat_fields(tuple(siblings))}
         if type_name in INT_TYPES:
             if "bits" in attrs:
                 kw["bits"] = self._bits(attrs["bits"], type_name, where)
@@ -1236,7 +1241,7 @@ def _fixed_width(spec: FieldSpec) -> int | None:
     return None
 
 
-def _flat(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
+def flat_fields(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
     """Fields and what stands beside them under the same name scope: inline members, bit parts."""
     for spec in specs:
         yield spec
@@ -1245,13 +1250,13 @@ def _flat(specs: tuple[FieldSpec, ...]) -> Iterator[FieldSpec]:
             if spec.type == "switch":
                 for case in (*spec.cases.values(), spec.default):
                     if case is not None:
-                        yield from _flat(case.fields)
+                        yield from flat_fields(case.fields)
             else:
-                yield from _flat(spec.fields)
+                yield from flat_fields(spec.fields)
 
 
 def _by_name(specs: tuple[FieldSpec, ...], name: Any) -> FieldSpec | None:
-    return next((s for s in _flat(specs) if s.name == name), None)
+    return next((s for s in flat_fields(specs) if s.name == name), None)
 
 
 def _key_text(key: int | str) -> str:

@@ -17,7 +17,7 @@ from streamdump.codecs import amqp
 from streamdump.core.frame import Frame, Node
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import title
-from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
+from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, flat_fields
 
 PREVIEW_BYTES = 24
 
@@ -29,10 +29,13 @@ class Renderer:
         self.decoder = decoder
         self.protocol: Protocol = decoder.protocol
         # Header fields the one-line view shows (a correlation id, a status), before the layout's.
-        self.header_info = tuple(s for s in _flat_header(self.protocol.header) if s.info)
+        first: dict[str, FieldSpec] = {}  # a name in several switch cases: its first field
+        for spec in flat_fields(self.protocol.header):
+            first.setdefault(spec.name, spec)
+        self.header_info = tuple(s for s in first.values() if s.info)
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
         # A protocol whose header has no version: JSON says none was on the wire.
-        self.versioned = self.protocol.header_field("version") is not None
+        self.versioned = self.protocol.versioned
 
     # ------------------------------------------------------------ one line
 
@@ -207,20 +210,6 @@ class Renderer:
             if spec.display == "time_ms":
                 return f"{_ms_time(value)} ({value})"
         return str(value)
-
-
-def _flat_header(specs: tuple[FieldSpec, ...]) -> list[FieldSpec]:
-    """Header fields whose values land in a frame's fields: inline members and bit parts too."""
-    out: list[FieldSpec] = []
-    for spec in specs:
-        out.append(spec)
-        out.extend(spec.bits)
-        if spec.inline:
-            cases = (*spec.cases.values(), spec.default) if spec.type == "switch" else (spec,)
-            first = next((c for c in cases if c is not None), None)
-            if first is not None:
-                out.extend(_flat_header(first.fields))
-    return out
 
 
 def _ms_time(ms: int) -> str:

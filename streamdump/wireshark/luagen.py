@@ -150,7 +150,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
             "entries": frame.entries,
             "layout_versions": frame.layout_versions,
             # A header without a version field has one version of every layout: the first.
-            "default_version": 1 if protocol.header_field("version") is None else 0,
+            "default_version": 0 if protocol.versioned else 1,
         },
         "enums": {name: dict(values) for name, values in protocol.enums.items()},
         "structs": structs,
