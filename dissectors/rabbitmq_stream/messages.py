@@ -15,11 +15,12 @@ from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH
 
 from streamdump.codecs import amqp
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume
+from streamdump.spec.dissector import PREVIEW_CHARS, MessageRow, MessageRules, Volume, message_text
 from streamdump.spec.registry import Protocol
 
 PUBLISH, DELIVER = "Publish", "Deliver"
-PREVIEW_CHARS = 40
+# AMQP properties a line shows, in this order, before the first application properties.
+KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 
 
 class StreamMessages(MessageRules):
@@ -83,7 +84,7 @@ class StreamMessages(MessageRules):
         message = record.get("message")
         if message is None:
             return MessageRow(stream, where, size, "", tag)
-        return MessageRow(stream, where, size, amqp.summary(message, PREVIEW_CHARS).rstrip(), tag)
+        return MessageRow(stream, where, size, _summary(message).rstrip(), tag)
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""
@@ -101,3 +102,19 @@ class StreamMessages(MessageRules):
                 return None  # tracking chunks carry offsets and sequences, not messages
             return Volume(stream, direction, chunk.get("num_records") or 0, chunk.get("data_length") or 0)
         return None
+
+
+def _summary(message: amqp.Message) -> str:
+    """A record's body and key AMQP properties, then its first application properties."""
+    body = None
+    props: dict[str, Any] = {}
+    app: dict[Any, Any] = {}
+    for section in message.sections:
+        if section.name in ("data", "amqp_value", "amqp_sequence") and body is None:
+            body = section.value
+        elif section.name == "properties" and isinstance(section.value, dict):
+            props = section.value
+        elif section.name == "application_properties" and isinstance(section.value, dict):
+            app = section.value
+    text = message_text(body, ((name, props.get(name)) for name in KEY_PROPERTIES), app, "app properties")
+    return text + (f"  [warn: {message.error}]" if message.error is not None else "")

@@ -12,81 +12,80 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streamdump.codecs import amqp
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume
+from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.registry import Protocol
 
 SENDS = frozenset({"SEND_MESSAGE", "SEND_MESSAGE_V2"})
 BATCH = "SEND_BATCH_MESSAGE"
-PREVIEW_CHARS = 40
-# Message properties a line shows, in this order, after the body.
-KEY_PROPERTIES = ("keys", "tags", "uniq_key")
-MAX_USER_PROPERTIES = 3
+SENT = SENDS | {BATCH}
 
 
 class RemotingMessages(MessageRules):
     subject = "topic"
 
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        # The properties a line shows after the body: those the one-line view labels too.
+        self.key_properties = tuple(s.name for s in protocol.structs["message_properties"] if s.info)
+
     def carries(self, frame: Frame) -> bool:
-        if frame.kind == "response" and frame.command in SENDS | {BATCH}:
+        if frame.kind == "response" and frame.command in SENT:
             return False
         return frame.command in SENDS or frame.command == BATCH or "messages" in frame.fields
 
     def rows(self, frame: Frame) -> Iterator[MessageRow]:
         fields = frame.fields
         tag = frame.incomplete is not None
-        if frame.command in SENDS and frame.kind != "response":
+        if frame.command in SENDS:
             where = f"send queue={fields.get('queue_id', '?')}"
             body = fields.get("uncompressed_body", fields.get("body"))
-            size = len(body) if body is not None else 0
-            yield MessageRow(_topic(fields), where, size, _text(body, fields.get("properties")), tag)
+            size = _size(body)
+            yield MessageRow(_topic(fields), where, size, self._text(body, fields.get("properties")), tag)
             return
-        if frame.command == BATCH and frame.kind != "response":
+        if frame.command == BATCH:
             for n, message in enumerate(fields.get("batch_messages") or []):
                 where = f"send queue={fields.get('queue_id', '?')} [{n}]"
                 body = message.get("message_body")
-                size = len(body) if body is not None else 0
-                yield MessageRow(_topic(fields), where, size, _text(body, message.get("properties")), tag)
+                size = _size(body)
+                yield MessageRow(
+                    _topic(fields), where, size, self._text(body, message.get("properties")), tag
+                )
             return
         verb = "pull" if frame.command == "PULL_MESSAGE" else (frame.command or "message").lower()
         for message in fields.get("messages") or []:
             where = f"{verb} queue={message.get('queue_id', '?')} offset={message.get('queue_offset', '?')}"
             body = message.get("uncompressed_body", message.get("message_body"))
-            size = len(body) if body is not None else 0
-            yield MessageRow(_topic(message), where, size, _text(body, message.get("properties")), tag)
+            size = _size(body)
+            yield MessageRow(_topic(message), where, size, self._text(body, message.get("properties")), tag)
+
+    def _text(self, body: Any, properties: Any) -> str:
+        props = properties if isinstance(properties, dict) else {}
+        named = ((name, props.get(name)) for name in self.key_properties)
+        return message_text(body, named, props.get("user_properties") or {}).rstrip()
 
     def volume(self, frame: Frame) -> Volume | None:
+        """Messages and their bodies' bytes (as sent, compressed or not), from the frame's fields."""
         fields = frame.fields
-        if frame.command in SENDS and frame.kind != "response":
-            body = fields.get("body")
-            return Volume(_topic(fields), "send", 1, len(body) if body is not None else 0)
-        if frame.command == BATCH and frame.kind != "response":
+        if frame.kind != "response" and frame.command in SENDS:
+            return Volume(_topic(fields), "send", 1, _size(fields.get("body")))
+        if frame.kind != "response" and frame.command == BATCH:
             messages = fields.get("batch_messages") or []
             return Volume(
-                _topic(fields), "send", len(messages), sum(m.get("total_size", 0) for m in messages)
+                _topic(fields), "send", len(messages), sum(_size(m.get("message_body")) for m in messages)
             )
         messages = fields.get("messages")
         if not messages:
             return None
         return Volume(
-            _topic(messages[0]), "pull", len(messages), sum(m.get("total_size", 0) for m in messages)
+            _topic(messages[0]), "pull", len(messages), sum(_size(m.get("message_body")) for m in messages)
         )
+
+
+def _size(body: Any) -> int:
+    return len(body) if body is not None else 0
 
 
 def _topic(values: dict[str, Any]) -> str:
     topic = values.get("topic")
     return topic if isinstance(topic, str) and topic else "?"
-
-
-def _text(body: Any, properties: Any) -> str:
-    parts = [amqp.preview(bytes(body), PREVIEW_CHARS) if body is not None else "(no body)"]
-    if isinstance(properties, dict):
-        for name in KEY_PROPERTIES:
-            if properties.get(name) is not None:
-                parts.append(f"{name}={amqp.preview(properties[name])}")
-        user = properties.get("user_properties") or {}
-        for key in list(user)[:MAX_USER_PROPERTIES]:
-            parts.append(f"{key}={amqp.preview(user[key])}")
-        if len(user) > MAX_USER_PROPERTIES:
-            parts.append(f"(+{len(user) - MAX_USER_PROPERTIES} properties)")
-    return "  ".join(parts).rstrip()

@@ -898,34 +898,6 @@ def preview(value: Any, limit: int = 40) -> str:
     return _cut(_printable(json.dumps(converted, ensure_ascii=False, separators=(",", ":"))), limit)
 
 
-# Message properties a one-line summary shows, in this order, then the first application properties.
-KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
-MAX_APP_PROPERTIES = 3
-
-
-def summary(message: Message, limit: int = 40) -> str:
-    """Body preview and key properties of one message, for a one-line view."""
-    body = None
-    props: dict[str, Any] = {}
-    app: dict[Any, Any] = {}
-    for section in message.sections:
-        if section.name in ("data", "amqp_value", "amqp_sequence") and body is None:
-            body = section.value
-        elif section.name == "properties" and isinstance(section.value, dict):
-            props = section.value
-        elif section.name == "application_properties" and isinstance(section.value, dict):
-            app = section.value
-    parts = [preview(body, limit) if body is not None else "(no body)"]
-    parts += [f"{name}={preview(props[name])}" for name in KEY_PROPERTIES if props.get(name) is not None]
-    for key in list(app)[:MAX_APP_PROPERTIES]:
-        parts.append(f"{key}={preview(app[key])}")
-    if len(app) > MAX_APP_PROPERTIES:
-        parts.append(f"(+{len(app) - MAX_APP_PROPERTIES} app properties)")
-    if message.error is not None:
-        parts.append(f"[warn: {message.error}]")
-    return "  ".join(parts)
-
-
 # ---------------------------------------------------------------- encoding
 
 # For one value: candidate codes, most compact first (the first that fits is used).

@@ -11,10 +11,11 @@ recorded for the spec's folder, so no core module names a protocol.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from streamdump.codecs.amqp import preview
 from streamdump.spec.registry import Protocol, SpecError
 
 if TYPE_CHECKING:
@@ -36,6 +37,24 @@ class MessageRow:
     size: int | None = None
     text: str = ""
     tag: bool = False
+
+
+# How much of a body, and how many of a message's other properties, one line shows.
+PREVIEW_CHARS = 40
+MAX_EXTRA_PROPERTIES = 3
+
+
+def message_text(
+    body: Any, named: Iterable[tuple[str, Any]], extra: Mapping[Any, Any], extra_noun: str = "properties"
+) -> str:
+    """What a message says on one line: its body's start, its key properties, then the first
+    few others (application or user properties) and how many more there are."""
+    parts = [preview(body, PREVIEW_CHARS) if body is not None else "(no body)"]
+    parts += [f"{name}={preview(value)}" for name, value in named if value is not None]
+    parts += [f"{key}={preview(extra[key])}" for key in list(extra)[:MAX_EXTRA_PROPERTIES]]
+    if len(extra) > MAX_EXTRA_PROPERTIES:
+        parts.append(f"(+{len(extra) - MAX_EXTRA_PROPERTIES} {extra_noun})")
+    return "  ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
