@@ -96,26 +96,29 @@ local READ = {
   uint8 = "uint", uint16 = "uint", uint32 = "uint", uint64 = "uint64",
   int8 = "int", int16 = "int", int32 = "int", int64 = "int64",
 }
+-- The byte order is the protocol's: its TvbRange methods are chosen once.
+if LITTLE then for t, method in pairs(READ) do READ[t] = "le_" .. method end end
+local PREFIX_READ = { [true] = LITTLE and "le_int" or "int", [false] = LITTLE and "le_uint" or "uint" }
 local function read_int(range, t)
-  local method = READ[t]
-  if LITTLE then method = "le_" .. method end
-  local value = range[method](range)
+  local value = range[READ[t]](range)
   if t ~= "uint64" and t ~= "int64" then value = int(value) end
   return value
 end
 local function prefix_of(range, spec)
-  local method = spec.prefix_signed and "int" or "uint"
-  if LITTLE then method = "le_" .. method end
-  return int(range[method](range))
+  return int(range[PREFIX_READ[spec.prefix_signed == true]](range))
 end
 
+local ACRONYMS = { id = "ID", ids = "IDs", crc = "CRC", sasl = "SASL" }
+local TITLES = {}  -- struct name -> title, made once
 local function struct_title(name)
+  local known = TITLES[name]
+  if known then return known end
   local words = {}
   for word in name:gmatch("[^_]+") do
-    local acronym = ({ id = "ID", ids = "IDs", crc = "CRC", sasl = "SASL" })[word]
-    words[#words + 1] = acronym or (word:sub(1, 1):upper() .. word:sub(2))
+    words[#words + 1] = ACRONYMS[word] or (word:sub(1, 1):upper() .. word:sub(2))
   end
-  return table.concat(words, " ")
+  TITLES[name] = table.concat(words, " ")
+  return TITLES[name]
 end
 
 local function hex(value, width)
@@ -719,14 +722,12 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     return value, pos + size
   elseif t == "string" or t == "bytes" or t == "pairs" then
     local prefix = spec.prefix_width
-    if stop - pos < prefix then short(name, pos, prefix, stop - pos) end
-    local length = prefix_of(tvb(pos, prefix), spec)
-    if length == -1 and spec.prefix_signed then
+    local span_end = read_span(tvb, pos, stop, name, spec)
+    if span_end == nil then
       add_null(tree, tvb, pos, prefix, name)
       return nil, pos + prefix
     end
-    if length < 0 then bad(name, pos, name .. " has negative length " .. length) end
-    if stop - pos - prefix < length then short(name, pos + prefix, length, stop - pos - prefix) end
+    local length = span_end - pos - prefix
     if t == "bytes" then
       if tree then tree:add(F[name], tvb(pos + prefix, length)) end
       return { pos = pos + prefix, len = length, tvb = tvb }, pos + prefix + length
@@ -1154,10 +1155,10 @@ local function key_text(key)
 end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
+local LENGTH_TYPE = ({ [1] = "uint8", [2] = "uint16", [4] = "uint32", [8] = "uint64" })[LENGTH.width]
 local function frame_length(tvb, offset)
   if LENGTH.width == 0 then return int(tvb:reported_len()) - offset end
-  local value = read_int(tvb(offset + LENGTH.offset, LENGTH.width),
-    ({ [1] = "uint8", [2] = "uint16", [4] = "uint32", [8] = "uint64" })[LENGTH.width])
+  local value = read_int(tvb(offset + LENGTH.offset, LENGTH.width), LENGTH_TYPE)
   if LENGTH.counts == "after" then return value + LENGTH.offset + LENGTH.width end
   return value
 end
