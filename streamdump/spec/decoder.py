@@ -176,14 +176,20 @@ class Decoder:
             return False
         if any(e.severity == "error" for e in ctx.expert):
             return False
-        response = self._marked(header, self.response)
-        key = header.get(self.key_field)
-        if self.response_in_key and isinstance(key, int):
-            key &= ~self.response[1]  # type: ignore[index]
+        response, _, key = self._direction(header)
         if response and self.by_request:
             return True  # its command is its request's: any status may follow
         version = header.get("version", 1) if self.protocol.frame.layout_versions else 1
         return (key, response, version) in self.compiled
+
+    def _direction(self, header: dict[str, Any]) -> tuple[bool, bool, Any]:
+        """Whether a decoded header marks a response, or a one-way request, and its command key
+        (without the response bit, where the key carries it)."""
+        response = self._marked(header, self.response)
+        key = header.get(self.key_field)
+        if self.response_in_key and isinstance(key, int):
+            key &= ~self.response[1]  # type: ignore[index]
+        return response, not response and self._marked(header, self.oneway), key
 
     @staticmethod
     def _marked(header: dict[str, Any], mark: tuple[str, int] | None) -> bool:
@@ -262,15 +268,9 @@ class Decoder:
             )
         wire_key = fields.get(self.key_field)
         version = fields.get("version", self.default_version)
+        response, oneway, command_key = self._direction(fields)
         for name in self.lifted:
             fields.pop(name, None)
-        response = self._marked(fields, self.response) or (
-            self.response_in_key and isinstance(wire_key, int) and bool(wire_key & self.response[1])  # type: ignore[index]
-        )
-        oneway = not response and self._marked(fields, self.oneway)
-        command_key = wire_key
-        if self.response_in_key and isinstance(wire_key, int):
-            command_key = wire_key & ~self.response[1]  # type: ignore[index]
         if self.by_request:
             corr = fields.get(self.correlation or "")
             if response:
