@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -450,6 +451,21 @@ class _Builder:
         self.frame: FrameSpec | None = None
         self.header: tuple[FieldSpec, ...] = ()
 
+    @contextmanager
+    def _hook_output(self) -> Iterator[None]:
+        """Fields built meanwhile describe what code adds (hooks, links), so hook-only types apply."""
+        saved, self.in_hook_output = self.in_hook_output, True
+        try:
+            yield
+        finally:
+            self.in_hook_output = saved
+
+    def _only(self, body: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
+        """Refuse attributes the syntax does not have at this place."""
+        unknown = set(body) - allowed
+        if unknown:
+            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+
     def fail(self, where: str, message: str) -> SpecError:
         return SpecError(f"{self.source}: {where}: {message}")
 
@@ -535,9 +551,7 @@ class _Builder:
         raw = raw if raw is not None else {"key": "key"}
         if not isinstance(raw, Mapping) or "key" not in raw:
             raise self.fail(where, "must be a mapping naming at least the key field")
-        unknown = set(raw) - FRAME_ATTRS
-        if unknown:
-            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        self._only(raw, FRAME_ATTRS, where)
         key = _by_name(header, raw["key"])
         if key is None or (key.type not in INT_TYPES and key.type != "string"):
             raise self.fail(f"{where}.key", f"{raw['key']!r} is not an integer or string field of the header")
@@ -572,23 +586,18 @@ class _Builder:
 
     def _hooks(self, raw: Mapping[str, Any]) -> dict[str, HookSpec]:
         hooks: dict[str, HookSpec] = {}
-        self.in_hook_output = True
-        try:
+        with self._hook_output():
             for name, body in raw.items():
                 where = f"hooks.{name}"
                 if not isinstance(name, str) or not SNAKE.match(name):
                     raise self.fail(where, "hook names must be snake_case")
                 if not isinstance(body, Mapping):
                     raise self.fail(where, "must be a mapping with 'doc' and 'adds'")
-                unknown = set(body) - HOOK_ATTRS
-                if unknown:
-                    raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+                self._only(body, HOOK_ATTRS, where)
                 adds = self._fields(body.get("adds") or [], f"{where}.adds", allow_conditions=False)
                 hooks[name] = HookSpec(name=name, doc=body.get("doc"), adds=adds)
             for struct_name in self.raw_hook_structs:
                 self._struct(struct_name, f"hook_structs.{struct_name}")
-        finally:
-            self.in_hook_output = False
         return hooks
 
     # ------------------------------------------------------------------ conversation
@@ -597,9 +606,7 @@ class _Builder:
         where = "conversation"
         if not isinstance(raw, Mapping):
             raise self.fail(where, "must be a mapping")
-        unknown = set(raw) - CONVERSATION_ATTRS
-        if unknown:
-            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        self._only(raw, CONVERSATION_ATTRS, where)
         if not raw:
             return Conversation()
         kw: dict[str, Any] = {}
@@ -694,8 +701,7 @@ class _Builder:
             at = f"{where}.sessions.{name}"
             if not isinstance(body, Mapping) or not {"id", "open", "used_by"} <= set(body):
                 raise self.fail(at, "needs id, open and used_by")
-            if set(body) - SESSION_ATTRS:
-                raise self.fail(at, f"unknown attribute(s) {sorted(set(body) - SESSION_ATTRS)}")
+            self._only(body, SESSION_ATTRS, at)
             users = tuple(body["used_by"])
             for command in (body["open"], *([body["close"]] if body.get("close") else []), *users):
                 self._ref(f"{command}.{body['id']}", at, commands, int_only=True)
@@ -709,8 +715,7 @@ class _Builder:
             at = f"{where}.acks.{name}"
             if not isinstance(body, Mapping) or not {"session", "send", "confirm"} <= set(body):
                 raise self.fail(at, "needs session, send and confirm")
-            if set(body) - ACK_ATTRS:
-                raise self.fail(at, f"unknown attribute(s) {sorted(set(body) - ACK_ATTRS)}")
+            self._only(body, ACK_ATTRS, at)
             if body["session"] not in sessions:
                 raise self.fail(at, f"unknown session {body['session']!r}")
             refs = {
@@ -729,8 +734,7 @@ class _Builder:
             at = f"{where}.credit"
             if not isinstance(credit, Mapping) or not {"session", "grant", "spend"} <= set(credit):
                 raise self.fail(at, "needs session, grant and spend")
-            if set(credit) - CREDIT_ATTRS:
-                raise self.fail(at, f"unknown attribute(s) {sorted(set(credit) - CREDIT_ATTRS)}")
+            self._only(credit, CREDIT_ATTRS, at)
             if credit["session"] not in sessions:
                 raise self.fail(at, f"unknown session {credit['session']!r}")
             grants = tuple(self._ref(g, f"{at}.grant", commands, int_only=True) for g in credit["grant"])
@@ -738,11 +742,8 @@ class _Builder:
             if credit.get("refusal") is not None:
                 self._command(credit["refusal"], f"{at}.refusal", commands)
             kw["credit"] = CreditSpec(credit["session"], grants, credit["spend"], credit.get("refusal"))
-        saved, self.in_hook_output = self.in_hook_output, True
-        try:
+        with self._hook_output():
             kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)
-        finally:
-            self.in_hook_output = saved
         # The tracker links frames by these names; the spec gives them types and docs.
         declared = {spec.name for spec in kw["links"]}
         for feature, names in TRACKER_LINKS.items():
@@ -786,13 +787,11 @@ class _Builder:
         framing = raw.get("framing") or {}
         if not isinstance(framing, Mapping):
             raise self.fail("wiring.framing", "must be a mapping")
-        unknown = set(framing) - FRAMING_ATTRS
         if "frame_max" in framing:
             raise self.fail(
                 "wiring.framing.frame_max", "the negotiated frame size belongs under conversation.tune"
             )
-        if unknown:
-            raise self.fail("wiring.framing", f"unknown attribute(s) {sorted(unknown)}")
+        self._only(framing, FRAMING_ATTRS, "wiring.framing")
         ports = raw.get("ports") or []
         roles: dict[int, str] = {}
         if isinstance(ports, Mapping):  # port: what the server on it is (a name server, a broker)
@@ -881,9 +880,7 @@ class _Builder:
             where = f"commands.{name}"
             if not isinstance(body, Mapping):
                 raise self.fail(where, "must be a mapping")
-            unknown = set(body) - COMMAND_ATTRS
-            if unknown:
-                raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+            self._only(body, COMMAND_ATTRS, where)
             key = body.get("key")
             marker = self.frame.response if self.frame is not None else None
             if isinstance(key, bool) or not isinstance(key, int | str) or (isinstance(key, int) and key < 0):
@@ -954,9 +951,7 @@ class _Builder:
         attrs: Mapping[str, Any] = {"type": body} if isinstance(body, str) else body
         if not isinstance(attrs, Mapping) or "type" not in attrs:
             raise self.fail(where, "needs a type")
-        unknown = set(attrs) - FIELD_ATTRS
-        if unknown:
-            raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
+        self._only(attrs, FIELD_ATTRS, where)
         type_name = attrs["type"]
         kw: dict[str, Any] = {}
         sibling_by_name = {s.name: s for s in flat_fields(tuple(siblings))}
@@ -1008,11 +1003,8 @@ class _Builder:
                 raise self.fail(f"hooks.{attrs['hook']}.value", "must name a struct under hook_structs")
             if value_struct is not None:
                 # The shape of the value the hook reads, so its names are the registry's too.
-                saved, self.in_hook_output = self.in_hook_output, True
-                try:
+                with self._hook_output():
                     kw["fields"] = self._struct(value_struct, f"hooks.{attrs['hook']}.value")
-                finally:
-                    self.in_hook_output = saved
                 kw["struct"] = value_struct
         elif isinstance(type_name, str):
             kw["fields"] = self._struct(type_name, where)
@@ -1143,9 +1135,7 @@ class _Builder:
             mask = body["mask"]
             if not 0 < mask < 1 << width:
                 raise self.fail(at, f"mask 0x{mask:x} does not fit a {word_type}")
-            extra = set(body) - {"mask", "enum", "display", "doc", "info"}
-            if extra:
-                raise self.fail(at, f"unknown attribute(s) {sorted(extra)}")
+            self._only(body, {"mask", "enum", "display", "doc", "info"}, at)
             spec = self._field(str(part), {"type": _UNSIGNED[word_type], **body}, at, siblings=[])
             parts.append(spec)
         return tuple(parts)
