@@ -8,7 +8,7 @@ Prints seconds, MB/s and peak RSS per side and mode, and the ratio now / referen
 (below 1.0: now is faster).
 
     python bench/against_revision.py CAPTURE [--rev 10fcc7b] [--repeat 3]
-                                     [--modes one-line,json,messages,stats]
+                                     [--modes one-line,stats]   (also json, messages)
 
 Modes as in vs_tshark.py. A mode the reference does not have fails on its side and is
 reported so. No test asserts these figures: they are for reading.

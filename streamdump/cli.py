@@ -408,7 +408,7 @@ def follow(
             if n:
                 sys.stdout.write("\n")
             conn = connections.get(dialogue.number)
-            server = tracker.trackers[conn.protocol].server(conn) if conn is not None else "broker"
+            server = tracker.trackers[conn.protocol].server(conn) if conn is not None else "server"
             for line in dialogue.lines(conn, server):
                 sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -63,7 +63,7 @@ class Dialogue:
         else:
             row.server = _join(row.server, text)
 
-    def lines(self, conn: ConnState | None, server: str = "broker") -> Iterator[str]:
+    def lines(self, conn: ConnState | None, server: str = "server") -> Iterator[str]:
         """The dialogue's lines; server is what the server is called (a broker, a name server)."""
         yield _heading(self.number, conn)
         if not self.rows:
