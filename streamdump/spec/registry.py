@@ -320,7 +320,7 @@ class Conversation:
     # What a failed request's status means for it, by command and code.
     hints: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     # What the server is called in diagnoses (ports may name it otherwise: wiring.roles).
-    server: str = "broker"
+    server: str = "server"
     # The response field with the server's own words about a status (a remark).
     status_text: str | None = None
     # Requests the server may hold before answering (long polls): command -> the request's
