@@ -129,7 +129,7 @@ class LengthRule(DecodedRule):
         keys: set[int] = set()
         for key, response, _version in decoder.compiled:
             if isinstance(key, int):
-                keys.add(key | decoder.response[1] if response and decoder.response_in_key else key)  # type: ignore[index]
+                keys.add(decoder.wire_key(key, response))
         if not keys:
             return None
         alternatives = b"|".join(re.escape(key_st.pack(k)) for k in sorted(keys))

@@ -496,7 +496,7 @@ class Reader:
             key, response, version = ident
             layout = decoder.compiled[ident][0]
             command = decoder.protocol.commands[layout.command]
-            wire_key = key | decoder.response[1] if response and decoder.response_in_key else key  # type: ignore[index]
+            wire_key = decoder.wire_key(key, response)
             return Frame(
                 protocol=decoder.protocol.name,
                 wire_key=wire_key,

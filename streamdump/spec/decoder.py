@@ -182,6 +182,12 @@ class Decoder:
         version = header.get("version", 1) if self.protocol.frame.layout_versions else 1
         return (key, response, version) in self.compiled
 
+    def wire_key(self, key: Any, response: bool) -> Any:
+        """The key field's value on the wire: the command key, with the response bit where it carries one."""
+        if response and self.response_in_key and isinstance(key, int):
+            return key | self.response[1]  # type: ignore[index]
+        return key
+
     def _direction(self, header: dict[str, Any]) -> tuple[bool, bool, Any]:
         """Whether a decoded header marks a response, or a one-way request, and its command key
         (without the response bit, where the key carries it)."""
@@ -523,11 +529,8 @@ class Decoder:
             values[length_name] = 0  # patched below, once the frame's length is known
         if "version" in self.lifted and (self.protocol.frame.layout_versions or "version" not in values):
             values["version"] = version  # else the header's version says who sent it, as given
-        key = cmd.key
-        if self.response_in_key and response:
-            key |= self.response[1]  # type: ignore[index,operator]
         if not (response and self.by_request):
-            values[self.key_field] = key
+            values[self.key_field] = self.wire_key(cmd.key, response)
         elif self.key_field not in values:
             raise EncodeError(f"{command} response: its {self.key_field} carries the status; give it")
         for spec in (*self.protocol.header, *layout.fields):
