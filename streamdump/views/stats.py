@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from streamdump.core.conversation import ConnState, Tracker
 from streamdump.core.frame import Frame
@@ -245,7 +246,7 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
     command whose items are confirmed one by one (None: no confirm latency to show).
     """
     for conn in result["connections"]:
-        console.print(_connection_text(conn))
+        console.print(_connection_text(conn), markup=False, highlight=False)
     console.print()
     _table(
         console,
@@ -282,7 +283,10 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
         console.print("Diagnoses", style="bold")
         for d in result["diagnoses"]:
             console.print(
-                f"  {d['severity']:<5} packet {d['packet']}: {d['message']}", highlight=False, soft_wrap=True
+                f"  {d['severity']:<5} packet {d['packet']}: {d['message']}",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,  # a server's words may hold brackets: a Java stack trace's list
             )
         if result["diagnoses_not_listed"]:
             console.print(
@@ -330,7 +334,7 @@ def _table(console: Console, title: str, columns: tuple[str, ...], rows: list[tu
             column, justify="left" if n == 0 or isinstance(rows[0][n] if rows else "", str) else "right"
         )
     for row in rows:
-        table.add_row(*(str(v) for v in row))
+        table.add_row(*(Text(str(v)) for v in row))  # text as it is: brackets are not markup
     if not rows:
         table.add_row("(none)", *([""] * (len(columns) - 1)))
     console.print(table)
