@@ -194,7 +194,8 @@ class FrameFilter:
             expand = bool(compiled.names & hook_names(protocol))
             self.by_protocol[protocol.name] = (decoder, compiled, expand, map_names(protocol))
         if failures and not any(f.native for _, f, _, _ in self.by_protocol.values()):
-            raise failures[0]
+            # The protocol whose names come closest says what went wrong (it has a "did you mean").
+            raise next((f for f in failures if "did you mean" in str(f)), failures[0])
 
     def __call__(self, frame: Frame) -> bool:
         entry = self.by_protocol.get(frame.protocol)
