@@ -7232,6 +7232,7 @@ local SPEC = {
       },
     },
   },
+  answers = {},
   names = {
     {
       name = "accept_standard_json_only",
@@ -8290,6 +8291,8 @@ local SPEC = {
     sessions = {},
     acks = {},
     links = { "request_in", "response_in", "response_time" },
+    closes = {},
+    versioned = true,
   },
 }
 
@@ -8670,11 +8673,18 @@ keyed_value = function(spec, raw, notes)
       end
       local n = tonumber(text)
       if n ~= nil and text:match("^[-+]?%d+$") then return int(n) end
+      if spec.display == "name" and spec.enum then
+        notes[#notes + 1] = spec.name .. ": " .. quoted(raw) .. " is not a name the spec knows"
+        return raw
+      end
     end
     notes[#notes + 1] = spec.name .. ": " .. quoted(tostring(java_text(raw))) .. " is not a number"
     return raw
   end
-  if t == "string" then return java_text(raw) end
+  if t == "string" then
+    if spec.secret and raw ~= "" then return "********" end  -- a credential is never shown
+    return java_text(raw)
+  end
   if t == "bool" then
     if raw == true or raw == false then return raw end
     local text = type(raw) == "string" and raw:lower() or nil
@@ -8872,7 +8882,8 @@ min_size = function(spec, version)
   if FIXED_WIDTHS[t] then return FIXED_WIDTHS[t] end
   if spec.prefix_width then return spec.prefix_width end
   if t == "raw" then return type(spec.size) == "number" and spec.size or 0 end
-  if t == "hook" then return HOOKS[spec.hook].min_size or 0 end
+  -- (a header's hook is not loaded yet when the header's size is first computed: at least 0)
+  if t == "hook" then return HOOKS[spec.hook] and HOOKS[spec.hook].min_size or 0 end
   if t == "struct" then return fields_min(SPEC.structs[spec.struct], version) end
   return 0
 end
@@ -9184,6 +9195,11 @@ local function read_json(spec, tvb, pos, len, tree, ctx, name, holder_text)
   if lenient then
     note(ctx, "note", "malformed", name .. ": JSON with unquoted object keys (read as its writers' parsers do)")
   end
+  if value == JSON_NULL and not spec.struct then
+    -- JSON's null says nothing, as Python's None: a text item, not a value of the field
+    if tree then tree:add(range, struct_title(name) .. ": null") end
+    return nil
+  end
   if spec.struct then
     if getmetatable(value) ~= JSON_OBJECT then
       note(ctx, "warn", "malformed", name .. ": expected a JSON object")
@@ -9339,6 +9355,11 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         local size = sized(spec, tvb, pos, stop, out)
         if size ~= nil then
           value = read_json(spec, tvb, pos, size, tree, ctx, spec.name, spec.inline and struct_title(spec.name) or nil)
+          local hook = spec.hook and HOOKS[spec.hook]
+          if hook and hook.value and value ~= nil then
+            local at, len = pos, size
+            run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, len) end)
+          end
           pos = pos + size
         end
       elseif t == "switch" then
@@ -9443,9 +9464,16 @@ for _, spec in ipairs(SPEC.header) do
   if spec.name == FRAME.key and spec.display == "hex" then KEY_HEX = spec.width * 2 end
 end
 
+local KEY_NAMES = FRAME.key_enum and VS[FRAME.key_enum] or nil
+-- Keys are numbers unless the key field is text (an unknown name stays text: no key item then).
+local KEY_TYPE = "number"
+for _, entry in ipairs(SPEC.names) do
+  if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
+end
 local function key_text(key)
   if key == nil then return "?" end
   if KEY_HEX and type(key) == "number" then return hex(key, KEY_HEX) end
+  if KEY_NAMES and KEY_NAMES[key] then return KEY_NAMES[key] end
   return tostring(key)
 end
 
@@ -9513,10 +9541,15 @@ local function decode_frame(tvb, tree, lookup)
   local version = probe.version or FRAME.default_version
   local response = marked(probe, FRAME.response)
   local oneway = not response and marked(probe, FRAME.oneway)
+  if type(wire_key) ~= "number" and type(wire_key) ~= "string" then wire_key = nil end
   local key = wire_key
+  if type(wire_key) ~= KEY_TYPE then key = nil end  -- text where the key is a number: an unknown name
   if MASK_IN_KEY and type(wire_key) == "number" then
     response = has_bit(wire_key, FRAME.response.mask)
     if response then key = wire_key - FRAME.response.mask end
+  elseif wire_key ~= nil and SPEC.answers[wire_key] ~= nil then
+    -- a response with a key of its own (HELLO_RESPONSE answers HELLO_REQUEST)
+    response, oneway, key = true, false, SPEC.answers[wire_key]
   end
   if FRAME.response_key == "request" and lookup then
     local corr = probe[SPEC.conversation.correlation]
@@ -9530,8 +9563,8 @@ local function decode_frame(tvb, tree, lookup)
     if response then layout = layouts.response else layout = layouts.request or layouts.command end
   end
   frame.command = command and command.name or nil
-  frame.key_text = key_text(key)
-  if tree and FRAME.key ~= "key" and key ~= nil then
+  frame.key_text = (key == nil and type(wire_key) == "string") and wire_key or key_text(key)
+  if tree and FRAME.key ~= "key" and key ~= nil and (type(key) == "number") == (KEY_TYPE == "number") then
     tree:add(F.key, tvb(0, 0), key):set_generated()
   end
   if FRAME.entries and layout then
@@ -9553,7 +9586,7 @@ local function decode_frame(tvb, tree, lookup)
     if key == nil and response then
       note(ctx, "note", "malformed", "its command is its request's, which the capture does not show; body not decoded")
     elseif command == nil then
-      note(ctx, "warn", "malformed", "unknown command key " .. key_text(key))
+      note(ctx, "warn", "malformed", "unknown command key " .. frame.key_text)
     else
       note(ctx, "warn", "malformed",
         command.name .. " has no " .. frame.kind .. " layout (key " .. key_text(wire_key) .. ")")
@@ -9654,33 +9687,47 @@ end
 -- request strings worth naming in findings.
 local STATUS_ENUM, NAMED = {}, {}
 local ANY_STATUS = nil  -- a status in the header names its codes for every response
+local HEADER_STATUS = nil  -- ... and every known command's, with its plain enum too
 do
   local function walk(specs)
     for _, spec in ipairs(specs) do
-      if spec.name == CONV.status and spec.response_enum then ANY_STATUS = VS[spec.response_enum] end
+      if spec.name == CONV.status then
+        if spec.response_enum then ANY_STATUS = VS[spec.response_enum] end
+        HEADER_STATUS = VS[spec.response_enum or spec.enum]
+      end
       if spec.inline and spec.type == "switch" then
         for _, case in pairs(spec.cases) do if case.struct then walk(SPEC.structs[case.struct]) end end
+      elseif spec.inline and spec.struct then
+        walk(SPEC.structs[spec.struct])
       end
     end
   end
   walk(SPEC.header)
 end
+local CLOSE_REASONS = {}
+for _, close in pairs(CONV.closes) do
+  for _, name in ipairs(close.reason) do CLOSE_REASONS[name] = true end
+end
 local function layout_id(key, response) return tostring(key) .. (response and "/r" or "") end
 for key, kinds in pairs(SPEC.layouts) do
   for kind, layout in pairs(kinds) do
     local id = layout_id(key, kind == "response")
+    STATUS_ENUM[id] = HEADER_STATUS
     NAMED[id] = {}
-    for _, spec in ipairs(layout.fields) do
-      local enum = spec.response_enum or spec.enum
-      if spec.name == CONV.status and enum then STATUS_ENUM[id] = VS[enum] end
-      if spec.type == "string" and spec.info and not (CONV.close and spec.name == CONV.close.reason) then
-        table.insert(NAMED[id], spec.name)
+    local function named_in(specs)
+      for _, spec in ipairs(specs) do
+        local enum = spec.response_enum or spec.enum
+        if spec.name == CONV.status and enum then STATUS_ENUM[id] = VS[enum] end
+        if spec.type == "string" and spec.info and not CLOSE_REASONS[spec.name] then
+          table.insert(NAMED[id], spec.name)
+        end
+        if spec.inline and spec.struct then named_in(SPEC.structs[spec.struct]) end
       end
     end
+    named_in(layout.fields)
   end
 end
 -- Enum names the generator resolved from the spec's references (none: codes shown in hex).
-local CLOSE_ENUM = CONV.close and VS[CONV.close.enum] or {}
 local ANNOUNCE_ENUM = CONV.announcement and VS[CONV.announcement.enum] or {}
 local FAIL_ENUMS = {}
 for name, ack in pairs(CONV.acks) do FAIL_ENUMS[name] = VS[ack.fail_enum] or {} end
@@ -9824,9 +9871,13 @@ local function status(conn, f, request)
     asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
 end
 
+local function corr_text(corr)
+  return type(corr) == "number" and string.format("%d", corr) or corr
+end
+
 local function correlate(conn, f)
   local corr = f.fields[CONV.correlation]
-  if not is_number(corr) then
+  if not is_number(corr) and (type(corr) ~= "string" or corr == "") then
     if f.kind == "response" then status(conn, f, nil) end
     return
   end
@@ -9837,8 +9888,8 @@ local function correlate(conn, f)
     local earlier = conn.pending[key]
     if earlier then
       tnote(f, "warn", "sequence", string.format(
-        "%s request reuses " .. CORR_NAME .. " %d while the %s request of packet %d is still unanswered",
-        f.command, corr, earlier.command, earlier.number))
+        "%s request reuses " .. CORR_NAME .. " %s while the %s request of packet %d is still unanswered",
+        f.command, corr_text(corr), earlier.command, earlier.number))
     end
     conn.pending[key] = f
     f.pending = true
@@ -9848,8 +9899,8 @@ local function correlate(conn, f)
   local request = conn.pending[key]
   if request and request.command ~= f.command then
     tnote(f, "warn", "sequence", string.format(
-      "%s response with " .. CORR_NAME .. " %d answers a %s request (packet %d)",
-      f.command, corr, request.command, request.number))
+      "%s response with " .. CORR_NAME .. " %s answers a %s request (packet %d)",
+      f.command, corr_text(corr), request.command, request.number))
     request = nil
   end
   if request == nil then
@@ -9889,22 +9940,29 @@ local function negotiation(conn, f)
   if f.command == CONV.authenticate and f.kind == "request" and CONV_HOOKS.user then
     conn.user = CONV_HOOKS.user(fields)
   end
-  if CONV.close and f.command == CONV.close.command and f.kind == "request" and not f.from_client then
-    local code = fields[CONV.close.code]
-    if is_number(code) then
-      local what = named(CLOSE_ENUM, code)
-      local reason = fields[CONV.close.reason]
-      local said = (reason and reason ~= "") and (" " .. quoted(reason)) or ""
+  local close = f.command and CONV.closes[f.command]
+  if close and f.kind ~= "response" and not f.from_client then
+    local code = close.code and fields[close.code]
+    if close.code == nil or is_number(code) then
+      local what = code and (": " .. named(VS[close.enum] or {}, code)) or ""
+      local parts = {}
+      for _, name in ipairs(close.reason) do
+        local v = fields[name]
+        if v ~= nil and v ~= "" then parts[#parts + 1] = tostring(v) end
+      end
+      local reason = table.concat(parts, ":")
+      local said = reason ~= "" and (" " .. quoted(reason)) or ""
       local before = conn.client_last
       local last = ""
       if before then
-        local hint = CONV.close_hints[code]
-        last = string.format("; the client's last frame before it was %s (key %s, version %d, %d bytes, packet %d)",
-          before.command or string.format("Unknown(%s)", key_text(before.key)), key_text(before.wire_key),
-          before.version, before.length, before.number) .. (hint and (": " .. hint) or "")
+        local hint = code and CONV.close_hints[code]
+        local version = CONV.versioned and string.format(", version %d", before.version) or ""
+        last = string.format("; the client's last frame before it was %s (key %s%s, %d bytes, packet %d)",
+          before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
+          version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
-      tnote(f, OK[code] and "note" or "error", "protocol",
-        "the " .. server_of(conn) .. " closed the connection: " .. what .. said .. last)
+      tnote(f, (code == nil or OK[code]) and "note" or "error", "protocol",
+        "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
   end
   local theirs = conn.versions[side_key(not f.from_client)]
@@ -10324,7 +10382,7 @@ local function dissect_pdu(tvb, pinfo, root)
   if not pinfo.visited and f == nil then
     f = {
       number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
-      kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
+      kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
     if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end

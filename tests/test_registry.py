@@ -108,7 +108,7 @@ BAD_SPECS = [
     (spec("- x: {type: raw, size: 2, hook: nothing}"), ["unknown hook 'nothing'"]),
     (
         spec("- x: {type: uint8, hook: osiris_chunk}", replace=("commands:", HOOKS)),
-        ["applies to raw, bytes, string and hook"],
+        ["applies to raw, bytes, string, json and hook"],
     ),
     (
         spec(

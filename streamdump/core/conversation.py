@@ -22,7 +22,7 @@ from typing import Any
 
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.registry import FieldSpec, Protocol, Ref
+from streamdump.spec.registry import CloseSpec, FieldSpec, Protocol, Ref, flat_fields
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed.
@@ -78,7 +78,21 @@ class Seen:
 @dataclass(slots=True)
 class Request:
     frame: Frame
-    corr: int
+    corr: int | str
+
+
+@dataclass(slots=True)
+class Beats:
+    """One side's heartbeat requests: how many, the last, and the gaps between them."""
+
+    count: int
+    last: int  # packet
+    last_ts: float
+    gaps: list[float] = field(default_factory=list)
+
+
+# Gaps between heartbeats kept per side to find their rhythm (the median of these).
+MAX_BEAT_GAPS = 1000
 
 
 @dataclass(slots=True)
@@ -119,10 +133,10 @@ class ConnState:
     last: Seen | None = None
     client_side: SideState = field(default_factory=SideState)
     server_side: SideState = field(default_factory=SideState)
-    pending: dict[tuple[bool, int], Request] = field(default_factory=dict)
+    pending: dict[tuple[bool, int | str], Request] = field(default_factory=dict)
     # A gap can hold one direction back, so a response may come out before its request and a
     # confirm before its publish: they wait here for it, and only the end calls them orphans.
-    early: dict[tuple[bool, int], Frame] = field(default_factory=dict)
+    early: dict[tuple[bool, int | str], Frame] = field(default_factory=dict)
     early_acks: dict[tuple[str, int], dict[int, tuple[Frame, int, int]]] = field(default_factory=dict)
     lossy: bool = False  # some frame of the connection is incomplete: bytes are missing
     beyond: dict[int, tuple[Frame, int]] = field(default_factory=dict)  # sid -> first, count
@@ -137,6 +151,8 @@ class ConnState:
     negotiated_in: int = 0
     closed_by_server: Frame | None = None
     user: str | None = None
+    # Heartbeat requests each side sent: client? -> their rhythm.
+    beats: dict[bool, Beats] = field(default_factory=dict)
 
     def side(self, from_client: bool | None) -> SideState:
         return self.client_side if from_client is not False else self.server_side
@@ -181,6 +197,8 @@ class Tracker:
         self.acks_confirmed = {ack.confirm.command: ack for ack in conv.acks.values()}
         self.acks_failed = {ack.fail.command: ack for ack in conv.acks.values() if ack.fail}
         self.grants = {ref.command: ref for ref in conv.credit.grant} if conv.credit else {}
+        self.closes = {close.command: close for close in conv.closes}
+        reasons = {name for close in conv.closes for name in close.reason}
         # Request strings worth naming in a diagnosis: those the one-line view shows.
         self.named: dict[tuple[Any, bool], tuple[FieldSpec, ...]] = {}
         # The names of a response's status codes, by (command key, response?).
@@ -190,7 +208,9 @@ class Tracker:
             for layout in command.layouts.values():
                 ident = (layout.key, layout.kind == "response")
                 self.named[ident] = tuple(
-                    f for f in layout.fields if f.type == "string" and f.info and f.name != conv.close_reason
+                    f
+                    for f in flat_fields(layout.fields)
+                    if f.type == "string" and f.info and f.name not in reasons
                 )
                 status = next((f for f in layout.fields if f.name == conv.status), header_status)
                 enum = (status.response_enum or status.enum) if status is not None else None
@@ -201,7 +221,9 @@ class Tracker:
         if header_status is not None and header_status.response_enum:
             self.any_status = dict(protocol.enums[header_status.response_enum])
         self.roles = protocol.wiring.roles
-        self.close_enum = self._enum(conv.close)
+        self.close_enums = {
+            close.command: dict(protocol.enums.get(close.enum or "", {})) for close in conv.closes
+        }
         self.announce_enum = self._enum(conv.announcement)
         self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
 
@@ -243,6 +265,9 @@ class Tracker:
                 self._credit(conn, frame)
             if self.spec.announcement is not None and command == self.spec.announcement.command:
                 self._announcement(conn, frame)
+            beat = self.spec.heartbeat
+            if beat is not None and command == beat.command and frame.kind == "request":
+                self._beat(conn, frame)
         length = len(frame.data)
         seen = Seen(
             frame.number, frame.ts, frame.name, frame.wire_key, frame.version, length, frame.from_client
@@ -309,6 +334,8 @@ class Tracker:
                 for side in (conn.client_side, conn.server_side):
                     if side.last is not None and side.last is not conn.last:
                         self._gap(conn, side.last, conn.last, until_end=True)
+                for from_client, beats in conn.beats.items():
+                    self._beats_stopped(conn, from_client, beats)
 
     def summary(self) -> list[dict[str, Any]]:
         """The expert summary: one row per kind of finding, worst first."""
@@ -321,14 +348,15 @@ class Tracker:
         if name is None:
             return
         corr = frame.fields.get(name)
-        if not isinstance(corr, int):
+        if not isinstance(corr, int | str) or isinstance(corr, bool) or corr == "":
             if frame.kind == "response":
                 self._status(conn, frame, None)
             return
         asker = frame.from_client if frame.kind == "request" else not frame.from_client
         if frame.kind == "request":
             side = conn.side(frame.from_client)
-            if side.lowest_corr is None or corr < side.lowest_corr:
+            # Numeric ids that grow tell a response to a request before the capture from an orphan.
+            if isinstance(corr, int) and (side.lowest_corr is None or corr < side.lowest_corr):
                 side.lowest_corr = corr
             earlier = conn.pending.get((asker, corr))
             if earlier is not None:
@@ -381,9 +409,9 @@ class Tracker:
             links["response_time"] = round(response.ts - request.ts, 6)
         _links(request)["response_in"] = response.number
 
-    def _orphan(self, conn: ConnState, frame: Frame, corr: int) -> None:
+    def _orphan(self, conn: ConnState, frame: Frame, corr: int | str) -> None:
         lowest = conn.side(not frame.from_client).lowest_corr
-        began = lowest is not None and lowest <= corr and not conn.lossy
+        began = isinstance(corr, int) and lowest is not None and lowest <= corr and not conn.lossy
         self._note(
             conn,
             frame,
@@ -558,8 +586,9 @@ class Tracker:
                 }
         if frame.command == spec.authenticate and frame.kind == "request" and self.user_of is not None:
             conn.user = self.user_of(fields)
-        if spec.close is not None and frame.command == spec.close.command and frame.kind == "request":
-            self._closing(conn, frame)
+        close = self.closes.get(frame.command or "")
+        if close is not None and frame.kind != "response":
+            self._closing(conn, frame, close)
         theirs = conn.side(not frame.from_client).versions
         if theirs and frame.key in theirs:
             low, high = theirs[frame.key]
@@ -575,33 +604,38 @@ class Tracker:
                     f"announced ({low}..{high})",
                 )
 
-    def _closing(self, conn: ConnState, frame: Frame) -> None:
-        assert self.spec.close is not None
-        code = frame.fields.get(self.spec.close.path[0])
-        if frame.from_client is not False or not isinstance(code, int):
+    def _closing(self, conn: ConnState, frame: Frame, close: CloseSpec) -> None:
+        code = frame.fields.get(close.code) if close.code else None
+        if frame.from_client is not False or (close.code and not isinstance(code, int)):
             return  # a client closing, with whatever code, is the client's own decision
         conn.closed_by_server = frame
-        what = _named(self.close_enum, code)
-        reason = frame.fields.get(self.spec.close_reason or "")
+        what = (
+            f": {_named(self.close_enums[close.command], code, self.spec.codes)}"
+            if isinstance(code, int)
+            else ""
+        )
+        parts = [frame.fields.get(name) for name in close.reason]
+        reason = ":".join(str(p) for p in parts if p is not None and p != "")
         said = f" {reason!r}" if reason else ""
         before = conn.client_side.last
-        hint = self.spec.close_hints.get(code)
+        hint = self.spec.close_hints.get(code) if isinstance(code, int) else None
+        version = f", version {before.version}" if before is not None and self.protocol.versioned else ""
         last = (
             f"; the client's last frame before it was {before.name} "
-            f"(key {self.key_text(before.wire_key)}, version {before.version}, {before.length} bytes, "
+            f"(key {self.key_text(before.wire_key)}{version}, {before.length} bytes, "
             f"packet {before.number})" + (f": {hint}" if hint else "")
             if before is not None
             else ""
         )
-        ok = code in self.spec.ok
+        ok = code is None or code in self.spec.ok
         self._note(
             conn,
             frame,
             "note" if ok else "error",
             "protocol",
             "server_close",
-            f"the {self.server(conn)} closed the connection: {what}",
-            f"the {self.server(conn)} closed the connection: {what}{said}{last}",
+            f"the {self.server(conn)} {close.says}{what}",
+            f"the {self.server(conn)} {close.says}{what}{said}{last}",
         )
 
     def _frame_max(self, conn: ConnState, frame: Frame) -> None:
@@ -646,6 +680,47 @@ class Tracker:
             "heartbeat",
             "silence longer than the heartbeat interval",
             f"no frame from {who} for {quiet:.3f} s {until}, while the negotiated heartbeat is {heartbeat} s",
+        )
+
+    def _beat(self, conn: ConnState, frame: Frame) -> None:
+        from_client = frame.from_client is not False
+        beats = conn.beats.get(from_client)
+        if beats is None:
+            conn.beats[from_client] = Beats(1, frame.number, frame.ts)
+            return
+        if len(beats.gaps) < MAX_BEAT_GAPS:
+            beats.gaps.append(frame.ts - beats.last_ts)
+        beats.count += 1
+        beats.last, beats.last_ts = frame.number, frame.ts
+
+    def _beats_stopped(self, conn: ConnState, from_client: bool, beats: Beats) -> None:
+        """Heartbeats that stopped while the connection went on: quiet for longer than their rhythm allows."""
+        spec = self.spec.heartbeat
+        assert spec is not None and conn.last is not None
+        gaps = sorted(beats.gaps)
+        rhythm = gaps[len(gaps) // 2] if gaps else spec.every
+        ended = self.closed.get(conn.number)
+        end_number, end_ts = (ended[0], ended[1]) if ended is not None else (conn.last.number, conn.last.ts)
+        quiet = end_ts - beats.last_ts
+        if quiet <= rhythm * HEARTBEAT_SLACK or end_number <= beats.last:
+            return
+        who = "the client" if from_client else f"the {self.server(conn)}"
+        pace = f"about one every {rhythm:.3f} s" if gaps else f"{spec.every:g} s apart is the usual pace"
+        until = (
+            f"the connection ended (packet {end_number})"
+            if ended is not None
+            else (f"the connection's last frame (packet {end_number})")
+        )
+        hint = f"; {spec.hint}" if spec.hint else ""
+        self._diagnose(
+            conn,
+            Seen(beats.last, beats.last_ts, spec.command, None, 0, 0, from_client),
+            "note" if conn.lossy else "warn",
+            "sequence",
+            "heartbeat_stopped",
+            f"{spec.command} requests stopped",
+            f"{who} stopped sending {spec.command} requests: {beats.count} sent ({pace}), the last at packet "
+            f"{beats.last}, then none for {quiet:.3f} s until {until}{hint}",
         )
 
     # ------------------------------------------------------------------ sessions and acks

@@ -116,6 +116,9 @@ class Decoder:
         self.response = frame.response
         self.oneway = frame.oneway
         self.response_in_key = frame.response is not None and frame.response[0] == frame.key
+        # Responses with keys of their own: response key -> command key, and back.
+        self.answers = protocol.answers
+        self.answer_keys = {command: wire for wire, command in protocol.answers.items()}
         self.by_request = frame.response_key == "request"
         self.correlation = protocol.conversation.correlation
         # (command key, response?, version) -> (layout, ops); every version of every layout, compiled once.
@@ -159,7 +162,7 @@ class Decoder:
 
     def wire_text(self, frame: Frame) -> str:
         """The key as the one-line view shows it: as on the wire where it carries the response bit."""
-        return self.key_text(frame.wire_key) if self.response_in_key else frame.key_text
+        return self.key_text(frame.wire_key) if self.response_in_key or self.answers else frame.key_text
 
     def plausible(self, data: bytes) -> bool:
         """Whether data starts like a frame: sane length, a header that decodes, a known command."""
@@ -186,6 +189,8 @@ class Decoder:
         """The key field's value on the wire: the command key, with the response bit where it carries one."""
         if response and self.response_in_key and isinstance(key, int):
             return key | self.response[1]  # type: ignore[index]
+        if response:
+            return self.answer_keys.get(key, key)
         return key
 
     def _direction(self, header: dict[str, Any]) -> tuple[bool, bool, Any]:
@@ -193,8 +198,12 @@ class Decoder:
         (without the response bit, where the key carries it)."""
         response = self._marked(header, self.response)
         key = header.get(self.key_field)
+        if not isinstance(key, int | str) or (self.key_struct is not None and isinstance(key, str)):
+            key = None  # a keyed header's value that did not convert (a list, an unknown name)
         if self.response_in_key and isinstance(key, int):
             key &= ~self.response[1]  # type: ignore[index]
+        elif key in self.answers:
+            return True, False, self.answers[key]
         return response, not response and self._marked(header, self.oneway), key
 
     @staticmethod
@@ -228,7 +237,7 @@ class Decoder:
         """
         mv = memoryview(data)
         expert: list[Expert] = []
-        ctx = Ctx(expert, nodes, expand=expand)
+        ctx = Ctx(expert, nodes, expand=expand, partial=partial)
         fields: dict[str, Any] = {}
         have = len(data)
         total = self.frame_length(data)
@@ -300,9 +309,12 @@ class Decoder:
                     )
                 )
             elif command is None:
-                expert.append(
-                    Expert("warn", f"unknown command key {self.key_text(command_key)}", self.length_end)
+                shown = (
+                    wire_key
+                    if command_key is None and isinstance(wire_key, str)
+                    else self.key_text(command_key)
                 )
+                expert.append(Expert("warn", f"unknown command key {shown}", self.length_end))
             else:
                 expert.append(
                     Expert(
@@ -490,7 +502,7 @@ class Decoder:
             fields=fields,
             expert=expert,
             data=data,
-            key_text=self.key_text(key),
+            key_text=self.key_text(key) if key is not None or not isinstance(wire_key, str) else wire_key,
         )
 
     # ------------------------------------------------------------------ encode

@@ -17,6 +17,9 @@ from typing import Any
 from streamdump.core.frame import Node
 from streamdump.spec.registry import INT_TYPES, FieldSpec
 
+# What a secret (a password, a token) shows instead of itself; an empty one stays empty.
+MASKED = "********"
+
 _ACRONYMS = {"id": "ID", "ids": "IDs", "crc": "CRC", "sasl": "SASL"}
 
 
@@ -79,6 +82,8 @@ class Keyed:
         if kind in INT_TYPES:
             return self._int(spec, raw, notes)
         if kind == "string":
+            if spec.secret and raw != "":
+                return MASKED  # whatever it was, a credential is not shown
             if isinstance(raw, bool):
                 return "true" if raw else "false"  # as Java's String.valueOf writes it
             return raw if isinstance(raw, str) else str(raw) if isinstance(raw, int | float) else raw
@@ -133,6 +138,9 @@ class Keyed:
                 return int(text)
             except ValueError:
                 pass
+            if spec.display == "name" and spec.enum:
+                notes.append(f"{spec.name}: {raw!r} is not a name the spec knows")
+                return raw
         notes.append(f"{spec.name}: {raw!r} is not a number")
         return raw
 

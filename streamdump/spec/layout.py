@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from streamdump.codecs import lenient_json
 from streamdump.core.frame import Expert, Node
-from streamdump.spec.keyed import Keyed, key_of, label, member_nodes, title, value_nodes
+from streamdump.spec.keyed import MASKED, Keyed, key_of, label, member_nodes, title, value_nodes
 from streamdump.spec.registry import INT_TYPES, FieldSpec
 
 __all__ = ["BadValue", "Compiler", "Ctx", "Short", "decode_ops", "encode_ops", "title"]
@@ -59,6 +59,8 @@ class Ctx:
     # Partial frames: where the frame's size says it ends, beyond the captured bytes. Counts
     # are checked against it, so an array cut by a gap still yields its elements up to the cut.
     declared_end: int | None = None
+    # The bytes are the captured start of a longer frame (cut by a gap).
+    partial: bool = False
     # Run the hooks' expand step: a view needs records and sections, not just the headers.
     expand: bool = False
     # What expanding this frame may still produce (a hook's Budget), created by the first hook to need it.
@@ -161,7 +163,7 @@ class LengthPrefixed:
             return raw, pos + length
         text = decode_text(raw, name, pos, ctx)
         if self.kind == "string":
-            return text, pos + length
+            return (MASKED if self.spec.secret and text else text), pos + length
         value = pairs_value(self.spec, self.keyed, text, pos, ctx)
         if node is not None and isinstance(value, dict):
             node.children = member_nodes(self.spec.fields, value, pos, length)

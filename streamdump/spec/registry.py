@@ -75,6 +75,7 @@ FIELD_ATTRS = {
     "response_enum",
     "length_of",
     "separators",
+    "secret",
 }
 TOP_ATTRS = {
     "protocol", "title", "reference", "byte_order", "wiring", "header", "frame",
@@ -90,6 +91,7 @@ CONVERSATION_ATTRS = {
     "tune",
     "close",
     "close_hints",
+    "heartbeat",
     "authenticate",
     "setup",
     "announcement",
@@ -172,6 +174,8 @@ class FieldSpec:
     length_of: bool = False
     # pairs: what separates pairs, and a key from its value.
     separators: tuple[str, str] = ("", "")
+    # A credential (a password, a token): every view and the plugin show it masked.
+    secret: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,9 @@ class Layout:
     kind: str
     key: int | str  # the command key
     fields: tuple[FieldSpec, ...]
+    # The key field's value for this kind when it is not the command key: protocols whose
+    # responses have keys of their own (HELLO_REQUEST answered by HELLO_RESPONSE).
+    wire: int | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +292,26 @@ class AckSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseSpec:
+    """A command by which the server ends a client's connection or sends it elsewhere."""
+
+    command: str
+    code: str | None  # the field with its code (None: the command has none)
+    reason: tuple[str, ...]  # fields saying why or where to, written joined by ':'
+    says: str = "closed the connection"  # what the server did, as diagnoses put it
+    enum: str | None = None  # the code's names
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatSpec:
+    """The request a peer sends to show it is alive, and how often clients send it."""
+
+    command: str
+    every: float  # seconds, when the capture does not show the rhythm itself
+    hint: str | None = None  # what happens when they stop
+
+
+@dataclass(frozen=True, slots=True)
 class CreditSpec:
     session: str
     grant: tuple[Ref, ...]
@@ -302,8 +329,8 @@ class Conversation:
     routine: frozenset[int] = frozenset()
     tune: Ref | None = None  # Tune.frame_max; heartbeat in tune_heartbeat
     tune_heartbeat: str | None = None
-    close: Ref | None = None  # Close.closing_code; reason in close_reason
-    close_reason: str | None = None
+    closes: tuple[CloseSpec, ...] = ()
+    heartbeat: HeartbeatSpec | None = None
     close_hints: Mapping[int, str] = field(default_factory=dict)
     authenticate: str | None = None
     setup: frozenset[str] = frozenset()
@@ -344,6 +371,8 @@ class Protocol:
     commands: Mapping[str, Command]
     by_key: Mapping[int | str, Command] = field(repr=False)
     hooks: Mapping[str, HookSpec] = field(default_factory=dict)
+    # Keys of responses that have keys of their own -> their command's key.
+    answers: Mapping[int | str, int | str] = field(default_factory=dict)
     conversation: Conversation = field(default_factory=Conversation)
     order: str = ">"  # struct byte order: ">" big endian, "<" little
 
@@ -357,8 +386,12 @@ class Protocol:
         return command.layouts.get("request") or command.layouts.get("command")
 
     def key_formatter(self) -> Callable[[Any], str]:
-        """How the command key is written: hex to its field's width when the field displays hex."""
+        """How the command key is written: hex to its field's width when the field displays hex,
+        by name when it displays its enum's names."""
         spec = self.header_field(self.frame.key)
+        if spec is not None and spec.display == "name" and spec.enum in self.enums:
+            names = self.enums[spec.enum]
+            return lambda key: "?" if key is None else str(names.get(key, key))
         if spec is None or spec.display != "hex" or spec.type not in INT_TYPES:
             return lambda key: "?" if key is None else str(key)
         width = INT_TYPES[spec.type][1] * 2
@@ -383,7 +416,7 @@ class Protocol:
                 spec = _follow(layout.fields, list(ref.path))
                 if spec is not None:
                     return spec
-        return None
+        return self.header_field(ref.path[0]) if len(ref.path) == 1 else None
 
     def all_fields(self) -> Iterator[FieldSpec]:
         """Every field of every layout and struct, depth first (for name checks and generators)."""
@@ -514,15 +547,26 @@ class _Builder:
                     f"key {_key_text(command.key)} already used by {by_key[command.key].name}",
                 )
             by_key[command.key] = command
+        answers: dict[int | str, int | str] = {}
+        for command in commands.values():
+            for layout in command.layouts.values():
+                if layout.wire is None:
+                    continue
+                if layout.wire in by_key or layout.wire in answers:
+                    raise self.fail(
+                        f"commands.{command.name}.key", f"key {_key_text(layout.wire)} is already used"
+                    )
+                answers[layout.wire] = command.key
         key_spec = _by_name(header, frame.key)
         assert key_spec is not None
         wanted = str if key_spec.type == "string" else int
         for command in commands.values():
-            if not isinstance(command.key, wanted):
-                raise self.fail(
-                    f"commands.{command.name}",
-                    f"key {command.key!r} must be {wanted.__name__}, as {frame.key} is",
-                )
+            for key in (command.key, *(layout.wire for layout in command.layouts.values() if layout.wire)):
+                if not isinstance(key, wanted):
+                    raise self.fail(
+                        f"commands.{command.name}",
+                        f"key {key!r} must be {wanted.__name__}, as {frame.key} is",
+                    )
         conversation = self._conversation(doc.get("conversation") or {}, commands)
         if frame.response_key == "request" and conversation.correlation is None:
             raise self.fail(
@@ -540,6 +584,7 @@ class _Builder:
             structs=self.structs,
             commands=commands,
             by_key=by_key,
+            answers=answers,
             hooks=hooks,
             conversation=conversation,
             order=self.order,
@@ -641,17 +686,32 @@ class _Builder:
                     raise self.fail(f"{where}.status.{name}", "must be a list of integers")
                 codes[name] = frozenset(values)
             kw |= {"status": status["field"], **codes}
-        for name, second in (("tune", "heartbeat"), ("close", "reason"), ("announcement", "about")):
+        for name, second in (("tune", "heartbeat"), ("announcement", "about")):
             body = raw.get(name)
             if body is None:
                 continue
-            first = {"tune": "frame_max", "close": "code", "announcement": "code"}[name]
+            first = {"tune": "frame_max", "announcement": "code"}[name]
             if not isinstance(body, Mapping) or set(body) != {"command", first, second}:
                 raise self.fail(f"{where}.{name}", f"must be {{command, {first}, {second}}}")
             ref = self._ref(f"{body['command']}.{body[first]}", f"{where}.{name}", commands, int_only=True)
             self._ref(f"{body['command']}.{body[second]}", f"{where}.{name}", commands)
             kw[name] = ref
             kw[f"{name}_{second}"] = body[second]
+        kw["closes"] = self._closes(raw.get("close"), commands)
+        beat = raw.get("heartbeat")
+        if beat is not None:
+            at = f"{where}.heartbeat"
+            if (
+                not isinstance(beat, Mapping)
+                or set(beat) - {"command", "every", "hint"}
+                or "command" not in beat
+            ):
+                raise self.fail(at, "must be {command, every: seconds, hint}")
+            self._command(beat["command"], at, commands)
+            every = beat.get("every", 30)
+            if isinstance(every, bool) or not isinstance(every, int | float) or every <= 0:
+                raise self.fail(at, "every must be a positive number of seconds")
+            kw["heartbeat"] = HeartbeatSpec(beat["command"], float(every), beat.get("hint"))
         authenticate = raw.get("authenticate")
         if authenticate is not None:
             self._command(authenticate, f"{where}.authenticate", commands)
@@ -767,14 +827,57 @@ class _Builder:
             raise self.fail(where, f"unknown command {name!r}")
         return command
 
+    def _closes(self, raw: Any, commands: Mapping[str, Command]) -> tuple[CloseSpec, ...]:
+        """conversation.close: one {command, code, reason, says} or a list of them."""
+        where = "conversation.close"
+        if raw is None:
+            return ()
+        out = []
+        for body in raw if isinstance(raw, list) else [raw]:
+            if (
+                not isinstance(body, Mapping)
+                or "command" not in body
+                or set(body) - {"command", "code", "reason", "says"}
+            ):
+                raise self.fail(where, "must be {command, code, reason, says} or a list of them")
+            code = body.get("code")
+            enum = None
+            if code is not None:
+                ref = self._ref(f"{body['command']}.{code}", where, commands, int_only=True)
+                spec = self._field_at(ref, commands)
+                enum = spec.enum if spec is not None else None
+            reason = body.get("reason") or []
+            reason = [reason] if isinstance(reason, str) else reason
+            for name in reason:
+                self._ref(f"{body['command']}.{name}", where, commands)
+            out.append(
+                CloseSpec(
+                    str(body["command"]),
+                    code,
+                    tuple(reason),
+                    str(body.get("says", "closed the connection")),
+                    enum,
+                )
+            )
+        return tuple(out)
+
+    def _field_at(self, ref: Ref, commands: Mapping[str, Command]) -> FieldSpec | None:
+        for layout in commands[ref.command].layouts.values():
+            spec = _follow(layout.fields, list(ref.path))
+            if spec is not None:
+                return spec
+        return _by_name(self.header, ref.path[0]) if len(ref.path) == 1 else None
+
     def _ref(self, text: Any, where: str, commands: Mapping[str, Command], *, int_only: bool = False) -> Ref:
         """Check that Command.path names a field of one of the command's layouts."""
         parts = str(text).split(".")
         command = self._command(parts[0], where, commands)
         if len(parts) < 2:
             raise self.fail(where, f"{text!r} must be Command.field")
-        for layout in command.layouts.values():
-            spec = _follow(layout.fields, parts[1:])
+        specs = [_follow(layout.fields, parts[1:]) for layout in command.layouts.values()]
+        if len(parts) == 2:  # a header field every frame has
+            specs.append(_by_name(self.header, parts[1]))
+        for spec in specs:
             if spec is not None:
                 if int_only and spec.type not in INT_TYPES:
                     raise self.fail(where, f"{text!r} is {spec.type}, not an integer field")
@@ -882,6 +985,19 @@ class _Builder:
                 raise self.fail(where, "must be a mapping")
             self._only(body, COMMAND_ATTRS, where)
             key = body.get("key")
+            wire: dict[str, int | str] = {}
+            if isinstance(key, Mapping):
+                # A response with a key of its own: {request: K, response: K2}.
+                if set(key) - {"request", "command", "response"} or not ({"request", "command"} & set(key)):
+                    raise self.fail(
+                        f"{where}.key", "must be a key, or {request or command: key, response: key}"
+                    )
+                wire = {kind: self._key_value(k, f"{where}.key.{kind}") for kind, k in key.items()}
+                key = wire.pop("request", None) if "request" in wire else wire.pop("command")
+                if set(wire) - {"response"}:
+                    raise self.fail(f"{where}.key", "names both a request and a one-way command key")
+            else:
+                key = self._key_value(key, f"{where}.key")
             marker = self.frame.response if self.frame is not None else None
             if isinstance(key, bool) or not isinstance(key, int | str) or (isinstance(key, int) and key < 0):
                 raise self.fail(where, f"key {key!r} must be a non-negative integer or a string")
@@ -912,9 +1028,11 @@ class _Builder:
                         raise self.fail(
                             f"{where}.{kind}.{spec.name}", "'entry' needs frame.entries (a header map)"
                         )
-                layouts[kind] = Layout(command=name, kind=kind, key=key, fields=fields)
+                layouts[kind] = Layout(command=name, kind=kind, key=key, fields=fields, wire=wire.get(kind))
             if not layouts:
                 raise self.fail(where, "defines no request, response or command layout")
+            if "response" in wire and "response" not in layouts:
+                raise self.fail(f"{where}.key", "names a response key but the command has no response")
             commands[name] = Command(
                 name=name,
                 key=key,
@@ -924,6 +1042,16 @@ class _Builder:
                 layouts=layouts,
             )
         return commands
+
+    def _key_value(self, key: Any, where: str) -> Any:
+        """A command key as written: a number, text, or a name of the key field's enum."""
+        spec = _by_name(self.header, self.frame.key) if self.frame is not None else None
+        if isinstance(key, str) and spec is not None and spec.type in INT_TYPES and spec.enum in self.enums:
+            by_name = {label: value for value, label in self.enums[spec.enum].items()}
+            if key not in by_name:
+                raise self.fail(where, f"{key!r} is not a name of the enum {spec.enum}")
+            return by_name[key]
+        return key
 
     def _fields(self, raw: Any, where: str, *, allow_conditions: bool) -> tuple[FieldSpec, ...]:
         if not isinstance(raw, list):
@@ -1036,8 +1164,8 @@ class _Builder:
         if hook is not None and element:
             raise self.fail(where, "hooks apply to named fields, not to array elements or map entries")
         if hook is not None:
-            if type_name not in ("raw", "hook", "bytes", "string"):
-                raise self.fail(where, "'hook' applies to raw, bytes, string and hook fields only")
+            if type_name not in ("raw", "hook", "bytes", "string", "json"):
+                raise self.fail(where, "'hook' applies to raw, bytes, string, json and hook fields only")
             if hook not in self.raw_hooks:
                 raise self.fail(where, f"unknown hook {hook!r} (declare it under hooks:)")
         increasing = attrs.get("increasing", False)
@@ -1061,6 +1189,9 @@ class _Builder:
         length_of = bool(attrs.get("length_of", False))
         if length_of and type_name not in INT_TYPES:
             raise self.fail(where, "'length_of' applies to integer fields only")
+        secret = attrs.get("secret", False)
+        if secret is not False and (secret is not True or type_name != "string"):
+            raise self.fail(where, "'secret: true' applies to string fields only")
         spec = FieldSpec(
             name=name,
             type=type_name,
@@ -1079,6 +1210,7 @@ class _Builder:
             rest=rest,
             response_enum=attrs.get("response_enum"),
             length_of=length_of,
+            secret=secret,
             mask=attrs.get("mask"),
             **kw,
         )
@@ -1255,7 +1387,7 @@ def _key_text(key: int | str) -> str:
 
 def _follow(specs: tuple[FieldSpec, ...], path: list[str]) -> FieldSpec | None:
     """The field a dotted path names, stepping into structs and array elements."""
-    spec = next((s for s in specs if s.name == path[0]), None)
+    spec = next((s for s in flat_fields(specs) if s.name == path[0]), None)
     while spec is not None and spec.of is not None:
         spec = spec.of
     if spec is None or len(path) == 1:

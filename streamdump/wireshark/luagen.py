@@ -116,6 +116,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
                 structs[inner.struct] = [_field(member) for member in inner.fields]
     wiring = protocol.wiring
     frame = protocol.frame
+    key_spec = protocol.header_field(frame.key)
     header = [_field(spec) for spec in protocol.header]
     if frame.response is not None and frame.response[0] == frame.key:
         for entry in header:  # the key item shows the command key, the response bit said beside it
@@ -151,11 +152,16 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
             "layout_versions": frame.layout_versions,
             # A header without a version field has one version of every layout: the first.
             "default_version": 0 if protocol.versioned else 1,
+            # Keys written by name (the key field shows its enum's names).
+            "key_enum": key_spec.enum
+            if key_spec is not None and key_spec.display == "name" and key_spec.enum in protocol.enums
+            else None,
         },
         "enums": {name: dict(values) for name, values in protocol.enums.items()},
         "structs": structs,
         "commands": commands,
         "layouts": layouts,
+        "answers": dict(protocol.answers),
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS},
@@ -230,6 +236,7 @@ def _ftype(spec: FieldSpec) -> str:
         "ipv4": "ipv4",
         "ipv6": "ipv6",
         "json": "string",
+        "hook": "string",  # a hook's value of no declared shape: its text
     }[spec.type]
 
 
@@ -241,7 +248,7 @@ def _field(spec: FieldSpec) -> dict[str, Any]:
             out[attr] = value
     if spec.since != 1:
         out["since"] = spec.since
-    for flag in ("optional", "inline", "rest", "length_of"):
+    for flag in ("optional", "inline", "rest", "length_of", "secret"):
         if getattr(spec, flag):
             out[flag] = True
     if spec.when is not None:
@@ -331,13 +338,16 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
             "frame_max": conv.tune.path[0],
             "heartbeat": conv.tune_heartbeat,
         }
-    if conv.close is not None:
-        out["close"] = {
-            "command": conv.close.command,
-            "code": conv.close.path[0],
-            "reason": conv.close_reason,
-            "enum": _enum_at(protocol, conv.close),
+    out["closes"] = {
+        close.command: {
+            "code": close.code,
+            "reason": list(close.reason),
+            "says": close.says,
+            "enum": close.enum,
         }
+        for close in conv.closes
+    }
+    out["versioned"] = protocol.versioned
     if conv.announcement is not None:
         out["announcement"] = {
             "command": conv.announcement.command,

@@ -120,7 +120,7 @@ local function dissect_pdu(tvb, pinfo, root)
   if not pinfo.visited and f == nil then
     f = {
       number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
-      kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key,
+      kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
     if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
