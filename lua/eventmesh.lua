@@ -1042,6 +1042,26 @@ local SPEC = {
     [34] = 33,
     [36] = 35,
   },
+  hook_info = {
+    message_package = {
+      {
+        name = "topic",
+        type = "string",
+        info = "topic",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "event_id",
+        type = "string",
+        info = "id",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+    },
+  },
   names = {
     {
       name = "body",
@@ -2565,7 +2585,12 @@ end
 local function info_parts(specs, values, parts, response)
   for _, spec in ipairs(specs) do
     local value = values[spec.name]
-    if (spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct and type(value) == "table" then
+    if spec.hook and SPEC.hook_info[spec.hook] and value ~= nil then
+      info_parts(SPEC.hook_info[spec.hook], values, parts, response)  -- what its hook adds beside it
+    end
+    if spec.inline and spec.struct and spec.type ~= "switch" then
+      info_parts(SPEC.structs[spec.struct], values, parts, response)  -- its members are the layout's
+    elseif (spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct and type(value) == "table" then
       info_parts(SPEC.structs[spec.struct], value, parts, response)
     elseif spec.info and value ~= nil then
       if spec.type == "array" or spec.type == "map" then
@@ -3347,6 +3372,9 @@ FRAMING.pdu_length = function(tvb, offset)
       -- Up to 1.8 the frame would go on 5 bytes: take this end only if the body ends here.
       local body = offset + EM_PREFIX + header_length
       return em_looks_whole(tvb, body, offset + avail - body) and avail or 0
+    end
+    if avail ~= ends[1] and em_magic_prefix(tvb, offset + ends[1], avail_end) then
+      return 0  -- the next frame may start at the 1.9 end: its magic will say
     end
     return avail
   end

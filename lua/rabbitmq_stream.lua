@@ -2033,6 +2033,7 @@ local SPEC = {
     },
   },
   answers = {},
+  hook_info = {},
   names = {
     {
       name = "active",
@@ -3826,7 +3827,12 @@ end
 local function info_parts(specs, values, parts, response)
   for _, spec in ipairs(specs) do
     local value = values[spec.name]
-    if (spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct and type(value) == "table" then
+    if spec.hook and SPEC.hook_info[spec.hook] and value ~= nil then
+      info_parts(SPEC.hook_info[spec.hook], values, parts, response)  -- what its hook adds beside it
+    end
+    if spec.inline and spec.struct and spec.type ~= "switch" then
+      info_parts(SPEC.structs[spec.struct], values, parts, response)  -- its members are the layout's
+    elseif (spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct and type(value) == "table" then
       info_parts(SPEC.structs[spec.struct], value, parts, response)
     elseif spec.info and value ~= nil then
       if spec.type == "array" or spec.type == "map" then

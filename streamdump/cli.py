@@ -26,7 +26,7 @@ from rich.console import Console
 from streamdump.core.capture import CaptureError
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Dissection, ReadStats, read_frames
+from streamdump.core.pipeline import Dissection, ReadStats, framing_rule, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import SpecError, default_registry
@@ -554,8 +554,18 @@ def parse_hex(text: str) -> bytes:
 def split_frames(data: bytes, decoder: Decoder) -> Iterator[tuple[bytes, str | None]]:
     """Frames in a hex dump: frames back to back, or one frame without its length field."""
     pos = 0
+    # A protocol its package frames (no length field, or one with two meanings) is cut by its rule.
+    rule = None if decoder.framed_by_length else framing_rule(decoder)
     while pos < len(data):
         rest = data[pos:]
+        if rule is not None:
+            total = rule.total(rest, 0)
+            if total is None or total <= 0 or total > len(rest):
+                yield rest, None
+                return
+            yield rest[:total], None
+            pos += total
+            continue
         total = decoder.frame_length(rest)
         if total is not None and decoder.header_size <= total <= len(rest):
             yield rest[:total], None

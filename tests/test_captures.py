@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURES, GOLDEN, ROCKETMQ_CAPTURES
+from conftest import CAPTURE_ROOT, CAPTURES, GOLDEN
 from typer.testing import CliRunner
 
 from streamdump.cli import Format, analysed, app, write_frames
 from streamdump.core.conversation import Tracker
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer
@@ -202,7 +202,12 @@ def test_every_json_field_name_comes_from_the_registry(path: Path, decoder: Deco
 # ---------------------------------------------------------------------- other protocols' captures
 
 # Each protocol's goldens live in tests/golden/<protocol>/ (RabbitMQ Streams', the first, at the top).
-OTHERS = [("rocketmq", path) for path in sorted(ROCKETMQ_CAPTURES.glob("*.pcap"))]
+OTHERS = [
+    (folder.name, path)
+    for folder in sorted(CAPTURE_ROOT.iterdir())
+    if folder.is_dir() and folder != CAPTURES
+    for path in sorted(folder.glob("*.pcap"))
+]
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -215,7 +220,8 @@ def test_golden_output_of_other_protocols(
     decoder = Decoder(default_registry().get(name))
     stats = ReadStats()
     tracker = Tracker(decoder.protocol)
-    frames = analysed(read_frames(path, decoder, None, stats), tracker)
+    # As the CLI reads: the spec's ports, and its magic on any other port.
+    frames = analysed(read_frames(path, Dissection([decoder]), None, stats), tracker)
     out = io.StringIO()
     fmt, detail, messages = VIEWS[view]
     write_frames(frames, Renderer(decoder), fmt, detail, out, messages, tracker)

@@ -75,6 +75,9 @@ FRAMING.pdu_length = function(tvb, offset)
       local body = offset + EM_PREFIX + header_length
       return em_looks_whole(tvb, body, offset + avail - body) and avail or 0
     end
+    if avail ~= ends[1] and em_magic_prefix(tvb, offset + ends[1], avail_end) then
+      return 0  -- the next frame may start at the 1.9 end: its magic will say
+    end
     return avail
   end
   -- The next frame's magic somewhere else: this length fits neither convention.

@@ -70,6 +70,8 @@ class EventMeshRule(DecodedRule):
             if avail == ends[0] and len(ends) > 1:
                 # Up to 1.8 the frame would go on 5 bytes: take this end only if the body ends here.
                 return avail if looks_whole(buf[start + PREFIX + header_length : start + avail]) else None
+            if avail != ends[0] and MAGIC.startswith(bytes(buf[start + ends[0] : start + avail])):
+                return None  # the next frame may start at the 1.9 end: its magic will say
             return avail
         # The next frame's magic somewhere else: this length fits neither convention.
         found = buf.find(MAGIC, start + PREFIX + (header_length if ends else 0))
@@ -91,10 +93,10 @@ class EventMeshRule(DecodedRule):
         if len(buf) - start >= PREFIX and buf.startswith(MAGIC, start):
             length, header_length = _LENGTHS.unpack_from(buf, start + len(MAGIC))
             return (
-                f"a message length of {length} with a header length of {header_length} "
-                f"at seq {seq} is impossible"
+                f"after a message length of {length} and a header length of {header_length} "
+                f"at seq {seq}, which is impossible"
             )
-        return f"no EventMesh magic at seq {seq}"
+        return f"after bytes at seq {seq} that are not EventMesh's magic"
 
     def candidates(self, buf: bytearray, start: int) -> list[int]:
         out = []

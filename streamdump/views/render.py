@@ -60,8 +60,16 @@ class Renderer:
         self, specs: tuple[FieldSpec, ...], values: dict[str, Any], parts: list[str], response: bool
     ) -> None:
         for spec in specs:
+            if spec.inline and spec.fields:  # its members stand among the layout's own
+                self._info_parts(spec.fields, values, parts, response)
+                continue
             if spec.name not in values:
                 continue
+            if spec.hook is not None:  # what its hook adds beside it, where the spec labels it
+                hook = self.protocol.hooks.get(spec.hook)
+                self._info_parts(hook.adds if hook else (), values, parts, response)
+                if spec.info is None:
+                    continue
             value = values[spec.name]
             if spec.type in ("struct", "pairs", "json") and isinstance(value, dict) and spec.fields:
                 self._info_parts(spec.fields, value, parts, response)

@@ -162,6 +162,12 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "commands": commands,
         "layouts": layouts,
         "answers": dict(protocol.answers),
+        # What hooks add that the Info column labels (a message's topic).
+        "hook_info": {
+            name: [_field(spec) for spec in hook.adds if spec.info]
+            for name, hook in protocol.hooks.items()
+            if any(spec.info for spec in hook.adds)
+        },
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS},
