@@ -1397,6 +1397,7 @@ local SPEC = {
           {
             name = "sasl_opaque_data",
             type = "bytes",
+            hook = "sasl_plain",
             prefix = "int32",
             prefix_width = 4,
             prefix_signed = true,
@@ -3792,9 +3793,11 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         end
       else
         local at = pos
-        value, pos = read_value(spec, version, tvb, pos, stop, tree, ctx, spec.name)
-        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
         local hook = spec.hook and HOOKS[spec.hook]
+        -- A hook that shows its field (masking a secret in it) adds the item itself.
+        local shown = not (hook and hook.shows) and tree or nil
+        value, pos = read_value(spec, version, tvb, pos, stop, shown, ctx, spec.name)
+        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
         if hook and hook.value and value ~= nil then
           run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
         end
@@ -5013,8 +5016,21 @@ HOOKS.osiris_trailer = {
   end,
 }
 
--- The user name of a PLAIN authentication ("\0user\0password"); never the password.
--- Lua twin of dissectors/rabbitmq_stream/sasl.py.
+-- The user name of a PLAIN authentication ("\0user\0password"); never the password,
+-- which the sasl_plain hook shows masked. Lua twin of dissectors/rabbitmq_stream/sasl.py.
+
+HOOKS.sasl_plain = {
+  shows = true,  -- the hook adds the field's item itself
+  value = function(spec, value, tree, ctx, out, tvb, at, len)
+    if tree == nil or type(value) ~= "table" or value.pos == nil then return end
+    local raw = value.len > 0 and value.tvb:raw(value.pos, value.len) or ""
+    local authz, user, password = raw:match("^([^%z]*)%z([^%z]*)%z([^%z]*)$")
+    if out.mechanism == "PLAIN" and password ~= nil and password ~= "" then
+      raw = authz .. "\0" .. user .. "\0" .. string.rep("*", #password)
+    end
+    tree:add(F[spec.name], value.tvb(value.pos, value.len), raw)
+  end,
+}
 CONV_HOOKS.user = function(fields)
   if fields.mechanism ~= "PLAIN" then return nil end
   local data = fields.sasl_opaque_data

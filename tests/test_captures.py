@@ -107,6 +107,25 @@ def test_pcap_and_pcapng_give_the_same_frames(decoder: Decoder) -> None:
     assert [(f.number, f.ts, f.data) for f in pcap] == [(f.number, f.ts, f.data) for f in ng]
 
 
+def test_plain_passwords_are_masked(decoder: Decoder) -> None:
+    """The wire says "\0guest\0guest"; every view shows the user and a password of stars."""
+    stats = ReadStats()
+    frames = [
+        f
+        for f in read_frames(CAPTURES / "session.pcap", decoder, [5552], stats)
+        if f.command == "SaslAuthenticate"
+    ]
+    request = next(f for f in frames if f.kind == "request")
+    assert b"\0guest\0guest" in request.data
+    assert bytes(request.fields["sasl_opaque_data"]) == b"\0guest\0*****"
+    shown = [
+        bytes(n.value)
+        for n in decoder.tree(request)
+        if n.spec is not None and n.spec.name == "sasl_opaque_data"
+    ]
+    assert shown == [b"\0guest\0*****"]
+
+
 def test_missing_stream_error_response(decoder: Decoder) -> None:
     frames, _ = decode_all(CAPTURES / "subscribe_missing_stream.pcap", decoder)
     codes = [f.fields["response_code"] for f in frames if f.command == "Subscribe" and f.kind == "response"]

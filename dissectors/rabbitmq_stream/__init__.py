@@ -14,7 +14,7 @@ from streamdump.dissectors.rabbitmq_stream import messages, osiris, sasl
 from streamdump.spec.dissector import Dissector
 
 DISSECTOR = Dissector(
-    hooks=(osiris.EntryHook, osiris.ChunkHook, osiris.TrailerHook),
+    hooks=(osiris.EntryHook, osiris.ChunkHook, osiris.TrailerHook, sasl.PlainSecret),
     lua=("streamdump.codecs:zlib.lua", "streamdump.codecs:amqp.lua", "osiris.lua", "sasl.lua"),
     messages=messages.StreamMessages,
     user=sasl.plain_user,

@@ -1071,9 +1071,11 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         end
       else
         local at = pos
-        value, pos = read_value(spec, version, tvb, pos, stop, tree, ctx, spec.name)
-        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
         local hook = spec.hook and HOOKS[spec.hook]
+        -- A hook that shows its field (masking a secret in it) adds the item itself.
+        local shown = not (hook and hook.shows) and tree or nil
+        value, pos = read_value(spec, version, tvb, pos, stop, shown, ctx, spec.name)
+        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
         if hook and hook.value and value ~= nil then
           run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
         end
