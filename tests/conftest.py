@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from streamdump.core.capture import Segment
+from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
 
@@ -16,6 +18,21 @@ CAPTURE_ROOT = ROOT / "captures"
 CAPTURES = CAPTURE_ROOT / "rabbitmq_stream"
 ROCKETMQ_CAPTURES = CAPTURE_ROOT / "rocketmq"
 GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def client_stream(payloads: tuple[bytes, ...], port: int) -> list[Segment]:
+    """One client-to-server TCP connection (handshake seen) carrying each payload in one segment."""
+    client, server = ("10.0.0.1", 40000), ("10.0.0.2", port)
+    segments = [Segment(1, 0.0, client[0], server[0], client[1], server[1], 100, 0, TCP_SYN, b"", 0)]
+    seq = 101
+    for n, payload in enumerate(payloads, start=2):
+        segments.append(
+            Segment(
+                n, n / 10, client[0], server[0], client[1], server[1], seq, 0, TCP_ACK, payload, len(payload)
+            )
+        )
+        seq += len(payload)
+    return segments
 
 
 def merged(ranges: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CAPTURE_ROOT, need
+from conftest import CAPTURE_ROOT, client_stream, need
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketmq_strategies import TEXT, comparable, keyed_struct, value
@@ -27,7 +27,6 @@ from streamdump.core.capture import Segment
 from streamdump.core.conversation import Tracker
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, read_frames
-from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.registry import FieldSpec, Layout, default_registry
@@ -116,18 +115,7 @@ def test_round_trip_of_every_entry(command: str, kind: str, generation: str, dat
 
 
 def stream(*payloads: bytes, port: int = 10000) -> list[Segment]:
-    """One client-to-server connection (handshake seen), one segment per payload."""
-    client, server = ("10.0.0.1", 40000), ("10.0.0.2", port)
-    segments = [Segment(1, 0.0, client[0], server[0], client[1], server[1], 100, 0, TCP_SYN, b"", 0)]
-    seq = 101
-    for n, payload in enumerate(payloads, start=2):
-        segments.append(
-            Segment(
-                n, n / 10, client[0], server[0], client[1], server[1], seq, 0, TCP_ACK, payload, len(payload)
-            )
-        )
-        seq += len(payload)
-    return segments
+    return client_stream(payloads, port)
 
 
 def decoded(*payloads: bytes, port: int = 10000) -> tuple[list[Frame], ReadStats]:

@@ -11,7 +11,7 @@ from typing import Any
 import cramjam
 import pytest
 import zstandard
-from conftest import ROCKETMQ_CAPTURES
+from conftest import ROCKETMQ_CAPTURES, client_stream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketmq_strategies import comparable, expected, header_values, layout_values
@@ -20,7 +20,6 @@ from streamdump.core.capture import Segment
 from streamdump.core.conversation import Tracker
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import ReadStats, decode_segments, read_frames
-from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder, EncodeError
 from streamdump.spec.registry import default_registry
 
@@ -306,18 +305,7 @@ def frame_bytes(opaque: int, topic: str = "TopicTest") -> bytes:
 
 
 def stream(*payloads: bytes) -> list[Segment]:
-    """One client-to-broker TCP connection (handshake seen) carrying the payloads in one go each."""
-    client, server = ("10.0.0.1", 40000), ("10.0.0.2", 10911)
-    segments = [Segment(1, 0.0, client[0], server[0], client[1], server[1], 100, 0, TCP_SYN, b"", 0)]
-    seq = 101
-    for n, payload in enumerate(payloads, start=2):
-        segments.append(
-            Segment(
-                n, n / 10, client[0], server[0], client[1], server[1], seq, 0, TCP_ACK, payload, len(payload)
-            )
-        )
-        seq += len(payload)
-    return segments
+    return client_stream(payloads, 10911)
 
 
 def decoded(*payloads: bytes) -> tuple[list[Frame], ReadStats]:

@@ -1,0 +1,146 @@
+"""EventMesh against RocketMQ: the same traffic shape, decoded by the same streamdump, in one run.
+
+Builds two captures with streamdump's encoders: N publishes of a CloudEvent (about 300
+bytes of JSON) and their acknowledgements over one connection, cut into 1448-byte segments
+as a real network would, for EventMesh (half 1.9 frames, half 1.8: the framing rule that
+tells them apart is what this measures) and for RocketMQ (SEND_MESSAGE_V2 with the same
+body, and its responses). Each is read by `streamdump read` (one line per frame) and
+`streamdump stats` in child processes, alternating; the best of --repeat runs counts.
+Prints seconds, frames per second and peak RSS, and the ratio EventMesh / RocketMQ
+(above 1.0: EventMesh is slower per frame). No test asserts these figures.
+
+    python bench/eventmesh_bench.py [--frames 100000] [--repeat 3] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import dpkt
+from streamdump.dissectors.eventmesh.framing import build
+from vs_tshark import STREAMDUMP_ARGS, best_of
+
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
+
+MSS = 1448
+STREAMDUMP = [sys.executable, "-m", "streamdump"]
+
+
+def event(n: int) -> bytes:
+    items = [{"sku": f"A-{n % 97}", "qty": n % 5 + 1}]
+    data = {"order": n, "state": "paid", "items": items, "note": "x" * 120}
+    return json.dumps({
+        "specversion": "1.0", "id": f"{n:036d}", "source": "/bench", "type": "cloudevents",
+        "datacontenttype": "application/cloudevents+json", "subject": "BENCH-TOPIC", "data": data,
+    }, separators=(",", ":")).encode()  # fmt: skip
+
+
+def eventmesh_frames(n: int) -> tuple[bytes, bytes]:
+    decoder = Decoder(default_registry().get("eventmesh"))
+    props = {"protocol_type": "cloudevents", "protocol_version": "1.0", "protocol_desc": "tcp"}
+    ask, answer = bytearray(), bytearray()
+    for i in range(n):
+        generation = "1.9" if i % 2 else "1.8"
+        seq = f"{i:010d}"
+        ask += build(decoder, "AsyncMessage", "request", {"seq": seq, "code": 0, "properties": props,
+                                                         "package": event(i)}, generation)  # fmt: skip
+        answer += build(decoder, "AsyncMessage", "response", {"seq": seq, "code": 0, "desc": "success",
+                                                             "properties": {}}, generation)  # fmt: skip
+    return bytes(ask), bytes(answer)
+
+
+def rocketmq_frames(n: int) -> tuple[bytes, bytes]:
+    decoder = Decoder(default_registry().get("rocketmq"))
+    ask, answer = bytearray(), bytearray()
+    for i in range(n):
+        header = {"serialize_type": 0, "language": 0, "version": 401, "opaque": i}
+        ask += decoder.encode("SEND_MESSAGE_V2", "request", {**header, "producer_group": "PID_bench",
+                              "topic": "BENCH-TOPIC", "queue_id": i % 4, "body": event(i)})  # fmt: skip
+        answer += decoder.encode("SEND_MESSAGE_V2", "response", {**header, "code": 0, "queue_id": i % 4,
+                                 "queue_offset": i, "msg_id": f"{i:032X}"})  # fmt: skip
+    return bytes(ask), bytes(answer)
+
+
+def pcap(ask: bytes, answer: bytes, port: int, frames: int) -> bytes:
+    """One connection: requests and answers interleaved in MSS-sized segments."""
+    out = io.BytesIO()
+    writer = dpkt.pcap.Writer(out)
+    seq = {True: 1000, False: 5000}
+    ts = 1_800_000_000.0
+    client, server = ("10.0.0.1", 40000), ("10.0.0.2", port)
+
+    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
+        nonlocal ts
+        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
+        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
+                           flags=flags, win=65535, data=payload)  # fmt: skip
+        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
+        ip.data = tcp
+        ip.len = 20 + len(bytes(tcp))
+        writer.writepkt(bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip)), ts=ts)
+        ts += 0.0001
+        seq[from_client] += len(payload) + (1 if flags & dpkt.tcp.TH_SYN else 0)
+
+    packet(True, dpkt.tcp.TH_SYN)
+    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
+    step_a, step_b = len(ask) // frames * 64, len(answer) // frames * 64  # 64 exchanges per burst
+    a = b = 0
+    while a < len(ask) or b < len(answer):
+        for data, at, step, side in ((ask, a, step_a, True), (answer, b, step_b, False)):
+            end = min(len(data), at + step)
+            for cut in range(at, end, MSS):
+                packet(side, dpkt.tcp.TH_ACK, data[cut : min(end, cut + MSS)])
+        a, b = min(len(ask), a + step_a), min(len(answer), b + step_b)
+    return out.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--frames", type=int, default=100_000, help="publishes (each answered)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", type=Path, help="write the captures here and keep them")
+    parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="streamdump-eventmesh-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    captures = {
+        "eventmesh": (folder / "eventmesh.pcap", eventmesh_frames, 10000),
+        "rocketmq": (folder / "rocketmq.pcap", rocketmq_frames, 10911),
+    }
+    if args.build:
+        for path, make, port in captures.values():
+            path.write_bytes(pcap(*make(args.frames), port, args.frames))
+        return 0
+    # Built in a child: a child forked from a parent holding them would count its pages as peak RSS.
+    build = [sys.executable, __file__, "--build", "--frames", str(args.frames), "--keep", str(folder)]
+    subprocess.run(build, check=True)
+    print(f"{args.frames} publishes and {args.frames} answers per capture, {MSS}-byte segments")
+    for name, (path, _, _) in captures.items():
+        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    print(f"{'mode':<10} {'protocol':<10} {'seconds':>8} {'frames/s':>10} {'RSS MiB':>8}  ratio")
+    for mode in ("one-line", "stats"):
+        runs = {}
+        for name, (path, _, _) in captures.items():
+            argv = [*STREAMDUMP, *(a.format(capture=path) for a in STREAMDUMP_ARGS[mode])]
+            runs[name] = best_of(argv, args.repeat)
+        for name, run in runs.items():
+            rate = 2 * args.frames / run.seconds if run.ok else 0
+            ratio = runs["eventmesh"].seconds / runs["rocketmq"].seconds if name == "eventmesh" else 1.0
+            status = "" if run.ok else f"  failed: {run.last_stderr}"
+            figures = f"{run.seconds:>8.2f} {rate:>10.0f} {run.rss_mib:>8.1f}"
+            print(f"{mode:<10} {name:<10} {figures}  {ratio:.2f}{status}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
