@@ -73,9 +73,26 @@ def test_shipped_registry(protocol: Protocol) -> None:
     assert {"correlation_id", "response_code", "stream", "publisher_id", "subscription_id"} <= names
 
 
+def test_responses_with_keys_of_their_own_and_keys_by_name() -> None:
+    text = spec(replace=(PING, PING_PONG.replace("request: 1, response: 2", "request: PING, response: PONG")))
+    text = text.replace("  - key: uint16\n", "  - key: {type: uint16, enum: keys, display: name}\n")
+    text = text.replace("  code: {1: OK}\n", "  code: {1: OK}\n  keys: {1: PING, 2: PONG}\n")
+    proto = load_spec(Path("demo.yaml"), text)
+    assert proto.commands["Ping"].key == 1 and proto.answers == {2: 1}
+    assert proto.layout(1, True).wire == 2  # type: ignore[union-attr]
+    assert proto.key_formatter()(2) == "PONG"
+
+
 def test_specs_are_found_where_installed() -> None:
     assert (spec_dir() / "rabbitmq_stream" / "spec.yaml").is_file()
 
+
+PING = "  Ping:\n    key: 0x0001\n    request:\n      - correlation_id: uint32\n"
+# Ping answered by a response with a key of its own.
+PING_PONG = (
+    "  Ping:\n    key: {request: 1, response: 2}\n    request:\n      - correlation_id: uint32\n"
+    "    response:\n      - correlation_id: uint32\n"
+)
 
 HOOKS = """hooks:
   osiris_chunk: {adds: [{ok: {type: bool}}]}
@@ -86,6 +103,21 @@ hook_structs:
 commands:"""
 
 BAD_SPECS = [
+    (spec("- x: {type: uint8, secret: true}"), ["'secret: true' applies to string fields only"]),
+    (
+        spec(replace=("    key: 0x0001\n", "    key: {request: 1, answer: 2}\n")),
+        ["commands.Ping.key", "must be a key"],
+    ),
+    (
+        spec(replace=("    key: 0x0001\n", "    key: {request: 1, response: 2}\n")),
+        ["names a response key but"],
+    ),
+    (
+        spec(replace=(PING, "  Pong:\n    key: 2\n    command: []\n" + PING_PONG)),
+        ["commands.Ping.key", "key 0x0002 is already used"],
+    ),
+    (spec() + "conversation:\n  identity: {product: Ping.nothing}\n", ["Ping.nothing", "no such field"]),
+    (spec() + "conversation:\n  close: [{command: Ping, says: x, colour: red}]\n", ["conversation.close"]),
     (spec(replace=("    key: 0x0001\n", "    key: 0x0001\n    key: 0x0002\n")), ["duplicate key 'key'"]),
     (spec("- x: float32"), ["commands.Ping.request.x", "unknown type 'float32'"]),
     (spec("- x: {type: raw, size: nope}"), ["commands.Ping.request.x", "size refers to 'nope'"]),

@@ -170,7 +170,13 @@ class Tracker:
         self.by_request = protocol.frame.response_key == "request"
         # Who each peer is, from fields every frame carries: (property, field, value names).
         self.identity: list[tuple[str, str, dict[int, str]]] = []
+        # ... and from the fields of a request that introduces the peer: command -> [(property, field)].
+        self.introduced: dict[str, list[tuple[str, str]]] = {}
         for prop, name in self.spec.identity.items():
+            if "." in name:
+                command, _, field_name = name.partition(".")
+                self.introduced.setdefault(command, []).append((prop, field_name))
+                continue
             spec = protocol.header_field(name)
             names = (
                 dict(protocol.enums[spec.enum]) if spec is not None and spec.enum in protocol.enums else {}
@@ -586,6 +592,10 @@ class Tracker:
                 }
         if frame.command == spec.authenticate and frame.kind == "request" and self.user_of is not None:
             conn.user = self.user_of(fields)
+        introduced = self.introduced.get(frame.command or "")
+        if introduced and frame.kind == "request":
+            props = {prop: fields[name] for prop, name in introduced if fields.get(name) not in (None, "")}
+            side.properties = props or side.properties
         close = self.closes.get(frame.command or "")
         if close is not None and frame.kind != "response":
             self._closing(conn, frame, close)

@@ -738,9 +738,11 @@ class _Builder:
         kw["patience"] = patience
         identity = raw.get("identity") or {}
         if not isinstance(identity, Mapping) or not all(isinstance(v, str) for v in identity.values()):
-            raise self.fail(f"{where}.identity", "must map property names to header fields")
+            raise self.fail(f"{where}.identity", "must map property names to header fields or Command.field")
         for name in identity.values():
-            if name != "version" and _by_name(self.header, name) is None:
+            if "." in name:  # a field of the request that introduces the peer (EventMesh's Hello)
+                self._ref(name, f"{where}.identity", commands)
+            elif name != "version" and _by_name(self.header, name) is None:
                 raise self.fail(f"{where}.identity", f"{name!r} is not a header field")
         kw["identity"] = dict(identity)
         hints = raw.get("close_hints") or {}
