@@ -8787,7 +8787,10 @@ end
 local function add_value(tree, spec, range, value, name)
   -- One leaf item: a registry field with this value, or text when Wireshark's type cannot hold it.
   local field = F[name or spec.name]
-  if field == nil then return tree:add(range, (NAME_TITLE[name or spec.name] or spec.name) .. ": " .. tostring(value)) end
+  if field == nil or spec.struct then
+    -- no field, or a struct's holder given something else than an object: text
+    return tree:add(range, (NAME_TITLE[name or spec.name] or spec.name) .. ": " .. tostring(java_text(value)))
+  end
   if spec.width then
     if type(value) ~= "number" then return tree:add(range, keyed_label(spec) .. ": " .. tostring(value)) end
     -- Wireshark's 64-bit fields take Int64/UInt64 values, not Lua numbers.
@@ -9396,6 +9399,7 @@ local function short_value(spec, value, response)
     return tostring(value)
   end
   if spec.type == "string" then
+    if type(value) ~= "string" then return tostring(java_text(value)) end  -- what a keyed object held
     if value ~= "" and not value:find(" ", 1, true) then return value end
     return '"' .. value:gsub("\\", "\\\\"):gsub('"', '\\"') .. '"'
   end
@@ -9417,7 +9421,13 @@ local function info_parts(specs, values, parts, response)
     elseif spec.info and value ~= nil then
       if spec.type == "array" or spec.type == "map" then
         local n = 0
-        if getmetatable(value) == JSON_OBJECT then n = #value.keys else for _ in pairs(value) do n = n + 1 end end
+        if getmetatable(value) == JSON_OBJECT then
+          n = #value.keys
+        elseif type(value) == "table" then
+          for _ in pairs(value) do n = n + 1 end
+        else
+          n = tostring(java_text(value))  -- not a list: what came, as Python shows it
+        end
         parts[#parts + 1] = spec.info .. "=" .. n
       else
         parts[#parts + 1] = spec.info .. "=" .. short_value(spec, value, response)

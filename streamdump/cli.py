@@ -696,6 +696,11 @@ def main() -> None:
     # Decoding allocates many short-lived containers and few cycles: collect the youngest
     # generation every 10,000 allocations, not every 700 (a fifth of a read's time otherwise).
     gc.set_threshold(10_000, 10, 10)
+    # Text a peer sent may hold what UTF-8 cannot encode (a lone surrogate from a JSON escape):
+    # it is written escaped, not refused.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         app()
     except KeyboardInterrupt:

@@ -130,10 +130,15 @@ def heartbeat(seq: str, generation: str = "1.9", **body: Any) -> bytes:
     )
 
 
-BODIES = st.none() | st.dictionaries(
-    st.text("abcdefgh", min_size=1, max_size=4),
-    st.integers() | st.text(max_size=20) | st.lists(st.booleans()),
-    max_size=4,
+BODIES = (
+    st.none()
+    | st.dictionaries(
+        st.text("abcdefgh", min_size=1, max_size=4),
+        st.integers() | st.text(max_size=20) | st.lists(st.booleans()),
+        max_size=4,
+    )
+    # Raw bodies that look like the next frame's start, or that are not JSON at all.
+    | st.sampled_from([b'"EventMesh0000"', b'"Event"', b'{"a"', b"[[[", b'{"k":"EventMesh0000Event"}'])
 )
 
 
@@ -161,9 +166,62 @@ def test_frames_of_both_conventions_are_found_in_any_segmentation(
     assert stats.notices == []
 
 
+ODD = [
+    ({"cmd": "SUBSCRIBE_REQUEST", "seq": "1"}, b'{"topicList":5}'),
+    ({"cmd": True, "seq": "2"}, b""),
+    ({"cmd": {"a": 1}, "seq": [1]}, b""),
+    (
+        {"cmd": "HELLO_REQUEST", "desc": [1, 2], "properties": "x", "seq": "3"},
+        b'{"group":[1],"password":"p"}',
+    ),
+    ({"cmd": "ASYNC_MESSAGE_TO_SERVER", "seq": "4"}, b'{"specversion":"1.0","data_base64":null}'),
+    ({"cmd": "ASYNC_MESSAGE_TO_SERVER", "seq": "5"}, b'{"topic":"t","body":"\\ud800"}'),
+    ({"cmd": "ASYNC_MESSAGE_TO_SERVER", "seq": "6"}, b"[" * 3000),
+    ({"cmd": "ASYNC_MESSAGE_TO_SERVER", "seq": "7"}, b'{"topic":"t","body":"NaN"}'),
+]
+
+
+def odd_frame(header: dict[str, Any], body: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return MAGIC + struct.pack(">ii", 13 + len(text) + len(body), len(text)) + text + body
+
+
+def test_json_of_odd_shapes_never_breaks_a_view(tmp_path: Path) -> None:
+    """Keys, ids, bodies and packages holding what the spec does not expect: notes, never an error."""
+    from test_wireshark import tcp_pcap
+
+    path = tmp_path / "odd.pcap"
+    path.write_bytes(tcp_pcap([(True, odd_frame(h, b)) for h, b in ODD], server=("127.0.0.1", 10000)))
+    for args in (["read", str(path)], ["read", str(path), "--detail"], ["read", str(path), "-T", "jsonl"],
+                 ["read", str(path), "--messages"], ["stats", str(path)], ["follow", str(path)]):  # fmt: skip
+        result = cli(*args)
+        assert result.returncode == 0 and "error:" not in result.stderr, (args, result.stderr)
+    lines = cli("read", str(path)).stdout.splitlines()
+    assert len(lines) == len(ODD)
+    assert "topics=5 [warn: subscription: topic_list: expected a list, got int]" in lines[0]
+    assert "package is not JSON: nested too deeply" in lines[6]
+    tshark = _tshark()
+    env = dict(os.environ, HOME=str(tmp_path))
+    shown = subprocess.run(
+        [tshark, "-X", f"lua_script:{ROOT / 'lua' / 'eventmesh.lua'}", "-r", str(path), "-V"],
+        capture_output=True, env=env,
+    )  # fmt: skip
+    assert shown.returncode == 0 and b"Lua" not in shown.stdout + shown.stderr
+
+
+def test_the_last_frame_of_a_stream_is_decoded_whatever_its_body() -> None:
+    """A 1.9 frame whose body is not whole JSON waits for what follows; at the stream's end it is a frame."""
+    last = odd_frame({"cmd": "HEARTBEAT_REQUEST", "seq": "9"}, b"[[[[[")
+    frames, stats = decoded(heartbeat("1"), last)
+    assert [(f.fields.get("seq"), f.incomplete) for f in frames] == [("1", None), ("9", None)]
+    assert frames[1].fields["length_counts"] == CONVENTIONS["1.9"] and stats.incomplete == 0
+
+
 def test_a_body_cut_short_does_not_look_whole() -> None:
     assert looks_whole(b"") and looks_whole(b'{"a":1}') and looks_whole(b'"text"') and looks_whole(b"null")
     assert not looks_whole(b'{"a":') and not looks_whole(b'"tex') and not looks_whole(b"[1,")
+    # Closing what they open is not enough: a body 5 bytes short can still end in a brace.
+    assert not looks_whole(b'{"a":{"b":1}') and not looks_whole(b'"{\\"x\\":\\"y\\"}"'[:-5])
 
 
 def test_the_length_of_the_issue_and_the_reference_fits_neither() -> None:

@@ -1,19 +1,29 @@
 -- Lua twin of dissectors/eventmesh/framing.py: where an EventMesh frame ends. The message
 -- length counts 8 + header + body up to 1.8 (the frame is length + 13) and 13 + header +
 -- body from 1.9 (length + 8); the next frame's magic after a candidate end confirms it,
--- bytes that stop exactly at an end take it if the body looks whole, and a length that
--- fits neither ends where the next magic starts.
+-- an end the bytes rule the other out for is taken, bytes that stop exactly at the 1.9 end
+-- take it if the body is whole, and a length that fits neither ends at the next magic.
 
 local EM_MAGIC = "EventMesh0000"
 local EM_PREFIX = #EM_MAGIC + 8
 local EM_CLOSERS = { ["{"] = "}", ["["] = "]", ['"'] = '"' }
 
+-- Bodies up to this size are parsed to tell a whole one from one 5 bytes short.
+local EM_PARSE_LIMIT = 64 * 1024
+
 local function em_looks_whole(tvb, pos, len)
   if len <= 0 then return true end
-  local text = tvb:raw(pos, len):match("^%s*(.-)%s*$")
-  if text == "" then return true end
+  local raw = tvb:raw(pos, len)
+  local first = raw:find("%S")
+  if first == nil then return true end
+  local last = #raw
+  while last > first and raw:find("^%s", last) do last = last - 1 end
+  local text = raw:sub(first, last)
   local closer = EM_CLOSERS[text:sub(1, 1)]
-  return closer == nil or (#text > 1 and text:sub(-1) == closer)
+  if closer == nil then return true end
+  if #text > EM_PARSE_LIMIT then return #text > 1 and text:sub(-1) == closer end
+  if not utf8_valid(text) then return false end
+  return (pcall(json_parse, text))
 end
 
 local function em_magic_at(tvb, at, avail_end)
@@ -59,45 +69,39 @@ FRAMING.pdu_length = function(tvb, offset)
     local e = length + extra
     if e >= EM_PREFIX + header_length and e <= SPEC.max_size then ends[#ends + 1] = e end
   end
-  -- One possible end is the end; with two, reassembly brings more bytes until one is confirmed.
+  -- One possible end is the end; with two, the bytes up to the first say nothing yet (a length
+  -- asked for would be taken as the frame's, and a 1.8 frame is 5 bytes longer).
   if #ends == 1 and avail < ends[1] then return ends[1] end
   if #ends > 1 and avail < ends[1] then return 0 end
   for _, e in ipairs(ends) do
     if avail >= e + #EM_MAGIC and em_magic_at(tvb, offset + e, avail_end) then return e end
   end
-  local function is_end(n)
-    for _, e in ipairs(ends) do if e == n then return true end end
-    return false
+  -- The ends still possible: not reached, reached exactly, or followed by the start of a magic.
+  local alive = {}
+  for _, e in ipairs(ends) do
+    if avail <= e or em_magic_prefix(tvb, offset + e, avail_end) then alive[#alive + 1] = e end
   end
-  if is_end(avail) then
-    if avail == ends[1] and #ends > 1 then
-      -- Up to 1.8 the frame would go on 5 bytes: take this end only if the body ends here.
-      local body = offset + EM_PREFIX + header_length
-      return em_looks_whole(tvb, body, offset + avail - body) and avail or 0
-    end
-    if avail ~= ends[1] and em_magic_prefix(tvb, offset + ends[1], avail_end) then
-      return 0  -- the next frame may start at the 1.9 end: its magic will say
-    end
-    return avail
+  if #alive == 1 then return alive[1] end  -- the other end is ruled out: this is the frame's
+  if #alive > 1 then
+    -- The bytes stop at the 1.9 end or just after it, where a magic may begin; up to 1.8 the
+    -- frame would go on 5 bytes: take the 1.9 end if the body ends there whole.
+    local body = offset + EM_PREFIX + header_length
+    return em_looks_whole(tvb, body, offset + ends[1] - body) and ends[1] or 0
   end
-  -- The next frame's magic somewhere else: this length fits neither convention.
+  -- Neither end is followed by a frame: the length fits neither convention when a frame
+  -- starts before them (or when they are impossible), else bytes that are no frame follow.
   local from = offset + EM_PREFIX + (#ends > 0 and header_length or 0)
-  if from < avail_end then
-    local text = tvb:raw(from, avail_end - from)
+  local last = #ends > 0 and math.min(avail_end, offset + ends[1] + #EM_MAGIC - 1) or avail_end
+  if from < last then
+    local text = tvb:raw(from, last - from)
     local i = text:find(EM_MAGIC, 1, true)
     while i do
       local at = from + i - 1
-      if not is_end(at - offset) then
-        if avail_end - at < EM_PREFIX then return 0 end
-        if em_plausible(tvb, at) then return at - offset end
-      end
+      if avail_end - at < EM_PREFIX then return 0 end
+      if em_plausible(tvb, at) then return at - offset end
       i = text:find(EM_MAGIC, i + 1, true)
     end
   end
-  local alive = #ends == 0
-  for _, e in ipairs(ends) do
-    if avail < e or em_magic_prefix(tvb, offset + e, avail_end) then alive = true end
-  end
-  if alive then return avail <= SPEC.max_size and 0 or -1 end
-  return ends[1]
+  if #ends > 0 then return ends[1] end  -- what follows is passed over
+  return avail <= SPEC.max_size and 0 or -1
 end

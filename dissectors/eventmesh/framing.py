@@ -16,6 +16,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from streamdump.codecs import lenient_json
 from streamdump.core.framing_rules import BAD, DecodedRule
 from streamdump.spec.decoder import Decoder
 
@@ -25,15 +26,26 @@ _LENGTHS = struct.Struct(">ii")
 # What the message length leaves out of the frame: 1.9 and later, then up to 1.8.
 UNCOUNTED = ((8, "1.9"), (13, "1.8"))
 _CLOSERS = {ord("{"): ord("}"), ord("["): ord("]"), ord('"'): ord('"')}
+# Bodies up to this size are parsed to tell a whole one from one 5 bytes short.
+PARSE_LIMIT = 64 << 10
 
 
 def looks_whole(body: bytes | bytearray | memoryview) -> bool:
-    """Whether a body could end here: empty, or JSON that closes what it opens (a cut one does not)."""
+    """Whether a body could end here: empty, not JSON-like, or JSON that parses (a cut one does
+    not); past PARSE_LIMIT bytes, JSON that closes what it opens."""
     text = bytes(body).strip()
     if not text:
         return True
     closer = _CLOSERS.get(text[0])
-    return closer is None or (len(text) > 1 and text[-1] == closer)
+    if closer is None:
+        return True
+    if len(text) > PARSE_LIMIT:
+        return len(text) > 1 and text[-1] == closer
+    try:
+        lenient_json.loads(text.decode("utf-8"))
+    except (lenient_json.JsonError, UnicodeDecodeError, RecursionError):
+        return False
+    return True
 
 
 def candidate_ends(length: int, header_length: int, limit: int) -> list[int]:
@@ -66,28 +78,39 @@ class EventMeshRule(DecodedRule):
         for end in ends:
             if avail >= end + len(MAGIC) and buf.startswith(MAGIC, start + end):
                 return end  # the next frame starts right there
-        if avail in ends:
-            if avail == ends[0] and len(ends) > 1:
-                # Up to 1.8 the frame would go on 5 bytes: take this end only if the body ends here.
-                return avail if looks_whole(buf[start + PREFIX + header_length : start + avail]) else None
-            if avail != ends[0] and MAGIC.startswith(bytes(buf[start + ends[0] : start + avail])):
-                return None  # the next frame may start at the 1.9 end: its magic will say
-            return avail
-        # The next frame's magic somewhere else: this length fits neither convention.
-        found = buf.find(MAGIC, start + PREFIX + (header_length if ends else 0))
-        while found >= 0:
-            if found - start not in ends:
-                if len(buf) - found < PREFIX:
-                    return None  # a frame's start, or text inside this body? its lengths will say
-                if self.plausible(bytes(buf[found : found + PREFIX])):
-                    return found - start
-            found = buf.find(MAGIC, found + 1)
+        # The ends still possible: not reached, reached exactly, or followed by the start of a magic.
         alive = [
-            end for end in ends if avail < end or MAGIC.startswith(bytes(buf[start + end : start + avail]))
+            end for end in ends if avail <= end or MAGIC.startswith(bytes(buf[start + end : start + avail]))
         ]
-        if alive or not ends:
-            return None if avail <= self.limit else BAD
-        return ends[0]  # bytes that start no frame follow either end: hunting passes over them
+        if len(alive) == 1:
+            return alive[0]  # the other end is ruled out: this is the frame's
+        if alive:
+            # The bytes stop at the 1.9 end or just after it, where a magic may begin; up to 1.8
+            # the frame would go on 5 bytes: take the 1.9 end if the body ends there whole.
+            return ends[0] if looks_whole(buf[start + PREFIX + header_length : start + ends[0]]) else None
+        # Neither end is followed by a frame: the length fits neither convention when a frame
+        # starts before them (or when they are impossible), else bytes that are no frame follow.
+        lowest = start + PREFIX + (header_length if ends else 0)
+        highest = start + ends[0] + len(MAGIC) - 1 if ends else len(buf)  # a magic starting before the ends
+        found = buf.find(MAGIC, lowest, highest)
+        while found >= 0:
+            if len(buf) - found < PREFIX:
+                return None  # a frame's start, or text inside this body? its lengths will say
+            if self.plausible(bytes(buf[found : found + PREFIX])):
+                return found - start
+            found = buf.find(MAGIC, found + 1, highest)
+        if ends:
+            return ends[0]  # hunting passes over what follows
+        return None if avail <= self.limit else BAD
+
+    def total_at_end(self, buf: bytes | bytearray, start: int) -> int | None:
+        """With no byte to follow, bytes that stop exactly at a possible end are the frame."""
+        total = self.total(buf, start)
+        if total is None and len(buf) - start >= PREFIX and buf.startswith(MAGIC, start):
+            length, header_length = _LENGTHS.unpack_from(buf, start + len(MAGIC))
+            if len(buf) - start in candidate_ends(length, header_length, self.limit):
+                return len(buf) - start
+        return total
 
     def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
         if len(buf) - start >= PREFIX and buf.startswith(MAGIC, start):

@@ -79,9 +79,8 @@ HOOKS.message_package = {
     for _, name in ipairs({ "topic", "event_id", "content_type" }) do em_add(tree, name, range, out[name]) end
     local name, content
     if map.data_base64 ~= nil then
-      local text = java_text(map.data_base64)
-      text = type(text) == "string" and text or ""
-      if #text % 4 ~= 0 or not text:match("^[A-Za-z0-9+/]*=?=?$") then
+      local text = map.data_base64
+      if type(text) ~= "string" or #text % 4 ~= 0 or not text:match("^[A-Za-z0-9+/]*=?=?$") then
         note(ctx, "warn", "malformed", "package: data_base64 is not base64")
         return
       end

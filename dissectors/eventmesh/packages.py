@@ -93,7 +93,10 @@ class MessagePackage(Hook):
                     node.children.append(Node(None, title(name), pos, 0, siblings[name]))
         if "data_base64" in package:
             try:
-                raw = base64.b64decode(str(package["data_base64"]), validate=True)
+                text = package["data_base64"]
+                if not isinstance(text, str):
+                    raise ValueError("not text")
+                raw = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
                 ctx.expert.append(Expert("warn", "package: data_base64 is not base64", pos))
                 return

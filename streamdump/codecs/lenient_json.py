@@ -25,15 +25,26 @@ class JsonError(ValueError):
 def loads(text: str) -> tuple[Any, bool]:
     """The value, and whether it needed bare keys quoted to read."""
     try:
-        return json.loads(text), False
+        return _strict(text), False
     except json.JSONDecodeError as strict:
         fixed = _quote_bare_keys(text)
         if fixed == text:
             raise JsonError(strict.msg, strict.pos) from None
         try:
-            return json.loads(fixed), True
+            return _strict(fixed), True
         except json.JSONDecodeError:
             raise JsonError(strict.msg, strict.pos) from None
+    except RecursionError:
+        raise JsonError("nested too deeply", 0) from None
+
+
+def _strict(text: str) -> Any:
+    """JSON as its standard has it: NaN and Infinity are not numbers a JSON writer sends."""
+    return json.loads(text, parse_constant=_not_json)
+
+
+def _not_json(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
 
 
 def dumps(value: Any) -> str:

@@ -168,8 +168,14 @@ class Framer:
         out: list[Piece] = []
         self._release_cut(out, anchored=False)
         if self.synced:
-            if self.buf:
-                total = self.rule.total(self.buf, 0)
+            while self.buf:
+                total = self.rule.total_at_end(self.buf, 0)
+                if total is not None and 0 < total <= len(self.buf):
+                    # A rule that waited for what follows decides now that nothing will.
+                    out.append(Piece("frame", self.pos, bytes(self.buf[:total]), total))  # type: ignore[arg-type]
+                    del self.buf[:total]
+                    self.pos += total  # type: ignore[operator]
+                    continue
                 if total is None or total <= 0:
                     total = -1
                 out.append(Piece("incomplete", self.pos, bytes(self.buf), total, reason))  # type: ignore[arg-type]

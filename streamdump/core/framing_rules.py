@@ -33,6 +33,11 @@ class FramingRule:
         """The whole length of the PDU at start: None while the bytes do not say, BAD if none starts there."""
         raise NotImplementedError
 
+    def total_at_end(self, buf: bytes | bytearray, start: int) -> int | None:
+        """total() when the stream has ended and no byte will follow buf: a rule that waits for
+        the next PDU to decide where this one ends decides with what it has."""
+        return self.total(buf, start)
+
     def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
         """Why no PDU starts at start (seq is its TCP sequence number), for the notice."""
         return f"no frame starts at seq {seq}"

@@ -198,7 +198,11 @@ class Decoder:
         (without the response bit, where the key carries it)."""
         response = self._marked(header, self.response)
         key = header.get(self.key_field)
-        if not isinstance(key, int | str) or (self.key_struct is not None and isinstance(key, str)):
+        if (
+            not isinstance(key, int | str)
+            or isinstance(key, bool)
+            or (self.key_struct is not None and isinstance(key, str))
+        ):
             key = None  # a keyed header's value that did not convert (a list, an unknown name)
         if self.response_in_key and isinstance(key, int):
             key &= ~self.response[1]  # type: ignore[index]

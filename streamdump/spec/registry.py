@@ -391,7 +391,7 @@ class Protocol:
         spec = self.header_field(self.frame.key)
         if spec is not None and spec.display == "name" and spec.enum in self.enums:
             names = self.enums[spec.enum]
-            return lambda key: "?" if key is None else str(names.get(key, key))
+            return lambda key: "?" if key is None else str(names.get(key, key) if type(key) is int else key)
         if spec is None or spec.display != "hex" or spec.type not in INT_TYPES:
             return lambda key: "?" if key is None else str(key)
         width = INT_TYPES[spec.type][1] * 2

@@ -42,7 +42,7 @@ class Dialogue:
         links = frame.links or {}
         request_in = links.get("request_in")
         corr = frame.fields.get(self.correlation) if self.correlation else None
-        key = (request_in, corr)
+        key = (request_in, corr if isinstance(corr, int | str) else None)
         waiting = self.by_request.get(key) if isinstance(request_in, int) else None
         row = None
         if waiting:
@@ -56,7 +56,7 @@ class Dialogue:
             row = Row(frame.number, frame.ts)
             self.rows.append(row)
             if frame.kind == "request":
-                self.by_request.setdefault((frame.number, corr), []).append(row)
+                self.by_request.setdefault((frame.number, key[1]), []).append(row)
             row.answer = _acknowledges(links)
         if frame.from_client is not False:
             row.client = _join(row.client, text)

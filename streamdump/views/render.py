@@ -76,7 +76,8 @@ class Renderer:
             elif spec.info is None:
                 continue
             elif spec.type in ("array", "map"):
-                parts.append(f"{spec.info}={len(value) if value is not None else 'null'}")
+                count = len(value) if isinstance(value, list | dict) else "null" if value is None else value
+                parts.append(f"{spec.info}={count}")
             else:
                 parts.append(f"{spec.info}={self.short_value(spec, value, response)}")
 
