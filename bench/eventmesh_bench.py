@@ -15,20 +15,22 @@ Prints seconds, frames per second and peak RSS, and the ratio EventMesh / Rocket
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import dpkt
 from streamdump.dissectors.eventmesh.framing import build
 from vs_tshark import STREAMDUMP_ARGS, best_of
 
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
+
+# The tests' pcap writer (one segment per payload), importable from the repo root and tests/.
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from test_wireshark import tcp_pcap  # noqa: E402
 
 MSS = 1448
 STREAMDUMP = [sys.executable, "-m", "streamdump"]
@@ -70,36 +72,16 @@ def rocketmq_frames(n: int) -> tuple[bytes, bytes]:
 
 
 def pcap(ask: bytes, answer: bytes, port: int, frames: int) -> bytes:
-    """One connection: requests and answers interleaved in MSS-sized segments."""
-    out = io.BytesIO()
-    writer = dpkt.pcap.Writer(out)
-    seq = {True: 1000, False: 5000}
-    ts = 1_800_000_000.0
-    client, server = ("10.0.0.1", 40000), ("10.0.0.2", port)
-
-    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
-        nonlocal ts
-        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
-        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
-                           flags=flags, win=65535, data=payload)  # fmt: skip
-        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
-        ip.data = tcp
-        ip.len = 20 + len(bytes(tcp))
-        writer.writepkt(bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip)), ts=ts)
-        ts += 0.0001
-        seq[from_client] += len(payload) + (1 if flags & dpkt.tcp.TH_SYN else 0)
-
-    packet(True, dpkt.tcp.TH_SYN)
-    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
+    """One connection: requests and answers interleaved in MSS-sized segments (the tests' writer)."""
+    segments: list[tuple[bool, bytes]] = []
     step_a, step_b = len(ask) // frames * 64, len(answer) // frames * 64  # 64 exchanges per burst
     a = b = 0
     while a < len(ask) or b < len(answer):
         for data, at, step, side in ((ask, a, step_a, True), (answer, b, step_b, False)):
             end = min(len(data), at + step)
-            for cut in range(at, end, MSS):
-                packet(side, dpkt.tcp.TH_ACK, data[cut : min(end, cut + MSS)])
+            segments += [(side, data[cut : min(end, cut + MSS)]) for cut in range(at, end, MSS)]
         a, b = min(len(ask), a + step_a), min(len(answer), b + step_b)
-    return out.getvalue()
+    return tcp_pcap(segments, server=("10.0.0.2", port), client=("10.0.0.1", 40000))
 
 
 def main() -> int:
