@@ -33,6 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from test_wireshark import tcp_pcap  # noqa: E402
 
 MSS = 1448
+BURST = 64  # exchanges a client has in flight
 STREAMDUMP = [sys.executable, "-m", "streamdump"]
 
 
@@ -45,42 +46,42 @@ def event(n: int) -> bytes:
     }, separators=(",", ":")).encode()  # fmt: skip
 
 
-def eventmesh_frames(n: int) -> tuple[bytes, bytes]:
+def eventmesh_frames(n: int) -> tuple[list[bytes], list[bytes]]:
     decoder = Decoder(default_registry().get("eventmesh"))
     props = {"protocol_type": "cloudevents", "protocol_version": "1.0", "protocol_desc": "tcp"}
-    ask, answer = bytearray(), bytearray()
+    ask: list[bytes] = []
+    answer: list[bytes] = []
     for i in range(n):
         generation = "1.9" if i % 2 else "1.8"
         seq = f"{i:010d}"
-        ask += build(decoder, "AsyncMessage", "request", {"seq": seq, "code": 0, "properties": props,
-                                                         "package": event(i)}, generation)  # fmt: skip
-        answer += build(decoder, "AsyncMessage", "response", {"seq": seq, "code": 0, "desc": "success",
-                                                             "properties": {}}, generation)  # fmt: skip
-    return bytes(ask), bytes(answer)
+        ask.append(build(decoder, "AsyncMessage", "request", {"seq": seq, "code": 0, "properties": props,
+                                                         "package": event(i)}, generation))  # fmt: skip
+        answer.append(build(decoder, "AsyncMessage", "response", {"seq": seq, "code": 0, "desc": "success",
+                                                             "properties": {}}, generation))  # fmt: skip
+    return ask, answer
 
 
-def rocketmq_frames(n: int) -> tuple[bytes, bytes]:
+def rocketmq_frames(n: int) -> tuple[list[bytes], list[bytes]]:
     decoder = Decoder(default_registry().get("rocketmq"))
-    ask, answer = bytearray(), bytearray()
+    ask: list[bytes] = []
+    answer: list[bytes] = []
     for i in range(n):
         header = {"serialize_type": 0, "language": 0, "version": 401, "opaque": i}
-        ask += decoder.encode("SEND_MESSAGE_V2", "request", {**header, "producer_group": "PID_bench",
-                              "topic": "BENCH-TOPIC", "queue_id": i % 4, "body": event(i)})  # fmt: skip
-        answer += decoder.encode("SEND_MESSAGE_V2", "response", {**header, "code": 0, "queue_id": i % 4,
-                                 "queue_offset": i, "msg_id": f"{i:032X}"})  # fmt: skip
-    return bytes(ask), bytes(answer)
+        ask.append(decoder.encode("SEND_MESSAGE_V2", "request", {**header, "producer_group": "PID_bench",
+                              "topic": "BENCH-TOPIC", "queue_id": i % 4, "body": event(i)}))  # fmt: skip
+        answer.append(decoder.encode("SEND_MESSAGE_V2", "response", {**header, "code": 0, "queue_id": i % 4,
+                                 "queue_offset": i, "msg_id": f"{i:032X}"}))  # fmt: skip
+    return ask, answer
 
 
-def pcap(ask: bytes, answer: bytes, port: int, frames: int) -> bytes:
-    """One connection: requests and answers interleaved in MSS-sized segments (the tests' writer)."""
+def pcap(ask: list[bytes], answer: list[bytes], port: int) -> bytes:
+    """One connection: bursts of 64 requests, then their 64 answers, each burst in MSS-sized
+    segments (the tests' writer): every answer comes after its request, as on a real wire."""
     segments: list[tuple[bool, bytes]] = []
-    step_a, step_b = len(ask) // frames * 64, len(answer) // frames * 64  # 64 exchanges per burst
-    a = b = 0
-    while a < len(ask) or b < len(answer):
-        for data, at, step, side in ((ask, a, step_a, True), (answer, b, step_b, False)):
-            end = min(len(data), at + step)
-            segments += [(side, data[cut : min(end, cut + MSS)]) for cut in range(at, end, MSS)]
-        a, b = min(len(ask), a + step_a), min(len(answer), b + step_b)
+    for at in range(0, len(ask), BURST):
+        for side, frames in ((True, ask), (False, answer)):
+            data = b"".join(frames[at : at + BURST])
+            segments += [(side, data[cut : cut + MSS]) for cut in range(0, len(data), MSS)]
     return tcp_pcap(segments, server=("10.0.0.2", port), client=("10.0.0.1", 40000))
 
 
@@ -101,14 +102,21 @@ def main() -> int:
     }
     if args.build:
         for path, make, port in captures.values():
-            path.write_bytes(pcap(*make(args.frames), port, args.frames))
+            path.write_bytes(pcap(*make(args.frames), port))
         return 0
     # Built in a child: a child forked from a parent holding them would count its pages as peak RSS.
     build = [sys.executable, __file__, "--build", "--frames", str(args.frames), "--keep", str(folder)]
     subprocess.run(build, check=True)
     print(f"{args.frames} publishes and {args.frames} answers per capture, {MSS}-byte segments")
     for name, (path, _, _) in captures.items():
-        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        # What is timed must be clean traffic: every frame decoded, every request answered.
+        stats = subprocess.run(
+            [*STREAMDUMP, "stats", str(path), "-T", "json"], capture_output=True, text=True
+        )
+        summary = json.loads(stats.stdout)
+        frames = sum(c["client_frames"] + c["server_frames"] for c in summary["connections"])
+        findings = len(summary["diagnoses"]) + summary["diagnoses_not_listed"]
+        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB, {frames} frames, {findings} findings)")
     print(f"{'mode':<10} {'protocol':<10} {'seconds':>8} {'frames/s':>10} {'RSS MiB':>8}  ratio")
     for mode in ("one-line", "stats"):
         runs = {}
