@@ -7233,6 +7233,7 @@ local SPEC = {
     },
   },
   answers = {},
+  masked = "********",
   hook_info = {},
   names = {
     {
@@ -8683,7 +8684,7 @@ keyed_value = function(spec, raw, notes)
     return raw
   end
   if t == "string" then
-    if spec.secret and raw ~= "" then return "********" end  -- a credential is never shown
+    if spec.secret and raw ~= "" then return SPEC.masked end  -- a credential is never shown
     return java_text(raw)
   end
   if t == "bool" then

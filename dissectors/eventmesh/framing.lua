@@ -6,6 +6,8 @@
 
 local EM_MAGIC = "EventMesh0000"
 local EM_PREFIX = #EM_MAGIC + 8
+-- What the message length leaves out of the frame, and what length_counts says: 1.9, then 1.8.
+local EM_CONVENTIONS = { { 8, "1.9: 13 + header + body" }, { 13, "1.8: 8 + header + body" } }
 local EM_CLOSERS = { ["{"] = "}", ["["] = "]", ['"'] = '"' }
 
 -- Bodies up to this size are parsed to tell a whole one from one 5 bytes short.
@@ -40,7 +42,7 @@ end
 
 local function em_plausible(tvb, at)
   if at + EM_PREFIX > int(tvb:len()) or tvb:raw(at, #EM_MAGIC) ~= EM_MAGIC then return false end
-  local length, header_length = tvb(at + 13, 4):int(), tvb(at + 17, 4):int()
+  local length, header_length = tvb(at + #EM_MAGIC, 4):int(), tvb(at + #EM_MAGIC + 4, 4):int()
   return length >= 0 and header_length >= 0 and header_length <= SPEC.max_size - EM_PREFIX
 end
 
@@ -62,10 +64,11 @@ FRAMING.pdu_length = function(tvb, offset)
   end
   if not em_magic_at(tvb, offset, avail_end) then return em_skip(tvb, offset) end
   if avail < EM_PREFIX then return 0 end
-  local length, header_length = tvb(offset + 13, 4):int(), tvb(offset + 17, 4):int()
+  local length, header_length = tvb(offset + #EM_MAGIC, 4):int(), tvb(offset + #EM_MAGIC + 4, 4):int()
   if length < 0 or header_length < 0 or header_length > SPEC.max_size - EM_PREFIX then return em_skip(tvb, offset) end
   local ends = {}
-  for _, extra in ipairs({ 8, 13 }) do
+  for _, c in ipairs(EM_CONVENTIONS) do
+    local extra = c[1]
     local e = length + extra
     if e >= EM_PREFIX + header_length and e <= SPEC.max_size then ends[#ends + 1] = e end
   end

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from streamdump.dissectors.eventmesh.framing import PREFIX
+
 from streamdump.codecs import lenient_json
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
@@ -27,7 +29,6 @@ CARRIERS = {
     ("SyncPush", "request"): "push request",
     ("SyncRequest", "response"): "push reply",
 }
-PREFIX = 21  # magic, version, message length, header length
 
 
 class PackageMessages(MessageRules):

@@ -3,8 +3,7 @@
 -- package holds (a CloudEvent or an EventMeshMessage; its topic, id, content type, and
 -- its content as JSON, text or bytes).
 
-local EM_LENGTH_AT = 13
-local EM_CONVENTIONS = { { 8, "1.9: 13 + header + body" }, { 13, "1.8: 8 + header + body" } }
+local EM_LENGTH_AT = #EM_MAGIC  -- framing.lua, loaded first, has the magic and the conventions
 
 HOOKS.length_convention = {
   min_size = 0,

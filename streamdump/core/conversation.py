@@ -722,9 +722,9 @@ class Tracker:
             else (f"the connection's last frame (packet {end_number})")
         )
         hint = f"; {spec.hint}" if spec.hint else ""
-        self._diagnose(
+        self._diagnose_at(
             conn,
-            Seen(beats.last, beats.last_ts, spec.command, None, 0, 0, from_client),
+            beats.last,
             "note" if conn.lossy else "warn",
             "sequence",
             "heartbeat_stopped",

@@ -408,15 +408,7 @@ class Protocol:
 
     def field_at(self, ref: Ref, kind: str | None = None) -> FieldSpec | None:
         """The field a Command.path names (in the given layout kind, else the first that has it)."""
-        command = self.commands.get(ref.command)
-        if command is None:
-            return None
-        for layout in command.layouts.values():
-            if kind is None or layout.kind == kind:
-                spec = _follow(layout.fields, list(ref.path))
-                if spec is not None:
-                    return spec
-        return self.header_field(ref.path[0]) if len(ref.path) == 1 else None
+        return _field_at(self.commands, self.header, ref, kind)
 
     def all_fields(self) -> Iterator[FieldSpec]:
         """Every field of every layout and struct, depth first (for name checks and generators)."""
@@ -846,7 +838,7 @@ class _Builder:
             enum = None
             if code is not None:
                 ref = self._ref(f"{body['command']}.{code}", where, commands, int_only=True)
-                spec = self._field_at(ref, commands)
+                spec = _field_at(commands, self.header, ref)
                 enum = spec.enum if spec is not None else None
             reason = body.get("reason") or []
             reason = [reason] if isinstance(reason, str) else reason
@@ -862,13 +854,6 @@ class _Builder:
                 )
             )
         return tuple(out)
-
-    def _field_at(self, ref: Ref, commands: Mapping[str, Command]) -> FieldSpec | None:
-        for layout in commands[ref.command].layouts.values():
-            spec = _follow(layout.fields, list(ref.path))
-            if spec is not None:
-                return spec
-        return _by_name(self.header, ref.path[0]) if len(ref.path) == 1 else None
 
     def _ref(self, text: Any, where: str, commands: Mapping[str, Command], *, int_only: bool = False) -> Ref:
         """Check that Command.path names a field of one of the command's layouts."""
@@ -1385,6 +1370,22 @@ def _by_name(specs: tuple[FieldSpec, ...], name: Any) -> FieldSpec | None:
 
 def _key_text(key: int | str) -> str:
     return f"0x{key:04x}" if isinstance(key, int) else repr(key)
+
+
+def _field_at(
+    commands: Mapping[str, Command], header: tuple[FieldSpec, ...], ref: Ref, kind: str | None = None
+) -> FieldSpec | None:
+    """The field a Command.path names: in the command's layouts (of one kind, or the first that
+    has it), else, for a single name, in the header every frame has."""
+    command = commands.get(ref.command)
+    if command is None:
+        return None
+    for layout in command.layouts.values():
+        if kind is None or layout.kind == kind:
+            spec = _follow(layout.fields, list(ref.path))
+            if spec is not None:
+                return spec
+    return _by_name(header, ref.path[0]) if len(ref.path) == 1 else None
 
 
 def _follow(specs: tuple[FieldSpec, ...], path: list[str]) -> FieldSpec | None:

@@ -384,7 +384,7 @@ keyed_value = function(spec, raw, notes)
     return raw
   end
   if t == "string" then
-    if spec.secret and raw ~= "" then return "********" end  -- a credential is never shown
+    if spec.secret and raw ~= "" then return SPEC.masked end  -- a credential is never shown
     return java_text(raw)
   end
   if t == "bool" then

@@ -22,6 +22,7 @@ from typing import Any
 
 from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
 from streamdump.spec.dissector import dissector_of
+from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
 
@@ -162,6 +163,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "commands": commands,
         "layouts": layouts,
         "answers": dict(protocol.answers),
+        "masked": MASKED,  # what a secret shows instead of itself
         # What hooks add that the Info column labels (a message's topic).
         "hook_info": {
             name: [_field(spec) for spec in hook.adds if spec.info]
