@@ -195,7 +195,7 @@ class FrameFilter:
             self.by_protocol[protocol.name] = (decoder, compiled, expand, map_names(protocol))
         if failures and not any(f.native for _, f, _, _ in self.by_protocol.values()):
             # The protocol whose names come closest says what went wrong (it has a "did you mean").
-            raise next((f for f in failures if "did you mean" in str(f)), failures[0])
+            raise next((f for f in failures if f.suggestions), failures[0])
 
     def __call__(self, frame: Frame) -> bool:
         entry = self.by_protocol.get(frame.protocol)

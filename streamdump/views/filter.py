@@ -97,12 +97,14 @@ class FilterError(ValueError):
     message: str
     position: int  # 0-based index into the filter text
     text: str  # the whole filter text
+    suggestions: tuple[str, ...]  # for an unknown field: the known names closest to it
 
-    def __init__(self, message: str, position: int, text: str) -> None:
+    def __init__(self, message: str, position: int, text: str, suggestions: tuple[str, ...] = ()) -> None:
         super().__init__(message, position, text)
         self.message = message
         self.position = position
         self.text = text
+        self.suggestions = suggestions
 
     def __str__(self) -> str:
         line = f"column {self.position + 1}"
@@ -380,7 +382,7 @@ class _Parser:
             bare = bare[len(self.prefix) + 1 :]
         close = difflib.get_close_matches(bare, list(self.fields), n=3)
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
-        raise self.error(f"unknown field '{word.text}'{hint}", word.pos)
+        raise FilterError(f"unknown field '{word.text}'{hint}", word.pos, self.text, tuple(close))
 
     def literal(self, name: str, ftype: FieldType, op: str, tok: _Token) -> Any:
         kind = ftype.kind
