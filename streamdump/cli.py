@@ -86,7 +86,12 @@ def _reader_may_leave() -> Iterator[None]:
 def _decoders(protocols: list[str] | None) -> dict[str, Decoder]:
     """Decoders of the protocols named (every protocol the registry has, when none is)."""
     registry = default_registry()
-    names = protocols or sorted(registry.protocols)
+    names = list(protocols or sorted(registry.protocols))
+    # A protocol carried inside another's frames is read through its carrier.
+    for name in list(names):
+        carried_by = registry.get(name).wiring.carried_by
+        if carried_by is not None and carried_by[0] not in names:
+            names.append(carried_by[0])
     return {name: Decoder(registry.get(name)) for name in dict.fromkeys(names)}
 
 
@@ -455,9 +460,9 @@ def _setup(protocols: list[str] | None, ports: list[int] | None, decode_as: list
             raise _fail(f"--decode-as {item}: unknown protocol {name!r} (known: {known})", 2)
         forced[int(port_text)] = name
     guess: list[int] = []
-    if len(decoders) == 1 and protocols:
+    if len([d for d in decoders.values() if d.protocol.wiring.carried_by is None]) == 1 and protocols:
         # One protocol asked for: --port adds its server ports, as before protocols were many.
-        only = next(iter(decoders))
+        only = next(name for name, d in decoders.items() if d.protocol.wiring.carried_by is None)
         forced = {**dict.fromkeys(ports or [], only), **forced}
     else:
         guess = list(ports or [])
@@ -659,7 +664,7 @@ def lua_generate(
             luagen.plugin_name(p)
             for p in protocols
             if not (out / luagen.plugin_name(p)).is_file()
-            or (out / luagen.plugin_name(p)).read_text(encoding="utf-8") != luagen.generate(p)
+            or (out / luagen.plugin_name(p)).read_text(encoding="utf-8") != luagen.generate(p, protocols)
         ]
         if stale:
             raise _fail(f"stale in {out}: {', '.join(stale)} (run `streamdump lua generate`)")

@@ -34,6 +34,8 @@ CREDIT_STALL_S = 1.0
 MAX_IN_FLIGHT = 100_000
 # Findings kept whole (with their messages); further ones are counted by kind and connection.
 MAX_DIAGNOSES = 10_000
+# Seconds of traffic after an unanswered keepalive that make its silence a warning.
+PING_PATIENCE = 5.0
 # A capture that stops less than this after a request or publish may simply have cut its answer.
 ANSWER_GRACE_S = 1.0
 
@@ -98,9 +100,11 @@ MAX_BEAT_GAPS = 1000
 @dataclass(slots=True)
 class Session:
     name: str
-    id: int
+    id: int | str
     opened_in: int
     values: dict[str, Any]
+    uses: int = 0
+    limit: int | None = None  # uses after which it ends (a close that waits: UNSUB sid max)
 
 
 @dataclass(slots=True)
@@ -153,6 +157,16 @@ class ConnState:
     user: str | None = None
     # Heartbeat requests each side sent: client? -> their rhythm.
     beats: dict[bool, Beats] = field(default_factory=dict)
+    # The capture holds the connection's setup (so every session it opened is in it).
+    setup_seen: bool = False
+    # Sessions ended: (session, id) -> the packet that ended them.
+    ended: dict[tuple[str, int | str], int] = field(default_factory=dict)
+    # Requests naming where to answer: (asker is the client?, reply subject) -> the request.
+    asked: dict[tuple[bool | None, str], Frame] = field(default_factory=dict)
+    # Keepalives each side sent, oldest first, not yet answered.
+    pings: dict[bool | None, list[Frame]] = field(default_factory=dict)
+    # Announced bounds: bounded field -> (value, packet, announced field).
+    limits: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def side(self, from_client: bool | None) -> SideState:
         return self.client_side if from_client is not False else self.server_side
@@ -231,6 +245,11 @@ class Tracker:
             close.command: dict(protocol.enums.get(close.enum or "", {})) for close in conv.closes
         }
         self.announce_enum = self._enum(conv.announcement)
+        # Announcements that bound the other side's fields: command -> [(announced field, bounded field)].
+        self.limits: dict[str, list[tuple[str, str]]] = {}
+        for ref, bounds in conv.limits:
+            self.limits.setdefault(ref.command, []).append((ref.path[0], bounds))
+        self.bounded = frozenset(bounds for _, bounds in conv.limits)
         self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
 
     def _enum(self, ref: Ref | None) -> dict[int, str]:
@@ -258,6 +277,19 @@ class Tracker:
         self._silence(conn, side, frame)
         self._frame_max(conn, frame)
         command = frame.command
+        if command in self.spec.setup:
+            conn.setup_seen = True
+        if conn.limits:
+            self._limits(conn, frame)
+        if command in self.limits and frame.from_client is False:
+            for announced, bounds in self.limits[command]:
+                value = frame.fields.get(announced)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    conn.limits[bounds] = (value, frame.number, announced)
+        if self.spec.replies is not None and command is not None:
+            self._reply(conn, frame)
+        if self.spec.pings is not None and command in self.spec.pings:
+            self._ping(conn, frame)
         # A response whose command is its request's is tracked even when the request is missing.
         orphan = frame.kind == "response" and self.by_request
         if (command is not None or orphan) and frame.kind != "unknown":
@@ -325,6 +357,14 @@ class Tracker:
             for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
                 self._unanswered(conn, request)
             conn.pending.clear()
+            for (asker, _), frame in sorted(conn.asked.items(), key=lambda item: item[1].number):
+                if asker is not False:
+                    self._no_reply(conn, frame)
+            conn.asked.clear()
+            for pings in conn.pings.values():
+                for ping in pings:
+                    self._unanswered_ping(conn, ping)
+            conn.pings.clear()
             for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
                 self._orphan(conn, frame, corr)
             conn.early.clear()
@@ -406,6 +446,109 @@ class Tracker:
         del conn.pending[asker, corr]
         self._pair(conn, request.frame, frame)
         self._status(conn, frame, request.frame)
+
+    # ------------------------------------------------------------------ replies, pings, limits
+
+    def _reply(self, conn: ConnState, frame: Frame) -> None:
+        """A frame sent where an earlier request of the other side asked to be answered is its
+        answer; a frame naming where to answer is a request."""
+        spec = self.spec.replies
+        assert spec is not None
+        to = frame.fields.get(spec.answer)
+        if isinstance(to, str):
+            request = conn.asked.pop((not frame.from_client, to), None)
+            if request is not None:
+                self._pair(conn, request, frame)
+                if spec.keep:
+                    links = _links(frame)
+                    for link, name in spec.keep.items():
+                        if request.fields.get(name) is not None:
+                            links[link] = request.fields[name]
+                status = frame.fields.get(spec.status) if spec.status else None
+                meaning = spec.statuses.get(status) if isinstance(status, int) else None
+                if meaning is not None:
+                    self._note(
+                        conn,
+                        frame,
+                        "warn",
+                        "response_code",
+                        "reply_status",
+                        f"request answered with status {status}",
+                        f"the {self.server(conn)} answered {self._asked(request, request)} with status "
+                        f"{status}: {meaning}",
+                    )
+        ask = frame.fields.get(spec.ask)
+        if isinstance(ask, str) and ask and len(conn.asked) < MAX_IN_FLIGHT:
+            conn.asked[frame.from_client, ask] = frame
+
+    def _no_reply(self, conn: ConnState, frame: Frame) -> None:
+        spec = self.spec.replies
+        assert spec is not None
+        ended = self._ended_soon(conn, frame.ts)
+        lost = "; the capture lost bytes of this connection, maybe the answer" if conn.lossy else ""
+        to = frame.fields.get(spec.answer)
+        self._diagnose(
+            conn,
+            frame,
+            "note",
+            "sequence",
+            "no_reply",
+            f"{frame.name} asked for a reply that never came",
+            f"{frame.name}{f' to {to}' if to else ''} (packet {frame.number}) asked for a reply on "
+            f"{frame.fields.get(spec.ask)}; none came in the capture{ended or lost}",
+        )
+
+    def _ping(self, conn: ConnState, frame: Frame) -> None:
+        assert self.spec.pings is not None
+        if frame.command == self.spec.pings[0]:
+            pings = conn.pings.setdefault(frame.from_client, [])
+            if len(pings) < MAX_IN_FLIGHT:
+                pings.append(frame)
+            return
+        waiting = conn.pings.get(not frame.from_client)
+        if waiting:
+            self._pair(conn, waiting.pop(0), frame)
+
+    def _unanswered_ping(self, conn: ConnState, ping: Frame) -> None:
+        assert self.spec.pings is not None
+        ask, answer = self.spec.pings
+        who = "client" if ping.from_client is not False else self.server(conn)
+        ended_at = self.closed.get(conn.number)
+        if ended_at is not None and ended_at[0] >= ping.number:
+            number, ts, how = ended_at
+            after = f": {how} at packet {number}, {ts - ping.ts:.3f} s later"
+        else:
+            after = self._ended_soon(conn, ping.ts) or ""
+        late = conn.last is not None and conn.last.ts - ping.ts > PING_PATIENCE and not after
+        self._diagnose(
+            conn,
+            ping,
+            "warn" if late and not conn.lossy else "note",
+            "sequence",
+            "unanswered_ping",
+            f"{ask} never answered",
+            f"the {who}'s {ask} (packet {ping.number}) got no {answer}{after}"
+            + (f" in the {conn.last.ts - ping.ts:.3f} s the capture went on" if late else ""),  # type: ignore[union-attr]
+        )
+
+    def _limits(self, conn: ConnState, frame: Frame) -> None:
+        for bounds in self.bounded:
+            value = frame.fields.get(bounds)
+            found = conn.limits.get(bounds)
+            if found is None or not isinstance(value, int) or frame.from_client is False:
+                continue
+            limit, number, announced = found
+            if value > limit:
+                self._note(
+                    conn,
+                    frame,
+                    "error",
+                    "protocol",
+                    "over_limit",
+                    f"{bounds} over the {announced} the {self.server(conn)} announced",
+                    f"{frame.name} {bounds} {value} exceeds the {announced} of {limit} the "
+                    f"{self.server(conn)} announced at packet {number}",
+                )
 
     def _pair(self, conn: ConnState, request: Frame, response: Frame) -> None:
         links = _links(response)
@@ -641,7 +784,7 @@ class Tracker:
         self._note(
             conn,
             frame,
-            "note" if ok else "error",
+            close.severity if code is None else "note" if ok else "error",
             "protocol",
             "server_close",
             f"the {self.server(conn)} {close.says}{what}",
@@ -739,24 +882,62 @@ class Tracker:
         for name, role in self.session_of[frame.command or ""]:
             spec = self.spec.sessions[name]
             sid = frame.fields.get(spec.id)
-            if not isinstance(sid, int):
+            if not isinstance(sid, int | str) or isinstance(sid, bool):
                 continue
-            if role in ("open", "close") and frame.kind == "request":
+            if role in ("open", "close") and frame.kind == "request" and isinstance(sid, int):
                 self._flush_acks(conn, name, sid)
-            if role == "open" and frame.kind == "request":
-                conn.sessions[name, sid] = Session(
-                    name, sid, frame.number, {k: frame.fields[k] for k in spec.keep if k in frame.fields}
-                )
-            elif role == "open" and frame.kind == "response":
-                pass
-            elif role == "close" and frame.kind == "request":
-                conn.sessions.pop((name, sid), None)
+            if role == "open" and frame.kind != "response":
+                values = {
+                    k: frame.fields[f]
+                    for k, f in zip(spec.keep_as, spec.keep, strict=True)
+                    if f in frame.fields
+                }
+                conn.sessions[name, sid] = Session(name, sid, frame.number, values)  # type: ignore[index]
+                conn.ended.pop((name, sid), None)
+            elif role == "close" and frame.kind != "response":
+                session = conn.sessions.get((name, sid))  # type: ignore[arg-type]
+                after = frame.fields.get(spec.close_after) if spec.close_after else None
+                if session is not None and isinstance(after, int) and session.uses < after:
+                    session.limit = after  # it ends after that many uses in all
+                else:
+                    conn.sessions.pop((name, sid), None)  # type: ignore[arg-type]
+                    conn.ended[name, sid] = frame.number
             elif role == "use":
-                session = conn.sessions.get((name, sid))
+                session = conn.sessions.get((name, sid))  # type: ignore[arg-type]
                 if session is not None:
                     links = _links(frame)
                     links["opened_in"] = session.opened_in
                     links.update(session.values)
+                    session.uses += 1
+                    if session.limit is not None and session.uses >= session.limit:
+                        conn.sessions.pop((name, sid), None)  # type: ignore[arg-type]
+                        conn.ended[name, sid] = frame.number
+                elif spec.unknown and conn.setup_seen:
+                    self._unknown_session(conn, frame, spec, sid)
+
+    def _unknown_session(self, conn: ConnState, frame: Frame, spec: Any, sid: int | str) -> None:
+        ended = conn.ended.get((spec.name, sid))
+        if ended is not None:
+            self._note(
+                conn,
+                frame,
+                "note",
+                "sequence",
+                "ended_session",
+                f"{frame.name} for a {spec.name} already ended",
+                f"{frame.name} for {spec.name} {spec.id} {sid} after packet {ended} ended it "
+                f"(sent before the {self.server(conn)} read the {spec.close})",
+            )
+            return
+        self._note(
+            conn,
+            frame,
+            "warn",
+            "sequence",
+            "unknown_session",
+            f"{frame.name} for a {spec.name} never opened",
+            f"{frame.name} for {spec.name} {spec.id} {sid}, which no {spec.open} in the capture opened",
+        )
 
     def _acks(self, conn: ConnState, frame: Frame) -> None:
         command = frame.command or ""

@@ -79,6 +79,13 @@ class DecodedRule(FramingRule):
         return self.decoder.plausible(data)
 
 
+class WholeRule(DecodedRule):
+    """PDUs handed over whole: a carried protocol's frame is all of its carrier's field."""
+
+    def total(self, buf: bytes | bytearray, start: int) -> int | None:
+        return len(buf) - start if len(buf) > start else None
+
+
 class LengthRule(DecodedRule):
     """PDUs delimited by a length field at a fixed offset of the header (the spec's wiring)."""
 

@@ -21,7 +21,7 @@ from typing import Any
 from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_segments
 from streamdump.core.frame import Endpoint, Expert, Frame
 from streamdump.core.framing import Framer, Piece
-from streamdump.core.framing_rules import FramingRule, LengthRule
+from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
 from streamdump.core.tail import TailRule, last_value, recover, tail_rule
 from streamdump.spec.decoder import Decoder, DecodeState
@@ -106,6 +106,8 @@ class Watch:
 def framing_rule(decoder: Decoder) -> FramingRule:
     """The protocol package's framing rule, or the one the spec's length field gives."""
     protocol = decoder.protocol
+    if protocol.wiring.carried_by is not None:
+        return WholeRule(decoder)
     build = dissector_of(protocol).framing
     if build is None and protocol.wiring.length is None:
         raise SpecError(f"{protocol.source}: framing is 'rule: package', but its package has no framing rule")
@@ -141,7 +143,16 @@ class Dissection:
         ports: Mapping[int, str] | None = None,
         guess: Iterable[int] = (),
     ) -> None:
-        self.runtimes = {d.protocol.name: Runtime(d) for d in decoders}
+        decoders = list(decoders)
+        self.runtimes = {
+            d.protocol.name: Runtime(d) for d in decoders if d.protocol.wiring.carried_by is None
+        }
+        # Protocols inside other protocols' frames: carrier -> [(its field, the carried decoder)].
+        self.carried: dict[str, list[tuple[str, Decoder]]] = {}
+        for d in decoders:
+            if d.protocol.wiring.carried_by is not None:
+                carrier, field_name = d.protocol.wiring.carried_by
+                self.carried.setdefault(carrier, []).append((field_name, d))
         self.ports: dict[int, Runtime] = {}
         for runtime in self.runtimes.values():
             for port in runtime.decoder.protocol.wiring.ports:
@@ -463,6 +474,9 @@ class Reader:
                 self.stats.frames += 1
             self._note_floor(side, frame, conn.runtime)
             yield frame
+            carried = self.dissection.carried.get(frame.protocol)
+            if carried and frame.incomplete is None:
+                yield from carried_frames(frame, carried)
 
     @staticmethod
     def _layout(frame: Frame) -> tuple[Any, bool, int]:
@@ -621,6 +635,21 @@ class Reader:
             end=gap.end,
             length=gap.length,
         )
+
+
+def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator[Frame]:
+    """The frames of other protocols a frame carries: a field's bytes that start with a carried
+    protocol's magic, decoded whole, in the carrier's place in the capture (its packet, time,
+    endpoints, connection and direction; its sequence number)."""
+    for field_name, decoder in carried:
+        value = frame.fields.get(field_name)
+        magic = decoder.protocol.wiring.magic or b""
+        if not isinstance(value, bytes | bytearray | memoryview) or bytes(value[: len(magic)]) != magic:
+            continue
+        inner = decoder.decode(bytes(value))
+        inner.number, inner.ts, inner.src, inner.dst = frame.number, frame.ts, frame.src, frame.dst
+        inner.seq, inner.conn, inner.from_client = frame.seq, frame.conn, frame.from_client
+        yield inner
 
 
 def decode_segments(

@@ -120,6 +120,7 @@ class Decoder:
         self.answers = protocol.answers
         self.answer_keys = {command: wire for wire, command in protocol.answers.items()}
         self.by_request = frame.response_key == "request"
+        self.fold_key = frame.key_case == "any"
         self.correlation = protocol.conversation.correlation
         # (command key, response?, version) -> (layout, ops); every version of every layout, compiled once.
         self.compiled: dict[tuple[Any, bool, int], tuple[Layout, tuple[Op, ...]]] = {}
@@ -204,6 +205,8 @@ class Decoder:
             or (self.key_struct is not None and isinstance(key, str))
         ):
             key = None  # a keyed header's value that did not convert (a list, an unknown name)
+        elif self.fold_key and isinstance(key, str):
+            key = key.upper()
         if self.response_in_key and isinstance(key, int):
             key &= ~self.response[1]  # type: ignore[index]
         elif key in self.answers:
@@ -583,12 +586,20 @@ class Decoder:
         try:
             body = bytearray()
             encode_ops(self.header_ops, body, values)
+            header_end = len(body)
             encode_ops(ops, body, values)
+            if len(body) == header_end and self.header_ops and _ends_word(self.header_ops[-1]):
+                body[-1:] = b"\r\n"  # a text operation without words: its name ends its line
         except (KeyError, TypeError, struct.error, AttributeError, ValueError) as exc:
             raise EncodeError(f"{command} {kind}: cannot encode: {exc}") from None
         if length_name is not None:
             self.length_st.pack_into(body, self.length_at, len(body) - self.uncounted)
         return bytes(body)
+
+
+def _ends_word(op: Op) -> bool:
+    spec = getattr(op, "spec", None)
+    return spec is not None and spec.size == "word"
 
 
 def _struct_spec(protocol: Protocol, name: str) -> FieldSpec:

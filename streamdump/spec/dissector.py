@@ -65,6 +65,8 @@ class Volume:
     direction: str
     messages: int
     bytes: int
+    # A reply's request latency, in seconds (stats show it per subject).
+    latency: float | None = None
 
 
 class MessageRules:

@@ -10,12 +10,14 @@ nodes are built only when a caller asks for them (ctx.nodes set).
 from __future__ import annotations
 
 import ipaddress
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamdump.codecs import lenient_json
+from streamdump.codecs.protobuf import ProtobufError, Schema
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.keyed import MASKED, Keyed, key_of, label, member_nodes, title, value_nodes
 from streamdump.spec.registry import INT_TYPES, FieldSpec
@@ -69,6 +71,9 @@ class Ctx:
     # their values from, and where its bytes are (for their tree nodes).
     entries: dict[Any, Any] | None = None
     entries_at: tuple[int, int] = (0, 0)
+    # Text protocols: a `size: word` field just read its line's end, so a `size: line` field
+    # after it has nothing left on that line.
+    line_done: bool = False
 
 
 class Op(Protocol):
@@ -385,14 +390,50 @@ class StructCodec:
         buf += body
 
 
-class RawCodec:
-    """Bytes with no length prefix: a fixed size, the value of an earlier sibling, or the rest."""
+# What ends a `size: word` field: a space, a tab or the line's end.
+_WORD_END = re.compile(rb"[ \t\r\n]")
+_BLANKS = re.compile(rb"[ \t]*")
+DELIMITED = ("line", "word")
 
-    __slots__ = ("fixed", "min_size", "ref")
+
+def delimited(mv: memoryview, pos: int, end: int, name: str, mode: str, ctx: Ctx) -> tuple[int, int]:
+    """A `size: line` or `size: word` field's length, and the bytes after it that it reads too.
+
+    A line ends with CRLF or a bare LF, as text protocols' servers accept; a word with a space,
+    a tab or the line's end, and takes the spaces and tabs after it (a line's end after them too).
+    """
+    data = mv.obj if isinstance(mv.obj, bytes | bytearray) and len(mv) == len(mv.obj) else bytes(mv)
+    if mode == "line":
+        if ctx.line_done:
+            ctx.line_done = False
+            return 0, 0
+        nl = data.find(b"\n", pos, end)
+        if nl < 0:
+            raise Short(name, pos, end - pos + 1, end - pos)
+        size = nl - pos - (1 if nl > pos and data[nl - 1] == 13 else 0)
+        return size, nl + 1 - pos - size
+    ctx.line_done = False
+    found = _WORD_END.search(data, pos, end)
+    if found is None:
+        raise Short(name, pos, end - pos + 1, end - pos)
+    size = found.start() - pos
+    after = _BLANKS.match(data, found.start(), end).end()  # type: ignore[union-attr]
+    if data[after : after + 2] == b"\r\n" or data[after : after + 1] == b"\n":
+        ctx.line_done = True
+        after += 2 if data[after] == 13 else 1
+    return size, after - pos - size
+
+
+class RawCodec:
+    """Bytes with no length prefix: a fixed size, the value of an earlier sibling, the rest, or a
+    text protocol's line or word."""
+
+    __slots__ = ("delim", "fixed", "min_size", "ref")
 
     def __init__(self, size: int | str) -> None:
         self.fixed = size if isinstance(size, int) else None
-        self.ref = size if isinstance(size, str) and size != "rest" else None
+        self.delim = size if size in DELIMITED else None
+        self.ref = size if isinstance(size, str) and size != "rest" and self.delim is None else None
         self.min_size = self.fixed or 0
 
     def size_for(self, out: dict[str, Any], pos: int, end: int) -> int | None:
@@ -405,6 +446,131 @@ class RawCodec:
     def write(self, buf: bytearray, value: Any) -> None:
         if value is not None:
             buf += bytes(value)
+
+    def terminate(self, buf: bytearray) -> None:
+        """What ends a line or a word field on the wire."""
+        if self.delim == "line":
+            buf += b"\r\n"
+        elif self.delim == "word":
+            buf += b" "
+
+
+class TextCodec(RawCodec):
+    """A string with no length prefix: its size says where it ends (a text protocol's word or line)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: FieldSpec) -> None:
+        super().__init__(spec.size if spec.size is not None else "rest")
+        self.spec = spec
+
+    def parse(self, raw: memoryview, pos: int, ctx: Ctx, node: Node | None, name: str) -> Any:
+        text = decode_text(raw, name, pos, ctx)
+        return MASKED if self.spec.secret and text else text
+
+    def write(self, buf: bytearray, value: Any) -> None:
+        if value is not None:
+            buf += value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+class WordsCodec(RawCodec):
+    """Words separated by spaces or tabs, named in order by a struct: a text protocol's arguments.
+
+    Optional members are the ones a shorter line leaves out, taken in order when words spare
+    (`PUB subject [reply-to] size`: two words are subject and size, three all of them).
+    """
+
+    __slots__ = ("keyed", "required", "spec")
+
+    def __init__(self, spec: FieldSpec, keyed: Keyed | None) -> None:
+        super().__init__(spec.size if spec.size is not None else "rest")
+        self.spec = spec
+        self.keyed = keyed
+        self.required = sum(1 for f in spec.fields if not f.optional)
+
+    def parse(self, raw: memoryview, pos: int, ctx: Ctx, node: Node | None, name: str) -> Any:
+        spans = [(m.start(), m.end()) for m in _WORD.finditer(bytes(raw))]
+        members = self.spec.fields
+        if len(spans) < self.required:
+            shown = " ".join(f"[{f.name}]" if f.optional else f.name for f in members)
+            raise BadValue(name, pos, f"{name}: {len(spans)} words where {shown} are expected")
+        spare = len(spans) - self.required
+        value: dict[str, Any] = {}
+        words = iter(spans)
+        for member in members:
+            if member.optional:
+                if spare <= 0:
+                    continue
+                spare -= 1
+            start, stop = next(words)
+            text = decode_text(raw[start:stop], member.name, pos + start, ctx)
+            if member.type in INT_TYPES:
+                if not text.isascii() or not text.isdigit():
+                    raise BadValue(member.name, pos + start, f"{member.name} {text!r} is not a number")
+                value[member.name] = int(text)
+            else:
+                value[member.name] = text
+            if node is not None:
+                node.children.append(
+                    Node(member, label(member), pos + start, stop - start, value[member.name])
+                )
+        extra = list(words)
+        if extra:
+            at = pos + extra[0][0]
+            ctx.expert.append(Expert("warn", f"{name}: {len(extra)} words more than expected", at))
+        return value
+
+    def write(self, buf: bytearray, value: Any) -> None:
+        if value is None:
+            return
+        words = [str(value[f.name]) for f in self.spec.fields if value.get(f.name) is not None]
+        buf += " ".join(words).encode("utf-8")
+
+
+_WORD = re.compile(rb"[^ \t\r\n]+")
+
+
+class ProtobufCodec(RawCodec):
+    """A protobuf message of a declared struct (members numbered by `tag:`), through the library."""
+
+    __slots__ = ("schema", "spec")
+
+    def __init__(self, spec: FieldSpec) -> None:
+        super().__init__(spec.size if spec.size is not None else "rest")
+        self.spec = spec
+        structs: dict[str, tuple[FieldSpec, ...]] = {}
+        _protobuf_structs(spec, structs)
+        self.schema = Schema(f"streamdump.{spec.struct}", structs)
+
+    def parse(self, raw: memoryview, pos: int, ctx: Ctx, node: Node | None, name: str) -> Any:
+        assert self.spec.struct is not None
+        try:
+            value = self.schema.decode(self.spec.struct, bytes(raw))
+        except ProtobufError as exc:
+            ctx.expert.append(Expert("warn", f"{name} is not a protobuf {self.spec.struct}: {exc}", pos))
+            return raw
+        if node is not None:
+            node.children = member_nodes(self.spec.fields, value, pos, len(raw))
+        return value
+
+    def write(self, buf: bytearray, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bytes | bytearray | memoryview):
+            buf += bytes(value)
+            return
+        assert self.spec.struct is not None
+        buf += self.schema.encode(self.spec.struct, value)
+
+
+def _protobuf_structs(spec: FieldSpec, out: dict[str, tuple[FieldSpec, ...]]) -> None:
+    if spec.struct is None or spec.struct in out:
+        return
+    out[spec.struct] = spec.fields
+    for member in spec.fields:
+        element = member.of if member.type == "array" and member.of is not None else member
+        if element.type == "struct":
+            _protobuf_structs(element, out)
 
 
 class JsonCodec(RawCodec):
@@ -758,7 +924,11 @@ class FieldOp:
         self, mv: memoryview, pos: int, end: int, out: dict[str, Any], ctx: Ctx, node: Node | None
     ) -> tuple[Any, int]:
         codec = self.codec
-        size = codec.size_for(out, pos, end)
+        skip = 0
+        if codec.delim is not None:
+            size, skip = delimited(mv, pos, end, self.name, codec.delim, ctx)
+        else:
+            size = codec.size_for(out, pos, end)
         if size is None:
             raise BadValue(self.name, pos, f"{self.name}: size field {codec.ref} is missing")
         if size < 0:
@@ -771,9 +941,9 @@ class FieldOp:
             value, after = self._read_case(mv, pos, stop, out, ctx, node)
             return value, stop if codec.bounded else after
         raw = mv[pos:stop]
-        if isinstance(codec, JsonCodec):
-            return codec.parse(raw, pos, ctx, node, self.name), stop
-        return raw, stop
+        if isinstance(codec, JsonCodec | TextCodec | WordsCodec | ProtobufCodec):
+            return codec.parse(raw, pos, ctx, node, self.name), stop + skip
+        return raw, stop + skip
 
     def _read_case(
         self, mv: memoryview, pos: int, stop: int, out: dict[str, Any], ctx: Ctx, node: Node | None
@@ -825,6 +995,8 @@ class FieldOp:
             case[1].write(buf, value)
             return
         codec.write(buf, value)
+        if isinstance(codec, RawCodec) and codec.delim is not None:
+            codec.terminate(buf)
 
 
 def case_spec_name(spec: FieldSpec) -> str:
@@ -922,6 +1094,12 @@ class Compiler:
             return IntCodec(kind, self.order)
         if kind in ("bool", "ipv4", "ipv6"):
             return FixedCodec(kind)
+        if kind == "string" and spec.size is not None:
+            return TextCodec(spec)
+        if kind == "words":
+            return WordsCodec(spec, self.keyed)
+        if kind == "protobuf":
+            return ProtobufCodec(spec)
         if kind in ("string", "bytes", "pairs"):
             return LengthPrefixed(spec, self.order, self.keyed)
         if kind == "raw":

@@ -32,6 +32,8 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
 }
 # Length-prefixed text and bytes; the prefix's integer type is the field's `prefix`.
 # What a length-prefixed field's prefix is when the spec does not say.
+# Member types a protobuf struct may use (with arrays, maps and nested structs of them).
+PROTOBUF_SCALARS = frozenset({"string", "bytes", "bool", "int32", "int64", "uint32", "uint64"})
 DEFAULT_PREFIX = {"string": "int16", "bytes": "int32", "pairs": "int16", "array": "int32", "map": "int32"}
 # Types that only describe what hooks add to a decoded frame; no wire layout uses them.
 HOOK_OUTPUT_TYPES = {"amqp", "float"}
@@ -76,12 +78,13 @@ FIELD_ATTRS = {
     "length_of",
     "separators",
     "secret",
+    "tag",
 }
 TOP_ATTRS = {
     "protocol", "title", "reference", "byte_order", "wiring", "header", "frame",
     "enums", "structs", "hooks", "hook_structs", "conversation", "commands",
 }  # fmt: skip
-FRAME_ATTRS = {"key", "response", "oneway", "response_key", "entries", "layout_versions"}
+FRAME_ATTRS = {"key", "response", "oneway", "response_key", "entries", "layout_versions", "key_case"}
 FRAMING_ATTRS = {"length", "counts", "max_size", "rule"}
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
 HOOK_ATTRS = {"doc", "adds", "value"}
@@ -106,6 +109,9 @@ CONVERSATION_ATTRS = {
     "server",
     "patience",
     "identity",
+    "replies",
+    "pings",
+    "limits",
 }
 # The links the conversation tracker sets for each conversation feature a spec uses.
 TRACKER_LINKS = {
@@ -113,8 +119,10 @@ TRACKER_LINKS = {
     "sessions": ("opened_in",),
     "acks": ("publish_in", "confirm_time"),
     "credit": ("credit_left",),
+    "replies": ("request_in", "response_in", "response_time"),
+    "pings": ("request_in", "response_in", "response_time"),
 }
-SESSION_ATTRS = {"id", "open", "close", "keep", "used_by"}
+SESSION_ATTRS = {"id", "open", "close", "close_after", "keep", "used_by", "unknown"}
 ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
 CREDIT_ATTRS = {"session", "grant", "spend", "refusal"}
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -137,7 +145,10 @@ class FieldSpec:
     # mask, when (sibling & mask) has one of them.
     when: tuple[str, tuple[int, ...], int | None] | None = None
     optional: bool = False
-    size: int | str | None = None  # raw, json, switch: fixed size, sibling field name, or "rest"
+    # raw, json, switch, string, words: a fixed size, a sibling field's name, "rest", or, in text
+    # protocols, "line" (to the line end, which is read too) or "word" (to a space, tab or line end;
+    # the spaces and tabs after it are read too).
+    size: int | str | None = None
     of: FieldSpec | None = None  # array element
     key: FieldSpec | None = None  # map key
     value: FieldSpec | None = None  # map value
@@ -176,6 +187,8 @@ class FieldSpec:
     separators: tuple[str, str] = ("", "")
     # A credential (a password, a token): every view and the plugin show it masked.
     secret: bool = False
+    # A member of a struct a protobuf field decodes: its field number.
+    tag: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +242,9 @@ class Wiring:
     magic_offset: int = 0
     # Names of the server by port (e.g. a name server and a broker), for diagnoses.
     roles: Mapping[int, str] = field(default_factory=dict)
+    # A protocol carried inside another's frames, not on TCP itself: (carrier protocol, the
+    # carrier's field whose bytes may be one of its frames, found by its magic).
+    carried_by: tuple[str, str] | None = None
 
     @property
     def uncounted(self) -> int:
@@ -253,6 +269,8 @@ class FrameSpec:
     entries: str | None = None
     # Whether the header's version selects the layout version (else it is informational).
     layout_versions: bool = True
+    # "any": a text key names its command in any case (text protocols whose servers fold it).
+    key_case: str = "exact"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +294,14 @@ class SessionSpec:
     close: str | None
     keep: tuple[str, ...]
     used_by: tuple[str, ...]
+    # The link name each kept field is given (the field's own name, unless keep maps names).
+    keep_as: tuple[str, ...] = ()
+    # The close command's field saying how many more uses the session has before it ends
+    # (NATS's UNSUB sid max_msgs); without it, the close ends the session at once.
+    close_after: str | None = None
+    # Whether a use of an id never opened, or already closed, is noted (when the capture holds
+    # the connection's setup, so the open would be in it).
+    unknown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +326,22 @@ class CloseSpec:
     reason: tuple[str, ...]  # fields saying why or where to, written joined by ':'
     says: str = "closed the connection"  # what the server did, as diagnoses put it
     enum: str | None = None  # the code's names
+    # How a close without a code is noted: a note (a goodbye) or an error (a refusal).
+    severity: str = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class RepliesSpec:
+    """Requests naming where their answer goes (ask: that field), and answers sent there (answer:
+    the field naming where a frame goes); status: an answer's status field, statuses: what its
+    codes mean for the request."""
+
+    ask: str
+    answer: str
+    status: str | None = None
+    statuses: Mapping[int, str] = field(default_factory=dict)
+    # Links an answer gets from its request's fields: link name -> the request's field.
+    keep: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +397,12 @@ class Conversation:
     patience: Mapping[str, str] = field(default_factory=dict)
     # Who a peer is, from fields every frame carries: property (product, version) -> field.
     identity: Mapping[str, str] = field(default_factory=dict)
+    # Requests that name where to answer (a reply subject), paired with the answers sent there.
+    replies: RepliesSpec | None = None
+    # (ask, answer): a keepalive a peer sends, answered in order by the other (PING, PONG).
+    pings: tuple[str, str] | None = None
+    # Values a peer announces that bound a field of the other's later frames (max_payload).
+    limits: tuple[tuple[Ref, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +574,7 @@ class _Builder:
         for struct_name in self.raw_structs:
             self._struct(struct_name, f"structs.{struct_name}")
         hooks = self._hooks(raw_hooks)
+        self.hook_adds = {name: {a.name: a for a in flat_fields(h.adds)} for name, h in hooks.items()}
         header = self._fields(doc["header"], "header", allow_conditions=False)
         self.header = header
         frame = self._frame(doc.get("frame"), header)
@@ -619,7 +668,13 @@ class _Builder:
             response_key=response_key,
             entries=entries,
             layout_versions=bool(raw.get("layout_versions", True)),
+            key_case=self._key_case(raw.get("key_case", "exact"), where),
         )
+
+    def _key_case(self, value: Any, where: str) -> str:
+        if value not in ("exact", "any"):
+            raise self.fail(where, "key_case is exact or any")
+        return str(value)
 
     def _hooks(self, raw: Mapping[str, Any]) -> dict[str, HookSpec]:
         hooks: dict[str, HookSpec] = {}
@@ -758,11 +813,28 @@ class _Builder:
             self._only(body, SESSION_ATTRS, at)
             users = tuple(body["used_by"])
             for command in (body["open"], *([body["close"]] if body.get("close") else []), *users):
-                self._ref(f"{command}.{body['id']}", at, commands, int_only=True)
-            keep = tuple(body.get("keep") or ())
-            for kept in keep:
+                self._ref(f"{command}.{body['id']}", at, commands)
+            raw_keep = body.get("keep") or ()
+            # keep: fields of the open request, or {link name: field} to give them other names.
+            pairs = list(raw_keep.items()) if isinstance(raw_keep, Mapping) else [(k, k) for k in raw_keep]
+            for _, kept in pairs:
                 self._ref(f"{body['open']}.{kept}", at, commands)
-            sessions[name] = SessionSpec(name, body["id"], body["open"], body.get("close"), keep, users)
+            close_after = body.get("close_after")
+            if close_after is not None:
+                if not body.get("close"):
+                    raise self.fail(at, "close_after names a field of the close command: give close")
+                self._ref(f"{body['close']}.{close_after}", at, commands, int_only=True)
+            sessions[name] = SessionSpec(
+                name,
+                body["id"],
+                body["open"],
+                body.get("close"),
+                tuple(str(f) for _, f in pairs),
+                users,
+                tuple(str(k) for k, _ in pairs),
+                close_after,
+                bool(body.get("unknown", False)),
+            )
         kw["sessions"] = sessions
         acks: dict[str, AckSpec] = {}
         for name, body in (raw.get("acks") or {}).items():
@@ -796,6 +868,51 @@ class _Builder:
             if credit.get("refusal") is not None:
                 self._command(credit["refusal"], f"{at}.refusal", commands)
             kw["credit"] = CreditSpec(credit["session"], grants, credit["spend"], credit.get("refusal"))
+        replies = raw.get("replies")
+        if replies is not None:
+            at = f"{where}.replies"
+            known = {"ask", "answer", "status", "statuses", "keep"}
+            if (
+                not isinstance(replies, Mapping)
+                or not {"ask", "answer"} <= set(replies)
+                or set(replies) - known
+            ):
+                raise self.fail(
+                    at, "must be {ask: FIELD, answer: FIELD, status, statuses: {code: text}, keep}"
+                )
+            names = {f.name for c in commands.values() for f in self._all_layout_fields(c)}
+            for key in ("ask", "answer", "status"):
+                if replies.get(key) is not None and replies[key] not in names:
+                    raise self.fail(at, f"no layout has a field {replies[key]!r} (its hooks' included)")
+            statuses = replies.get("statuses") or {}
+            if not all(isinstance(k, int) and isinstance(v, str) for k, v in statuses.items()):
+                raise self.fail(f"{at}.statuses", "must map status codes to text")
+            keep = replies.get("keep") or {}
+            if not isinstance(keep, Mapping) or not all(v in names for v in keep.values()):
+                raise self.fail(f"{at}.keep", "must map link names to fields of the requests")
+            kw["replies"] = RepliesSpec(
+                str(replies["ask"]), str(replies["answer"]), replies.get("status"), dict(statuses), dict(keep)
+            )
+        pings = raw.get("pings")
+        if pings is not None:
+            at = f"{where}.pings"
+            if not isinstance(pings, Mapping) or set(pings) != {"ask", "answer"}:
+                raise self.fail(at, "must be {ask: COMMAND, answer: COMMAND}")
+            for key in ("ask", "answer"):
+                self._command(pings[key], at, commands)
+            kw["pings"] = (str(pings["ask"]), str(pings["answer"]))
+        limits = []
+        for body in raw.get("limits") or []:
+            at = f"{where}.limits"
+            if not isinstance(body, Mapping) or set(body) != {"announce", "bounds"}:
+                raise self.fail(at, "each must be {announce: Command.field, bounds: FIELD}")
+            ref = self._ref(body["announce"], at, commands, int_only=True)
+            if not any(
+                f.name == body["bounds"] for c in commands.values() for f in self._all_layout_fields(c)
+            ):
+                raise self.fail(at, f"no layout has a field {body['bounds']!r}")
+            limits.append((ref, str(body["bounds"])))
+        kw["limits"] = tuple(limits)
         with self._hook_output():
             kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)
         # The tracker links frames by these names; the spec gives them types and docs.
@@ -807,6 +924,14 @@ class _Builder:
                     f"{where}.links", f"{feature} links frames by {', '.join(missing)}: declare them"
                 )
         return Conversation(**kw)
+
+    def _all_layout_fields(self, command: Command) -> Iterator[FieldSpec]:
+        """A command's fields, its inline members' and what its fields' hooks add."""
+        for layout in command.layouts.values():
+            for spec in flat_fields(layout.fields):
+                yield spec
+                if spec.hook is not None:
+                    yield from self.hook_adds.get(spec.hook, {}).values()
 
     def _layout_fields(self, commands: Mapping[str, Command]) -> Iterator[FieldSpec]:
         """The fields every frame's layout has, the header's included."""
@@ -831,9 +956,10 @@ class _Builder:
             if (
                 not isinstance(body, Mapping)
                 or "command" not in body
-                or set(body) - {"command", "code", "reason", "says"}
+                or set(body) - {"command", "code", "reason", "says", "severity"}
+                or body.get("severity", "note") not in ("note", "warn", "error")
             ):
-                raise self.fail(where, "must be {command, code, reason, says} or a list of them")
+                raise self.fail(where, "must be {command, code, reason, says, severity} or a list of them")
             code = body.get("code")
             enum = None
             if code is not None:
@@ -851,6 +977,7 @@ class _Builder:
                     tuple(reason),
                     str(body.get("says", "closed the connection")),
                     enum,
+                    str(body.get("severity", "note")),
                 )
             )
         return tuple(out)
@@ -891,7 +1018,20 @@ class _Builder:
             raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
         kw: dict[str, Any] = {}
         length = framing.get("length")
-        if length is None and framing.get("rule") != "package":
+        carried = raw.get("carried_by")
+        if carried is not None:
+            if not isinstance(carried, Mapping) or set(carried) != {"protocol", "field"}:
+                raise self.fail("wiring.carried_by", "must be {protocol: CARRIER, field: ITS_FIELD}")
+            if ports or length is not None or framing.get("rule") is not None:
+                raise self.fail(
+                    "wiring.carried_by", "a carried protocol has no ports or framing: its carrier frames it"
+                )
+            if header[0].const is None if header else True:
+                raise self.fail(
+                    "wiring.carried_by", "a carried protocol's header starts with its magic (a 'const')"
+                )
+            kw["carried_by"] = (str(carried["protocol"]), str(carried["field"]))
+        elif length is None and framing.get("rule") != "package":
             raise self.fail("wiring.framing", "needs 'length' (a header field) or 'rule: package'")
         if length is None:
             kw["counts"] = "whole"  # what the package's rule cuts is the whole PDU
@@ -1082,18 +1222,27 @@ class _Builder:
                 raise self.fail(where, "a map needs 'key' and 'value'")
             kw["key"] = self._field("key", attrs["key"], f"{where}.key", siblings=[], element=True)
             kw["value"] = self._field("value", attrs["value"], f"{where}.value", siblings=[], element=True)
-        elif type_name in ("raw", "json", "switch"):
-            if type_name == "raw" and "size" not in attrs:
+        elif type_name in ("raw", "json", "switch", "words", "protobuf"):
+            if type_name in ("raw", "words", "protobuf") and "size" not in attrs:
                 raise self.fail(where, "raw needs 'size': a byte count, an earlier integer field, or rest")
             if "size" in attrs:
                 kw["size"] = self._size(attrs["size"], sibling_by_name, where)
-            if type_name == "json" and attrs.get("of") is not None:
+            if type_name in ("json", "words", "protobuf") and attrs.get("of") is not None:
                 kw["struct"] = str(attrs["of"])
                 kw["fields"] = self._struct(kw["struct"], where)
+            if type_name == "words":
+                self._words(kw.get("fields", ()), where)
+            if type_name == "protobuf":
+                if "struct" not in kw:
+                    raise self.fail(where, "protobuf needs 'of': the struct naming the message's fields")
+                self._protobuf(kw["struct"], kw["fields"], where, set())
             if type_name == "switch":
                 kw |= self._switch(name, attrs, sibling_by_name, where)
         elif type_name in ("string", "bytes", "bool", "ipv4", "ipv6"):
-            pass
+            if type_name == "string" and "size" in attrs:
+                if "prefix" in attrs:
+                    raise self.fail(where, "a string has a 'size' or a 'prefix', not both")
+                kw["size"] = self._size(attrs["size"], sibling_by_name, where)
         elif type_name == "pairs":
             separators = attrs.get("separators")
             if (
@@ -1127,11 +1276,17 @@ class _Builder:
             type_name = "struct"
         else:
             raise self.fail(where, f"unknown type {type_name!r}")
-        if "size" in attrs and attrs["type"] not in ("raw", "json", "switch"):
-            raise self.fail(where, "'size' applies to raw, json and switch fields only")
-        if "of" in attrs and type_name not in ("array", "json", "pairs"):
-            raise self.fail(where, "'of' applies to array, json and pairs fields only")
-        kw |= self._prefix(attrs, type_name, where)
+        if "size" in attrs and attrs["type"] not in ("raw", "json", "switch", "string", "words", "protobuf"):
+            raise self.fail(
+                where, "'size' applies to raw, json, switch, string, words and protobuf fields only"
+            )
+        if "of" in attrs and type_name not in ("array", "json", "pairs", "words", "protobuf"):
+            raise self.fail(where, "'of' applies to array, json, pairs, words and protobuf fields only")
+        tag = attrs.get("tag")
+        if tag is not None and (not isinstance(tag, int) or isinstance(tag, bool) or not 1 <= tag < 1 << 29):
+            raise self.fail(where, "'tag' is a protobuf field number (1 to 2^29 - 1)")
+        if "size" not in kw:
+            kw |= self._prefix(attrs, type_name, where)
         enum = attrs.get("enum")
         for attr in ("enum", "response_enum"):
             named = attrs.get(attr)
@@ -1168,8 +1323,11 @@ class _Builder:
         if entry is not None and not isinstance(entry, str):
             raise self.fail(where, "'entry' must be the key's text")
         inline = bool(attrs.get("inline", False))
-        if inline and not (type_name in ("struct", "switch") or (type_name == "json" and "struct" in kw)):
-            raise self.fail(where, "'inline' applies to structs, switches and json with 'of'")
+        if inline and not (
+            type_name in ("struct", "switch", "words")
+            or (type_name in ("json", "protobuf", "hook") and "struct" in kw)
+        ):
+            raise self.fail(where, "'inline' applies to structs, switches, words and json with 'of'")
         rest = bool(attrs.get("rest", False))
         if rest and type_name != "map":
             raise self.fail(where, "'rest' applies to maps only")
@@ -1198,6 +1356,7 @@ class _Builder:
             response_enum=attrs.get("response_enum"),
             length_of=length_of,
             secret=secret,
+            tag=tag,
             mask=attrs.get("mask"),
             **kw,
         )
@@ -1205,16 +1364,64 @@ class _Builder:
             self._check_consistent_name(spec, where)
         return spec
 
+    def _protobuf(self, name: str, fields: tuple[FieldSpec, ...], where: str, seen: set[str]) -> None:
+        """A struct a protobuf field decodes: every member numbered (but one map gathering the
+        rest), of a type protobuf has; nested messages are such structs too."""
+        if name in seen:
+            return
+        seen.add(name)
+        for spec in fields:
+            at = f"{where} (struct {name}, member {spec.name})"
+            if spec.rest:
+                continue
+            if spec.tag is None:
+                raise self.fail(at, "a protobuf member needs 'tag': its field number")
+            element = spec.of if spec.type == "array" and spec.of is not None else spec
+            if spec.type == "map":
+                parts = (spec.key, spec.value)
+                if not all(p is not None and p.type in PROTOBUF_SCALARS for p in parts):
+                    raise self.fail(at, "a protobuf map's key and value are scalars")
+            elif element.type == "struct":
+                assert element.struct is not None
+                self._protobuf(element.struct, element.fields, where, seen)
+            elif element.type not in PROTOBUF_SCALARS:
+                raise self.fail(at, f"protobuf has no type {element.type!r}")
+
+    def _words(self, fields: tuple[FieldSpec, ...], where: str) -> None:
+        if not fields:
+            raise self.fail(where, "words needs 'of': the struct naming the words in order")
+        for spec in fields:
+            if spec.type != "string" and spec.type not in INT_TYPES:
+                raise self.fail(where, f"word {spec.name}: a word is a string or an integer, not {spec.type}")
+            if spec.size is not None or spec.when:
+                raise self.fail(where, f"word {spec.name}: a word has no 'size' or 'when' (its place says)")
+
     def _size(self, size: Any, siblings: Mapping[str, FieldSpec], where: str) -> int | str:
-        if size == "rest":
+        if size in ("rest", "line", "word"):
             return size
         if isinstance(size, str):
             ref = siblings.get(size)
+            if ref is None:
+                # What a hook of an earlier field adds (a size it computes) may size a later field.
+                ref = next(
+                    (
+                        adds[size]
+                        for s in siblings.values()
+                        if s.hook is not None
+                        and size in (adds := getattr(self, "hook_adds", {}).get(s.hook, {}))
+                    ),
+                    None,
+                )
             if ref is None or ref.type not in INT_TYPES:
-                raise self.fail(where, f"size refers to {size!r}, which is not an earlier integer field")
+                raise self.fail(
+                    where,
+                    f"size refers to {size!r}, which is not an earlier integer field (or one its hook adds)",
+                )
             return size
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise self.fail(where, "'size' must be a byte count, an earlier integer field, or rest")
+            raise self.fail(
+                where, "'size' must be a byte count, an earlier integer field, rest, line or word"
+            )
         return size
 
     def _prefix(self, attrs: Mapping[str, Any], type_name: str, where: str) -> dict[str, Any]:
@@ -1463,7 +1670,22 @@ def load_registry(directory: Path | None = None, package: str | None = PACKAGE) 
         protocols[proto.name] = proto
     if not protocols:
         raise SpecError(f"no protocol specs found in {directory} (expected <protocol>/{SPEC_FILE})")
+    for proto in protocols.values():
+        _check_carrier(proto, protocols)
     return Registry(protocols)
+
+
+def _check_carrier(proto: Protocol, protocols: Mapping[str, Protocol]) -> None:
+    """A carried protocol names a carrier of the registry and a bytes field of it."""
+    if proto.wiring.carried_by is None:
+        return
+    name, field_name = proto.wiring.carried_by
+    carrier = protocols.get(name)
+    if carrier is None:
+        raise SpecError(f"{proto.source}: wiring.carried_by: no protocol {name!r} in the registry")
+    spec = next((s for s in carrier.all_fields() if s.name == field_name), None)
+    if spec is None or spec.type not in ("raw", "bytes"):
+        raise SpecError(f"{proto.source}: wiring.carried_by: {name} has no raw or bytes field {field_name!r}")
 
 
 @cache

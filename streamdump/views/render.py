@@ -71,7 +71,11 @@ class Renderer:
                 if spec.info is None:
                     continue
             value = values[spec.name]
-            if spec.type in ("struct", "pairs", "json") and isinstance(value, dict) and spec.fields:
+            if (
+                spec.type in ("struct", "pairs", "json", "words", "protobuf")
+                and isinstance(value, dict)
+                and spec.fields
+            ):
                 self._info_parts(spec.fields, value, parts, response)
             elif spec.info is None:
                 continue
@@ -184,7 +188,9 @@ class Renderer:
         # Hook nodes carry their text in the label; containers of named members show them.
         if node.spec is None:
             return node.value is not None
-        if node.spec.type in ("json", "pairs", "switch") and isinstance(node.value, dict):
+        if node.spec.type in ("json", "pairs", "switch", "words", "protobuf") and isinstance(
+            node.value, dict
+        ):
             return False
         return node.spec.type not in ("struct", "hook")
 

@@ -108,6 +108,7 @@ class Volume:
     frames: int = 0
     messages: int = 0
     bytes: int = 0
+    latency: Samples | None = None  # replies' request latency, where the protocol pairs them
 
 
 @dataclass(slots=True)
@@ -151,6 +152,10 @@ class Statistics:
             volume.frames += 1
             volume.messages += moved.messages
             volume.bytes += moved.bytes
+            if moved.latency is not None:
+                if volume.latency is None:
+                    volume.latency = Samples()
+                volume.latency.add(moved.latency)
 
     @property
     def subject(self) -> str:
@@ -191,6 +196,7 @@ class Statistics:
                     "messages": v.messages,
                     "bytes": v.bytes,
                 }
+                | ({"latency": latency(v.latency)} if v.latency is not None else {})
                 for (stream, direction), v in sorted(self.volume.items())
             ],
             "connections": [
@@ -273,6 +279,14 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
         (subject.capitalize(), "Direction", "Frames", "Messages", "Bytes"),
         [(r[subject], r["direction"], r["frames"], r["messages"], r["bytes"]) for r in result[f"{subject}s"]],
     )
+    timed = [r for r in result[f"{subject}s"] if "latency" in r]
+    if timed:
+        _table(
+            console,
+            f"Request latency per {subject} (ms)",
+            (subject.capitalize(), "Count", "Min", "Median", "p95", "p99", "Max"),
+            [_latency_row({**r["latency"], "command": r[subject]}) for r in timed],
+        )
     _table(
         console,
         "Expert summary",

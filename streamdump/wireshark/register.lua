@@ -1,13 +1,16 @@
 -- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
 
-P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
-  "TCP ports on which the server listens", 65535)
+if not SPEC.carried_by then
+  P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
+    "TCP ports on which the server listens", 65535)
+end
 
 local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 
 local function register_ports()
+  if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
   if registered then tcp_table:remove(registered, P) end
   registered = P.prefs.ports
   tcp_table:add(registered, P)
@@ -22,6 +25,7 @@ function P.prefs_changed()
 end
 
 local function in_ports(port)
+  if SPEC.carried_by then return false end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
@@ -116,7 +120,10 @@ local function dissect_pdu(tvb, pinfo, root)
     requests[asker] = nil
     return found
   end
+  PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
   local frame = decode_frame(tvb, tree, lookup)
+  local carried_now = PDU_CONTEXT.carried
+  PDU_CONTEXT.pinfo = nil
   if not pinfo.visited and f == nil then
     f = {
       number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
@@ -156,6 +163,7 @@ local function dissect_pdu(tvb, pinfo, root)
     pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
     pinfo.cols.info = text
   end
+  for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
   return int(tvb:len())
 end
 
@@ -178,6 +186,11 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
+  if SPEC.carried_by then
+    -- Its carrier gives one whole frame.
+    dissect_pdu(tvb, pinfo, tree)
+    return int(tvb:len())
+  end
   dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
@@ -185,7 +198,7 @@ end
 register_ports()
 
 -- A protocol with a magic is found on any port: TCP offers segments no port claimed.
-if SPEC.magic then
+if SPEC.magic and not SPEC.carried_by then
   local magic = ByteArray.new(SPEC.magic.bytes)
   local function heuristic(tvb, pinfo, tree)
     local at, n = SPEC.magic.offset, magic:len()
