@@ -82,6 +82,7 @@ local SPEC = {
     response_key = "request",
     entries = "ext_fields",
     layout_versions = false,
+    key_case = "exact",
     default_version = 0,
   },
   enums = {
@@ -8295,7 +8296,9 @@ local SPEC = {
     links = { "request_in", "response_in", "response_time" },
     closes = {},
     versioned = true,
+    limits = {},
   },
+  carries = {},
 }
 
 -- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
@@ -8311,6 +8314,8 @@ local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protoc
 local CONV_HOOKS = {}   -- the protocol package's conversation hooks (user: who authenticates)
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
+-- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
+local PDU_CONTEXT = {}
 
 for name, values in pairs(SPEC.enums) do VS[name] = values end
 VS.commands = {}
@@ -8429,6 +8434,22 @@ local function quoted(text)
   -- Python's repr() of a string, which the Python side's messages use.
   if text:find("'", 1, true) and not text:find('"', 1, true) then return '"' .. text .. '"' end
   return "'" .. text:gsub("\\", "\\\\"):gsub("'", "\\'") .. "'"
+end
+
+-- Python's repr() of bytes (b'...'), or of a string (ASCII control bytes escaped, the rest kept).
+local function py_repr(text, as_bytes)
+  local q = "'"
+  if text:find("'", 1, true) and not text:find('"', 1, true) then q = '"' end
+  local named = { [9] = "\\t", [10] = "\\n", [13] = "\\r", [92] = "\\\\" }
+  local out = {}
+  for i = 1, #text do
+    local b = text:byte(i)
+    if named[b] then out[#out + 1] = named[b]
+    elseif string.char(b) == q then out[#out + 1] = "\\" .. q
+    elseif b < 32 or b == 127 or (as_bytes and b > 127) then out[#out + 1] = string.format("\\x%02x", b)
+    else out[#out + 1] = string.char(b) end
+  end
+  return (as_bytes and "b" or "") .. q .. table.concat(out) .. q
 end
 
 local function contains(list, value)
@@ -9154,20 +9175,311 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   error("no reader for type " .. tostring(t))
 end
 
-local function sized(spec, tvb, pos, stop, out)
+-- A text protocol's `size: line` or `size: word` field: its length, and the bytes after it
+-- that it reads too (a line's CRLF or LF; a word's spaces and tabs, and a line end after them).
+local function delimited(spec, tvb, pos, stop, ctx)
+  local text = stop > pos and tvb:raw(pos, stop - pos) or ""
+  if spec.size == "line" then
+    if ctx.line_done then
+      ctx.line_done = false
+      return 0, 0
+    end
+    local nl = text:find("\n", 1, true)
+    if not nl then short(spec.name, pos, stop - pos + 1, stop - pos) end
+    local size = nl - 1
+    if size > 0 and text:byte(size) == 13 then size = size - 1 end
+    return size, nl - size
+  end
+  ctx.line_done = false
+  local e = text:find("[ \t\r\n]")
+  if not e then short(spec.name, pos, stop - pos + 1, stop - pos) end
+  local a = e
+  while a <= #text and (text:byte(a) == 32 or text:byte(a) == 9) do a = a + 1 end
+  if text:sub(a, a + 1) == "\r\n" then
+    a = a + 2
+    ctx.line_done = true
+  elseif text:sub(a, a) == "\n" then
+    a = a + 1
+    ctx.line_done = true
+  end
+  return e - 1, a - e
+end
+
+local function sized(spec, tvb, pos, stop, out, ctx)
   local size = spec.size
+  if size == "line" or size == "word" then return delimited(spec, tvb, pos, stop, ctx) end
   if size == "rest" or size == nil then size = stop - pos
   elseif type(size) == "string" then size = out[size] end
   if size == nil then bad(spec.name, pos, spec.name .. ": size field " .. spec.size .. " is missing") end
-  if size < 0 then return nil end
+  if size < 0 then return nil, 0 end
   if stop - pos < size then short(spec.name, pos, size, stop - pos) end
-  return size
+  return size, 0
 end
 
-local function read_raw(spec, tvb, pos, stop, out)
-  local size = sized(spec, tvb, pos, stop, out)
+local function read_raw(spec, tvb, pos, stop, out, ctx)
+  local size, skip = sized(spec, tvb, pos, stop, out, ctx)
   if size == nil then return nil, pos end
-  return { pos = pos, len = size, tvb = tvb }, pos + size
+  return { pos = pos, len = size, tvb = tvb }, pos + size + skip
+end
+
+-- Protocol Buffers: a struct whose members carry their field numbers (tag). As Google's
+-- library (the Python side) reads them: proto3 scalars equal to their default say nothing, a
+-- field of the wrong wire type is an unknown one, unknown fields go to the member with `rest`
+-- by number ("wire type: value"), and bytes that do not parse are not the message.
+local PB_WIRE = { [0] = "varint", [1] = "fixed64", [2] = "bytes", [3] = "group", [5] = "fixed32" }
+local PB_WANT = { string = 2, bytes = 2, bool = 0, int32 = 0, int64 = 0, uint32 = 0, uint64 = 0, map = 2, struct = 2 }
+local PB_BAD = {}
+
+local function pb_varint(raw, i)
+  -- A varint at byte i of raw: a UInt64 and the index after it.
+  local value, shift = UInt64(0), 0
+  while true do
+    if i > #raw or shift > 63 then error(PB_BAD, 0) end
+    local b = raw:byte(i)
+    value = value + UInt64(b % 128):lshift(shift)
+    i, shift = i + 1, shift + 7
+    if b < 128 then return value, i end
+  end
+end
+
+local function pb_hex(s)
+  return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+local read_pb_struct
+
+local function pb_scalar(member_type, wire, raw, i, tvb, base)
+  -- One value of a scalar member; returns value, next index, and whether it is the default.
+  -- Bytes are their place in tvb (raw is tvb's bytes from base on).
+  if wire == 0 then
+    local v
+    v, i = pb_varint(raw, i)
+    if member_type == "bool" then return v ~= UInt64(0), i, v == UInt64(0) end
+    if member_type == "uint64" then return v, i, v == UInt64(0) end
+    if member_type == "int64" then return Int64(v:lower(), v:higher()), i, v == UInt64(0) end
+    local low = v:lower()
+    if member_type == "int32" and low >= 2147483648 then low = low - 4294967296 end
+    return low, i, low == 0
+  end
+  local n
+  n, i = pb_varint(raw, i)
+  n = n:tonumber()
+  if i + n - 1 > #raw then error(PB_BAD, 0) end
+  if member_type == "bytes" and tvb then return { pos = base + i - 1, len = n, tvb = tvb }, i + n, n == 0 end
+  local s = raw:sub(i, i + n - 1)
+  return s, i + n, n == 0
+end
+
+local function pb_unknown(wire, raw, i)
+  if wire == 0 then
+    local v
+    v, i = pb_varint(raw, i)
+    return "varint: " .. tostring(v), i
+  elseif wire == 1 or wire == 5 then
+    local n = wire == 1 and 8 or 4
+    if i + n - 1 > #raw then error(PB_BAD, 0) end
+    local v = UInt64(0)
+    for k = n, 1, -1 do v = v * 256 + raw:byte(i + k - 1) end
+    return PB_WIRE[wire] .. ": " .. tostring(v), i + n
+  elseif wire == 2 then
+    local n
+    n, i = pb_varint(raw, i)
+    n = n:tonumber()
+    if i + n - 1 > #raw then error(PB_BAD, 0) end
+    return "bytes: " .. pb_hex(raw:sub(i, i + n - 1)), i + n
+  end
+  error(PB_BAD, 0)  -- groups and wire types 6 and 7: not what these messages hold
+end
+
+read_pb_struct = function(struct_name, raw, tvb, base)
+  local members = SPEC.structs[struct_name]
+  local by_tag, rest = {}, nil
+  for _, m in ipairs(members) do
+    if m.tag then by_tag[m.tag] = m elseif m.rest then rest = m end
+  end
+  local value, unknown, unknown_keys = {}, {}, {}
+  local i = 1
+  while i <= #raw do
+    local key
+    key, i = pb_varint(raw, i)
+    key = key:tonumber()
+    local number, wire = math.floor(key / 8), key % 8
+    if number == 0 then error(PB_BAD, 0) end
+    local m = by_tag[number]
+    local mtype = m and (m.type == "array" and m.of.type or m.type)
+    if m and PB_WANT[mtype] == wire then
+      if m.type == "map" then
+        local entry
+        local entry_at = i
+        entry, i = pb_scalar("string", 2, raw, i)
+        entry_at = i - #entry  -- where the entry's bytes start in raw
+        local k, v = "", nil
+        local j = 1
+        while j <= #entry do
+          local ek
+          ek, j = pb_varint(entry, j)
+          ek = ek:tonumber()
+          local en, ew = math.floor(ek / 8), ek % 8
+          if ew ~= 2 then local _ _, j = pb_unknown(ew, entry, j)
+          elseif en == 1 then k, j = pb_scalar("string", 2, entry, j)
+          elseif en == 2 then v, j = pb_scalar(m.value.type, 2, entry, j, tvb, base + entry_at - 1)
+          else local _ _, j = pb_unknown(ew, entry, j) end
+        end
+        local map = value[m.name] or setmetatable({ keys = {}, map = {} }, JSON_OBJECT)
+        if map.map[k] == nil then map.keys[#map.keys + 1] = k end
+        if v == nil then v = m.value.type == "bytes" and { pos = base + entry_at - 1, len = 0, tvb = tvb } or "" end
+        map.map[k] = v
+        value[m.name] = map
+      elseif mtype == "struct" then
+        local s
+        s, i = pb_scalar("string", 2, raw, i)
+        local struct_name2 = m.type == "array" and m.of.struct or m.struct
+        local inner = read_pb_struct(struct_name2, s, tvb, base + i - 1 - #s)
+        if m.type == "array" then
+          value[m.name] = value[m.name] or {}
+          value[m.name][#value[m.name] + 1] = inner
+        else
+          value[m.name] = inner
+        end
+      else
+        local v, default
+        v, i, default = pb_scalar(mtype, wire, raw, i, tvb, base)
+        if m.type == "array" then
+          value[m.name] = value[m.name] or {}
+          value[m.name][#value[m.name] + 1] = v
+        elseif default then
+          value[m.name] = nil  -- proto3: a default value is no value
+        else
+          value[m.name] = v
+        end
+      end
+    else
+      local text
+      text, i = pb_unknown(wire, raw, i)
+      local k = tostring(number)
+      if unknown[k] == nil then unknown_keys[#unknown_keys + 1] = k end
+      unknown[k] = text
+    end
+  end
+  if rest and #unknown_keys > 0 then
+    value[rest.name] = setmetatable({ keys = unknown_keys, map = unknown }, JSON_OBJECT)
+  end
+  return value
+end
+
+local function pb_show(holder, members, value, range)
+  for _, m in ipairs(members) do
+    local v = value[m.name]
+    if v ~= nil then
+      if m.type == "map" then
+        local item = holder:add(F[m.name], range)
+        item:set_text(struct_title(m.name) .. ": " .. #v.keys .. " entries")
+        for _, k in ipairs(v.keys) do
+          local entry = item:add(range, k)
+          entry:add(F[m.name .. ".key"], range, k)
+          if m.value.type == "bytes" then
+            local b = v.map[k]
+            entry:add(F[m.name .. ".value"], b.tvb(b.pos, b.len))
+          else
+            entry:add(F[m.name .. ".value"], range, v.map[k])
+          end
+        end
+      elseif m.type == "struct" then
+        local item = holder:add(range, struct_title(m.name))
+        pb_show(item, SPEC.structs[m.struct], v, range)
+      elseif m.type == "bytes" then
+        holder:add(F[m.name], v.tvb(v.pos, v.len))
+      else
+        holder:add(F[m.name], range, v)
+      end
+    end
+  end
+end
+
+local function read_protobuf(spec, tvb, pos, len, tree, ctx, name)
+  local raw = len > 0 and tvb:raw(pos, len) or ""
+  local ok, value = pcall(read_pb_struct, spec.struct, raw, tvb, pos)
+  if not ok then
+    if value ~= PB_BAD then error(value, 0) end
+    note(ctx, "warn", "malformed", string.format("%s is not a protobuf %s: truncated or corrupt", name, spec.struct))
+    if tree then tree:add(F[name] or F.payload, tvb(pos, len)) end
+    return { pos = pos, len = len, tvb = tvb }
+  end
+  if tree then
+    local holder = tree:add(tvb(pos, len), struct_title(name))
+    pb_show(holder, SPEC.structs[spec.struct], value, tvb(pos, len))
+  end
+  return value
+end
+
+-- A field's bytes that start with a carried protocol's magic: that protocol's plugin dissects
+-- them, as a layer of its own under the packet. Whether one did.
+local function carried(spec, tvb, pos, len, tree, ctx)
+  local entries = SPEC.carries[spec.name]
+  if entries == nil or PDU_CONTEXT.pinfo == nil then return false end
+  for _, entry in ipairs(entries) do
+    local magic = ByteArray.new(entry.magic)
+    if len >= magic:len() and tvb(pos, magic:len()):bytes() == magic then
+      local ok, inner = pcall(Dissector.get, entry.protocol)
+      if ok and inner then
+        -- Dissected once this frame is: its layer follows the carrier's, in the tree and columns.
+        local queue = PDU_CONTEXT.carried
+        queue[#queue + 1] = { inner, tvb(pos, len):tvb() }
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- Words separated by spaces or tabs, named in order by a struct; a shorter line leaves out
+-- optional members, taken in order when words spare.
+local function read_words(spec, tvb, pos, size, tree, ctx, name)
+  local text = size > 0 and tvb:raw(pos, size) or ""
+  local spans = {}
+  for s, e in text:gmatch("()[^ \t\r\n]+()") do spans[#spans + 1] = { s, e } end
+  local members = SPEC.structs[spec.struct]
+  local required = 0
+  local shown = {}
+  for _, m in ipairs(members) do
+    if not m.optional then required = required + 1 end
+    shown[#shown + 1] = m.optional and ("[" .. m.name .. "]") or m.name
+  end
+  if #spans < required then
+    bad(name, pos, string.format("%s: %d words where %s are expected", name, #spans, table.concat(shown, " ")))
+  end
+  local holder = tree and tree:add(tvb(pos, size), struct_title(name)) or nil
+  local spare = #spans - required
+  local value = {}
+  local i = 0
+  for _, m in ipairs(members) do
+    local take = true
+    if m.optional then
+      if spare <= 0 then take = false else spare = spare - 1 end
+    end
+    if take then
+      i = i + 1
+      local s, e = spans[i][1], spans[i][2]
+      local at = pos + s - 1
+      local word = text:sub(s, e - 1)
+      if not utf8_valid(word) then
+        note(ctx, "warn", "malformed", m.name .. " is not valid UTF-8")
+        word = tvb(at, e - s):string(ENC_UTF_8)
+      end
+      if m.width then
+        if not word:match("^[0-9]+$") then bad(m.name, at, string.format("%s '%s' is not a number", m.name, word)) end
+        value[m.name] = tonumber(word)
+        if holder then holder:add(F[m.name], tvb(at, e - s), value[m.name]) end
+      else
+        value[m.name] = word
+        if holder then holder:add(F[m.name], tvb(at, e - s), word) end
+      end
+    end
+  end
+  if i < #spans then
+    note(ctx, "warn", "malformed", string.format("%s: %d words more than expected", name, #spans - i))
+  end
+  return value
 end
 
 local function run_hook(hook, ctx, fn)
@@ -9341,7 +9653,16 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
       local value
       local t = spec.type
       if t == "raw" then
-        value, pos = read_raw(spec, tvb, pos, stop, out)
+        value, pos = read_raw(spec, tvb, pos, stop, out, ctx)
+        if type(spec.const) == "string" and value ~= nil then
+          -- a raw constant is written as hex in SPEC
+          local want = spec.const:gsub("..", function(h) return string.char(tonumber(h, 16)) end)
+          local got = value.len > 0 and tvb:raw(value.pos, value.len) or ""
+          if got ~= want then
+            note(ctx, "error", "malformed", string.format("%s is %s, expected %s", spec.name,
+              py_repr(got, true), py_repr(want, true)))
+          end
+        end
         local hook = spec.hook and HOOKS[spec.hook]
         if value == nil then
           -- a null raw field says nothing
@@ -9356,8 +9677,27 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         local hook = HOOKS[spec.hook]
         local at = pos
         value, pos = hook.read(spec, tvb, at, stop, tree, ctx, spec.name, out)
+      elseif t == "protobuf" then
+        local size, skip = sized(spec, tvb, pos, stop, out, ctx)
+        value = read_protobuf(spec, tvb, pos, size, tree, ctx, spec.name)
+        pos = pos + size + skip
+      elseif t == "words" then
+        local size, skip = sized(spec, tvb, pos, stop, out, ctx)
+        value = read_words(spec, tvb, pos, size, tree, ctx, spec.name)
+        pos = pos + size + skip
+      elseif t == "string" and spec.size then
+        local size, skip = sized(spec, tvb, pos, stop, out, ctx)
+        local at = pos
+        value = read_text(tvb, at, size, not spec.secret and tree or nil, ctx, spec.name, tvb(at, size))
+        if spec.secret and value ~= "" then value = SPEC.masked end  -- a credential is never shown
+        if spec.secret and tree then tree:add(F[spec.name], tvb(at, size), value) end
+        local hook = spec.hook and HOOKS[spec.hook]
+        if hook and hook.value and value ~= nil then
+          run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, size) end)
+        end
+        pos = pos + size + skip
       elseif t == "json" then
-        local size = sized(spec, tvb, pos, stop, out)
+        local size, skip = sized(spec, tvb, pos, stop, out, ctx)
         if size ~= nil then
           value = read_json(spec, tvb, pos, size, tree, ctx, spec.name, spec.inline and struct_title(spec.name) or nil)
           local hook = spec.hook and HOOKS[spec.hook]
@@ -9365,12 +9705,13 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
             local at, len = pos, size
             run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, len) end)
           end
-          pos = pos + size
+          pos = pos + size + skip
         end
       elseif t == "switch" then
-        local size = sized(spec, tvb, pos, stop, out)
+        local size, skip = sized(spec, tvb, pos, stop, out, ctx)
         if size ~= nil then
           value, pos = read_case(spec, version, tvb, pos, pos + size, tree, ctx, out)
+          if spec.size ~= nil then pos = pos + skip end
         end
       else
         local at = pos
@@ -9562,6 +9903,7 @@ local function decode_frame(tvb, tree, lookup)
   local oneway = not response and marked(probe, FRAME.oneway)
   if type(wire_key) ~= "number" and type(wire_key) ~= "string" then wire_key = nil end
   local key = wire_key
+  if FRAME.key_case == "any" and type(key) == "string" then key = key:upper() end
   if type(wire_key) ~= KEY_TYPE then key = nil end  -- text where the key is a number: an unknown name
   if MASK_IN_KEY and type(wire_key) == "number" then
     response = has_bit(wire_key, FRAME.response.mask)
@@ -9808,7 +10150,7 @@ local function new_conn()
   return {
     pending = {}, sessions = {}, in_flight = {}, credits = {}, last_grant = {}, announced = {},
     versions = {}, client_last = nil, negotiated = nil, negotiated_in = nil, user = nil,
-    requests = {}, server_port = nil,
+    requests = {}, server_port = nil, ended = {}, asked = {}, pings = {}, limits = {}, setup_seen = false,
   }
 end
 
@@ -9980,7 +10322,7 @@ local function negotiation(conn, f)
           before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
           version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
-      tnote(f, (code == nil or OK[code]) and "note" or "error", "protocol",
+      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "protocol",
         "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
   end
@@ -9996,28 +10338,54 @@ local function sessions(conn, f)
   for _, role in ipairs(SESSION_OF[f.command] or {}) do
     local spec = CONV.sessions[role.name]
     local sid = f.fields[spec.id]
-    if is_number(sid) then
-      local key = role.name .. ":" .. sid
-      if role.role == "open" and f.kind == "request" then
-        for _, ack in pairs(CONV.acks) do
-          if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
+    if is_number(sid) or type(sid) == "string" then
+      local key = role.name .. ":" .. tostring(sid)
+      if role.role == "open" and f.kind ~= "response" then
+        if f.kind == "request" then
+          for _, ack in pairs(CONV.acks) do
+            if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
+          end
         end
         local values = {}
-        for _, name in ipairs(spec.keep) do values[name] = f.fields[name] end
-        conn.sessions[key] = { opened_in = f.number, values = values, keep = spec.keep }
-      elseif role.role == "close" and f.kind == "request" then
-        conn.sessions[key] = nil
-        for _, ack in pairs(CONV.acks) do
-          if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
+        for i, name in ipairs(spec.keep) do values[spec.keep_as[i]] = f.fields[name] end
+        conn.sessions[key] = { opened_in = f.number, values = values, keep = spec.keep_as, uses = 0 }
+        conn.ended[key] = nil
+      elseif role.role == "close" and f.kind ~= "response" then
+        local session = conn.sessions[key]
+        local after = spec.close_after and f.fields[spec.close_after]
+        if session and is_number(after) and session.uses < after then
+          session.limit = after  -- it ends after that many uses in all
+        else
+          conn.sessions[key] = nil
+          conn.ended[key] = f.number
+        end
+        if f.kind == "request" then
+          for _, ack in pairs(CONV.acks) do
+            if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
+          end
         end
       elseif role.role == "use" then
         local session = conn.sessions[key]
         if session then
           local links = links_of(f)
           links.opened_in = session.opened_in
-          links.kept = {}
+          links.kept = links.kept or {}
           for _, name in ipairs(session.keep) do
             if session.values[name] ~= nil then table.insert(links.kept, { name, session.values[name] }) end
+          end
+          session.uses = session.uses + 1
+          if session.limit and session.uses >= session.limit then
+            conn.sessions[key] = nil
+            conn.ended[key] = f.number
+          end
+        elseif spec.unknown and conn.setup_seen then
+          local name = f.command
+          if conn.ended[key] then
+            tnote(f, "note", "sequence", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
+              name, role.name, spec.id, tostring(sid), conn.ended[key], server_of(conn), spec.close))
+          else
+            tnote(f, "warn", "sequence", string.format("%s for %s %s %s, which no %s in the capture opened",
+              name, role.name, spec.id, tostring(sid), spec.open))
           end
         end
       end
@@ -10110,6 +10478,79 @@ local function announcement(conn, f)
     quoted(subject), what))
 end
 
+-- A frame sent where an earlier request of the other side asked to be answered is its answer;
+-- a frame naming where to answer is a request (NATS request/reply).
+local function pair(request, response)
+  local links = links_of(response)
+  links.request_in = request.number
+  if response.ts >= request.ts then links.response_time = round6(response.ts - request.ts) end
+  links_of(request).response_in = response.number
+end
+
+local function replies(conn, f)
+  local spec = CONV.replies
+  local to = f.fields[spec.answer]
+  if type(to) == "string" then
+    local key = side_key(not f.from_client) .. to
+    local request = conn.asked[key]
+    if request then
+      conn.asked[key] = nil
+      pair(request, f)
+      for _, kept in ipairs(spec.keep) do
+        local v = request.fields[kept[2]]
+        if v ~= nil then
+          local links = links_of(f)
+          links.kept = links.kept or {}
+          table.insert(links.kept, { kept[1], v })
+        end
+      end
+      local status = spec.status and f.fields[spec.status]
+      local meaning = is_number(status) and spec.statuses[status]
+      if meaning then
+        tnote(f, "warn", "response_code", string.format("the %s answered %s with status %d: %s",
+          server_of(conn), asked(request, request), status, meaning))
+      end
+      request.pending = nil
+      request.fields = nil  -- answered: only its number and links stay
+    end
+  end
+  local ask = f.fields[spec.ask]
+  if type(ask) == "string" and ask ~= "" then
+    conn.asked[side_key(f.from_client) .. ask] = f
+    f.pending = true  -- its fields name it when its answer comes
+  end
+end
+
+local function pings(conn, f)
+  if f.command == CONV.pings.ask then
+    local list = conn.pings[side_key(f.from_client)] or {}
+    list[#list + 1] = f
+    conn.pings[side_key(f.from_client)] = list
+  else
+    local list = conn.pings[side_key(not f.from_client)]
+    if list and #list > 0 then pair(table.remove(list, 1), f) end
+  end
+end
+
+local function limits(conn, f)
+  if not f.from_client then
+    for _, limit in ipairs(CONV.limits) do
+      if f.command == limit.command and is_number(f.fields[limit.announced]) then
+        conn.limits[limit.bounds] = { f.fields[limit.announced], f.number, limit.announced }
+      end
+    end
+    return
+  end
+  for _, limit in ipairs(CONV.limits) do
+    local found, value = conn.limits[limit.bounds], f.fields[limit.bounds]
+    if found and is_number(value) and value > found[1] then
+      tnote(f, "error", "protocol", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
+        f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), limit.bounds, value,
+        found[3], found[1], server_of(conn), found[2]))
+    end
+  end
+end
+
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
     tnote(f, "error", "protocol", string.format(
@@ -10118,6 +10559,10 @@ local function track(conn, f)
   end
   -- A response whose command is its request's is tracked even when the request is missing.
   local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
+  if SETUP[f.command] then conn.setup_seen = true end
+  if #CONV.limits > 0 then limits(conn, f) end
+  if CONV.replies and f.command then replies(conn, f) end
+  if CONV.pings and (f.command == CONV.pings.ask or f.command == CONV.pings.answer) then pings(conn, f) end
   if (f.command or orphan) and f.kind ~= "unknown" then
     if CONV.correlation then correlate(conn, f) end
     negotiation(conn, f)
@@ -10281,14 +10726,17 @@ HOOKS.message_body = {
 
 -- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
 
-P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
-  "TCP ports on which the server listens", 65535)
+if not SPEC.carried_by then
+  P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
+    "TCP ports on which the server listens", 65535)
+end
 
 local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 
 local function register_ports()
+  if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
   if registered then tcp_table:remove(registered, P) end
   registered = P.prefs.ports
   tcp_table:add(registered, P)
@@ -10303,6 +10751,7 @@ function P.prefs_changed()
 end
 
 local function in_ports(port)
+  if SPEC.carried_by then return false end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
@@ -10397,7 +10846,10 @@ local function dissect_pdu(tvb, pinfo, root)
     requests[asker] = nil
     return found
   end
+  PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
   local frame = decode_frame(tvb, tree, lookup)
+  local carried_now = PDU_CONTEXT.carried
+  PDU_CONTEXT.pinfo = nil
   if not pinfo.visited and f == nil then
     f = {
       number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
@@ -10437,6 +10889,7 @@ local function dissect_pdu(tvb, pinfo, root)
     pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
     pinfo.cols.info = text
   end
+  for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
   return int(tvb:len())
 end
 
@@ -10459,6 +10912,11 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
+  if SPEC.carried_by then
+    -- Its carrier gives one whole frame.
+    dissect_pdu(tvb, pinfo, tree)
+    return int(tvb:len())
+  end
   dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
@@ -10466,7 +10924,7 @@ end
 register_ports()
 
 -- A protocol with a magic is found on any port: TCP offers segments no port claimed.
-if SPEC.magic then
+if SPEC.magic and not SPEC.carried_by then
   local magic = ByteArray.new(SPEC.magic.bytes)
   local function heuristic(tvb, pinfo, tree)
     local at, n = SPEC.magic.offset, magic:len()

@@ -505,7 +505,8 @@ def test_protocol_option_limits_the_read(mixed: Path) -> None:
     assert len(both) == 141
     code, _, err = run("read", str(mixed), "--protocol", "kafka")
     assert code != 0 and err.strip() == (
-        "streamdump: error: unknown protocol 'kafka' (known: eventmesh, rabbitmq_stream, rocketmq)"
+        "streamdump: error: unknown protocol 'kafka' "
+        "(known: eventmesh, liftbridge, nats, rabbitmq_stream, rocketmq)"
     )
 
 
@@ -597,7 +598,7 @@ def test_decode_picks_the_protocol_the_bytes_are(toy: Decoder) -> None:
 
 
 def test_protocols_registry_lists_every_shipped_protocol() -> None:
-    assert NAMES == ["eventmesh", "rabbitmq_stream", "rocketmq"]
+    assert NAMES == ["eventmesh", "liftbridge", "nats", "rabbitmq_stream", "rocketmq"]
     for name in NAMES:
         protocol: Protocol = REGISTRY.get(name)
         assert protocol.source == f"{name}/spec.yaml"

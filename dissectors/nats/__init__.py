@@ -1,0 +1,21 @@
+"""NATS client protocol (port 4222).
+
+spec.yaml is the registry entry: every operation, the words of its line, INFO and CONNECT as
+JSON, and the conversation rules. What the grammar cannot say is here: where a frame ends
+(framing.py, twin framing.lua), the headers of HPUB and HMSG and what a payload holds
+(payloads.py, twin payloads.lua), and what a message is for `--messages` and stats
+(messages.py).
+"""
+
+from __future__ import annotations
+
+from streamdump.dissectors.nats import framing, messages, payloads
+
+from streamdump.spec.dissector import Dissector
+
+DISSECTOR = Dissector(
+    hooks=(payloads.HeaderBlock, payloads.Payload),
+    lua=("framing.lua", "payloads.lua"),
+    framing=framing.NatsRule,
+    messages=messages.SubjectMessages,
+)
