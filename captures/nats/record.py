@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Record the NATS client-protocol captures that live in captures/nats/.
+
+    sudo python3 captures/nats/record.py                  # every scenario
+    sudo python3 captures/nats/record.py pubsub trouble   # some of them
+    sudo python3 captures/nats/record.py --restore-lo     # only undo a killed run's lo changes
+
+Every byte is the real nats-py client's or the real NATS server's (with JetStream, on
+127.0.0.1:4222), except in trouble.pcap, where plain sockets speak the protocol badly on
+purpose so that the server answers with its real -ERR lines. Each scenario is one pcap:
+tcpdump records `tcp port 4222` on lo (classic pcap, -s 0, -U) while lo runs at MTU 1500
+with TSO/GSO/GRO off, so TCP segments are at most 1448 bytes as on an Ethernet link; lo is
+always put back as it was. tcpdump is started, and its "listening on" line awaited, before
+the scenario connects; it is stopped with SIGINT after a short tail so the FINs are in.
+
+The loopback, tcpdump-readiness and capture checks are the ones of captures/rabbitmq_stream/
+(loopback.py, tcpdump_tools.py, pcap_checks.py, system_tools.py), imported from there.
+After each recording the file is checked (whole TCP connections, their count, link type,
+segment sizes, packet count against tcpdump's own, size) and the protocol lines of each
+connection are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+# The rabbitmq_stream modules import each other by their bare names.
+sys.path.insert(0, str(HERE.parent / "rabbitmq_stream"))
+
+import nats  # noqa: E402
+import pcap_checks  # noqa: E402
+from loopback import LO_SAVED, LOOPBACK, WIRE_MSS, WIRE_MTU, restore_saved_loopback, wire_mtu  # noqa: E402
+from nats.errors import NoRespondersError  # noqa: E402
+from nats.js.errors import NotFoundError  # noqa: E402
+from pcap_checks import LINKTYPE_ETHERNET, check_capture  # noqa: E402
+from system_tools import find_program, give_to_dir_owner  # noqa: E402
+from tcpdump_tools import (  # noqa: E402
+    TCPDUMP_READY_WAIT_S,
+    TCPDUMP_TAIL_S,
+    CaptureStats,
+    _read_stderr_until,
+    recording_lock,
+)
+
+log = logging.getLogger("record")
+
+HOST, PORT = "127.0.0.1", 4222
+SERVER = f"nats://{HOST}:{PORT}"
+# check_capture() tells client from server by this module global (5552 there).
+pcap_checks.PORT = PORT
+MAX_CAPTURE_BYTES = 40_000
+RING_KIB = 65536
+STREAM = "ORDERS"
+
+
+# --- tcpdump -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tcpdump(out: Path) -> Iterator[list[CaptureStats]]:
+    """Capture `tcp port 4222` on lo into the classic pcap `out` for the duration of the block."""
+    binary = find_program("tcpdump") or "/usr/bin/tcpdump"
+    out.unlink(missing_ok=True)
+    # --immediate-mode: without it SIGINT may discard the last unfinished ring block (see
+    # tcpdump_tools.py); -B: a big ring, so nothing is dropped.
+    cmd = [binary, "-i", LOOPBACK, "-s", "0", "-U", "--immediate-mode", "-B", str(RING_KIB)]
+    cmd += ["-w", str(out), f"tcp port {PORT}"]
+    log.info("starting: %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stats: list[CaptureStats] = []
+    try:
+        # No connection before the filter is attached, or the handshake would be missing.
+        _read_stderr_until(proc, "listening on", TCPDUMP_READY_WAIT_S)
+        yield stats
+        time.sleep(TCPDUMP_TAIL_S)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    text = err.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"tcpdump exited with {proc.returncode}: {text}")
+    counts = {
+        m[2]: int(m[1])
+        for m in re.finditer(r"(\d+) packets? (captured|received by filter|dropped by kernel)", text)
+    }
+    stats.append(CaptureStats(counts.get("captured", -1), counts.get("received by filter", -1),
+                              counts.get("dropped by kernel", -1)))  # fmt: skip
+    if stats[0].dropped != 0:
+        raise RuntimeError(f"tcpdump dropped packets: {text}")
+    give_to_dir_owner(out)
+
+
+# --- scenarios: the real nats-py client ------------------------------------------------------
+
+
+async def pubsub() -> None:
+    """A wildcard subscription and a queue-group one, publishes of text, JSON, bytes, an empty
+    payload and one with headers, a subscription that the server ends after one message
+    (UNSUB sid 1), an unsubscribe, flushes (PING/PONG) and a drain."""
+    nc = await nats.connect(SERVER, name="orders-service")
+    got: list[Any] = []
+    all_in = asyncio.Event()
+
+    async def keep(msg: Any) -> None:
+        got.append(msg)
+        # 5 publishes on orders.*, each to orders.> and the 3 on orders.created also to the
+        # queue group, plus the one audit.orders message before the auto-unsubscribe.
+        if len(got) >= 9:
+            all_in.set()
+
+    wide = await nc.subscribe("orders.>", cb=keep)
+    await nc.subscribe("orders.created", queue="workers", cb=keep)
+    audit = await nc.subscribe("audit.orders", cb=keep)
+    # UNSUB 3 1: the server ends the subscription after one more message. (nats-py's
+    # subscribe(max_msgs=1) would only count on the client side and send no UNSUB.)
+    await audit.unsubscribe(limit=1)
+    await nc.flush()
+    await nc.publish("orders.created", b"order 7 created")
+    await nc.publish("orders.created", json.dumps({"id": 1, "sku": "A-7"}).encode())
+    await nc.publish("orders.blob", bytes([0, 1, 2, 0xFF, 0xFE, 0x0D, 0x0A, 0x7F, 0x80, 0x1B]))
+    await nc.publish("orders.empty", b"")
+    await nc.publish("orders.created", b'{"id": 2}', headers={"Trace-Id": "abc", "X-Multi": "one, two"})
+    await nc.publish("audit.orders", b"first")
+    await nc.publish("audit.orders", b"second, after the auto-unsubscribe")
+    await nc.flush()
+    await asyncio.wait_for(all_in.wait(), 2)
+    await wide.unsubscribe()
+    await nc.publish("orders.created", b"after the unsubscribe")
+    await nc.flush()
+    await asyncio.sleep(0.1)
+    await nc.drain()
+
+
+async def request_reply() -> None:
+    """A responder on svc.echo and a requester: three requests answered (the last with
+    headers), then one to a subject nobody listens on, which the server answers with a
+    503 no-responders status."""
+    responder = await nats.connect(SERVER, name="echo-responder")
+
+    async def echo(msg: Any) -> None:
+        await msg.respond(b"echo: " + msg.data)
+
+    await responder.subscribe("svc.echo", cb=echo)
+    await responder.flush()
+    requester = await nats.connect(SERVER, name="echo-client")
+    await requester.request("svc.echo", b"hello 0", timeout=1)
+    await requester.request("svc.echo", b"hello 1", timeout=1)
+    await requester.request("svc.echo", b"hello 2", timeout=1, headers={"Trace-Id": "req-2"})
+    try:
+        await requester.request("svc.nobody", b"anyone?", timeout=1)
+        raise RuntimeError("svc.nobody was answered")
+    except NoRespondersError:
+        log.info("svc.nobody: no responders, as expected")
+    await requester.drain()
+    await responder.drain()
+
+
+async def delete_stream() -> None:
+    """Before the jetstream recording, from a connection tcpdump does not see."""
+    nc = await nats.connect(SERVER)
+    with contextlib.suppress(NotFoundError):
+        await nc.jetstream().delete_stream(STREAM)
+    await nc.close()
+
+
+async def jetstream() -> None:
+    """Stream ORDERS on js.orders.> created, three acknowledged publishes (one with a
+    Nats-Msg-Id header), a durable pull consumer fetching and acking them, the stream deleted."""
+    nc = await nats.connect(SERVER, name="jetstream-client")
+    js = nc.jetstream()
+    await js.add_stream(name=STREAM, subjects=["js.orders.>"])
+    await js.publish("js.orders.created", json.dumps({"id": 1, "sku": "A-7"}).encode())
+    await js.publish("js.orders.created", json.dumps({"id": 2, "sku": "B-3"}).encode())
+    await js.publish("js.orders.shipped", b'{"id": 1}', headers={"Nats-Msg-Id": "ship-1"})
+    sub = await js.pull_subscribe("js.orders.>", durable="billing")
+    msgs = await sub.fetch(3, timeout=2)
+    if len(msgs) != 3:
+        raise RuntimeError(f"fetched {len(msgs)} messages, expected 3")
+    for msg in msgs:
+        await msg.ack()
+    await nc.flush()
+    await js.delete_stream(STREAM)
+    await nc.drain()
+
+
+# --- scenario: plain sockets speaking the protocol badly ------------------------------------
+
+
+def _read_quiet(sock: socket.socket, quiet_s: float = 0.3) -> bytes:
+    """What the server sends until it is quiet for `quiet_s` or closes."""
+    sock.settimeout(quiet_s)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def raw(label: str, steps: list[bytes]) -> None:
+    """One connection: read the INFO, send each step and read the server's answer to it."""
+    with socket.create_connection((HOST, PORT)) as sock:
+        _read_quiet(sock)
+        for step in steps:
+            try:
+                sock.sendall(step)
+            except (BrokenPipeError, ConnectionResetError):
+                log.info("%s: the server had closed the connection", label)
+                break
+            log.info("%s: sent %r, got %r", label, step, _read_quiet(sock))
+
+
+CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"lang":"raw","version":"0","protocol":1}\r\n'
+
+
+async def trouble() -> None:
+    """What the server refuses or says to a careless client, each on its own connection."""
+    # (a) pedantic: a subject with a wildcard in a PUB, then a payload longer than its size.
+    raw("pedantic", [b'CONNECT {"verbose":false,"pedantic":true}\r\n',
+                     b"PUB orders.*.bad 2\r\nhi\r\n",
+                     b"PUB orders.bad 5\r\nhello, world\r\n"])  # fmt: skip
+    # (b) a line that is no protocol operation.
+    raw("garbage", [CONNECT, b"HELLO WORLD\r\n"])
+    # (c) a PUB over max_payload (1048576); the payload is never sent.
+    raw("too_big", [CONNECT, b"PUB orders.huge 2000000\r\n"])
+    # (d) PING answered by PONG, then a clean close.
+    raw("ping", [CONNECT, b"PING\r\n"])
+    # (e) verbose: +OK after each command.
+    raw("verbose", [b'CONNECT {"verbose":true}\r\n', b"SUB orders.* 9\r\n", b"PUB orders.x 2\r\nhi\r\n",
+                    b"UNSUB 9\r\n", b"PING\r\n"])  # fmt: skip
+    # Last: a PING, and the client closes without reading; the PONG may meet a closed socket.
+    with socket.create_connection((HOST, PORT)) as sock:
+        _read_quiet(sock)
+        sock.sendall(CONNECT + b"PING\r\n")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    run: Callable[[], Awaitable[None]]
+    # TCP connections it opens; more in the file means another client used the server.
+    connections: int
+    # Run before tcpdump starts, so its traffic stays out of the capture.
+    before: Callable[[], Awaitable[None]] | None = None
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "pubsub": Scenario(pubsub, 1),
+    "request_reply": Scenario(request_reply, 2),
+    "jetstream": Scenario(jetstream, 1, before=delete_stream),
+    "trouble": Scenario(trouble, 6),
+}
+
+
+# --- checks and the printed transcript -------------------------------------------------------
+
+
+def streams(pcap: Path) -> list[tuple[int, bytes, bytes]]:
+    """(client port, client→server bytes, server→client bytes) of each connection, in order."""
+    import dpkt
+
+    order: list[int] = []
+    data: dict[tuple[int, bool], bytearray] = {}
+    next_seq: dict[tuple[int, bool], int] = {}
+    with pcap.open("rb") as fh:
+        for _ts, buf in dpkt.pcap.Reader(fh):
+            ip = dpkt.ethernet.Ethernet(buf).data
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            to_server = tcp.dport == PORT
+            key = (tcp.sport if to_server else tcp.dport, to_server)
+            if tcp.flags & dpkt.tcp.TH_SYN:
+                if key[0] not in order:
+                    order.append(key[0])
+                next_seq[key] = tcp.seq + 1
+                data[key] = bytearray()
+                continue
+            payload = bytes(tcp.data)
+            if not payload or key not in next_seq:
+                continue
+            skip = (next_seq[key] - tcp.seq) % 2**32
+            if skip >= 2**31:
+                raise RuntimeError(f"{pcap}: bytes missing before seq {tcp.seq}")
+            data[key] += payload[skip:]
+            next_seq[key] = max(next_seq[key], tcp.seq + len(payload)) % 2**32
+    return [(port, bytes(data.get((port, True), b"")), bytes(data.get((port, False), b""))) for port in order]
+
+
+def transcript(pcap: Path, width: int = 160) -> str:
+    lines = []
+    for port, c2s, s2c in streams(pcap):
+        lines.append(f"--- connection from port {port}: {len(c2s)} bytes C->S, {len(s2c)} bytes S->C")
+        for arrow, data in (("C->S", c2s), ("S->C", s2c)):
+            for line in data.split(b"\r\n"):
+                text = repr(line)[2:-1]
+                lines.append(f"  {arrow} {text[:width]}{' ...' if len(text) > width else ''}")
+    return "\n".join(lines)
+
+
+def record(name: str, outdir: Path = HERE) -> Path:
+    """Record `name`.pcap (beside this script, or in outdir) and check it; the caller holds
+    recording_lock()."""
+    scenario = SCENARIOS[name]
+    out = outdir / f"{name}.pcap"
+    if scenario.before is not None:
+        asyncio.run(scenario.before())
+    # lo is changed before tcpdump starts and put back only after it has stopped.
+    with wire_mtu(WIRE_MTU), tcpdump(out) as stats:
+        asyncio.run(scenario.run())
+    summary = check_capture(out)
+    size = out.stat().st_size
+    problems = []
+    if summary.packets != stats[0].captured:
+        problems.append(f"tcpdump reported {stats[0].captured} packets, the file holds {summary.packets}")
+    if summary.connections != scenario.connections:
+        problems.append(f"{summary.connections} TCP connections, expected {scenario.connections} "
+                        f"(another client used {HOST}:{PORT} during the recording?)")  # fmt: skip
+    if summary.linktype != LINKTYPE_ETHERNET:
+        problems.append(f"link type {summary.linktype}, expected {LINKTYPE_ETHERNET}")
+    if summary.max_payload > WIRE_MSS:
+        problems.append(f"a {summary.max_payload}-byte segment: lo's offloads were not off")
+    if size > MAX_CAPTURE_BYTES:
+        problems.append(f"{size} bytes, over {MAX_CAPTURE_BYTES}")
+    if problems:
+        raise RuntimeError(f"{out}: " + "; ".join(problems))
+    log.info("%s: %d bytes, %d packets, %d connection(s)", out, size, summary.packets, summary.connections)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("names", nargs="*", help=f"scenarios (default: all): {', '.join(SCENARIOS)}")
+    parser.add_argument("--restore-lo", action="store_true", help=f"only restore {LOOPBACK} from {LO_SAVED}")
+    parser.add_argument("--quiet", action="store_true", help="do not print the protocol lines")
+    parser.add_argument(
+        "--outdir", type=Path, default=HERE, help="where the pcaps go (default: beside this script)"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if args.restore_lo:
+        print("restored" if restore_saved_loopback() else "nothing to restore")
+        return 0
+    unknown = set(args.names) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    with recording_lock():
+        for name in args.names or SCENARIOS:
+            out = record(name, args.outdir)
+            if not args.quiet:
+                print(f"=== {out.name}\n{transcript(out)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
