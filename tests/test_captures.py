@@ -15,8 +15,8 @@ import pytest
 from conftest import CAPTURE_ROOT, CAPTURES, GOLDEN
 from typer.testing import CliRunner
 
-from streamdump.cli import Format, analysed, app, write_frames
-from streamdump.core.conversation import Tracker
+from streamdump.cli import Format, Views, analysed, app, write_frames
+from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
@@ -236,14 +236,18 @@ def test_golden_output_of_other_protocols(
 ) -> None:
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.setenv("TERM", "dumb")
-    decoder = Decoder(default_registry().get(name))
+    registry = default_registry()
+    decoders = [Decoder(registry.get(name))]
+    carrier = decoders[0].protocol.wiring.carried_by
+    if carrier is not None:  # read through its carrier, as the CLI does
+        decoders.append(Decoder(registry.get(carrier[0])))
     stats = ReadStats()
-    tracker = Tracker(decoder.protocol)
+    tracker = Conversations(d.protocol for d in decoders)
     # As the CLI reads: the spec's ports, and its magic on any other port.
-    frames = analysed(read_frames(path, Dissection([decoder]), None, stats), tracker)
+    frames = analysed(read_frames(path, Dissection(decoders), None, stats), tracker)
     out = io.StringIO()
     fmt, detail, messages = VIEWS[view]
-    write_frames(frames, Renderer(decoder), fmt, detail, out, messages, tracker)
+    write_frames(frames, Views({d.protocol.name: d for d in decoders}), fmt, detail, out, messages, tracker)
     check_golden(GOLDEN / name / f"{path.name}.{view}.txt", out.getvalue())
 
 

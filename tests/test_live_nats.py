@@ -1,0 +1,86 @@
+"""Real parts: fresh NATS traffic from nats-py against the real NATS server (with JetStream), and
+Liftbridge envelopes through it, recorded with tcpdump and decoded.
+
+Needs root (tcpdump, and lo's MTU for the NATS recordings), tcpdump and the NATS server on
+127.0.0.1:4222. On a laptop without them these tests skip; in CI they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CAPTURE_ROOT, need
+
+from streamdump.core.conversation import Conversations
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import Dissection, ReadStats, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
+
+pytestmark = [pytest.mark.nats, pytest.mark.live]
+NATS = Decoder(default_registry().get("nats"))
+LIFTBRIDGE = Decoder(default_registry().get("liftbridge"))
+
+
+def nats_reachable() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 4222), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def record(folder: str, outdir: Path, *scenarios: str) -> None:
+    need(os.geteuid() == 0, "recording with tcpdump needs root")
+    need(shutil.which("tcpdump") is not None, "tcpdump is not installed")
+    need(nats_reachable(), "no NATS server on 127.0.0.1:4222")
+    script = CAPTURE_ROOT / folder / "record.py"
+    cmd = [sys.executable, str(script), *scenarios, "--outdir", str(outdir), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def frames_of(path: Path) -> tuple[list[Frame], Conversations]:
+    stats = ReadStats()
+    tracker = Conversations([NATS.protocol, LIFTBRIDGE.protocol])
+    frames = []
+    for frame in read_frames(path, Dissection([NATS, LIFTBRIDGE]), None, stats):
+        tracker.feed(frame)
+        frames.append(frame)
+    tracker.finish()
+    assert [n for n in stats.notices if n.severity != "note"] == []
+    return frames, tracker
+
+
+def dialogue(frames: list[Frame]) -> list[tuple[str, str | None]]:
+    """What was said, without the keepalives whose number depends on timing."""
+    return [(f.protocol, f.command) for f in frames if f.command not in ("Ping", "Pong")]
+
+
+@pytest.mark.parametrize("scenario", ["pubsub", "request_reply", "jetstream"])
+def test_fresh_nats_traffic_decodes_as_the_committed_capture(scenario: str, tmp_path: Path) -> None:
+    record("nats", tmp_path, scenario)
+    fresh, _ = frames_of(tmp_path / f"{scenario}.pcap")
+    assert [(f.number, e.message) for f in fresh for e in f.expert if e.severity == "error"] == []
+    committed, _ = frames_of(CAPTURE_ROOT / "nats" / f"{scenario}.pcap")
+    assert dialogue(fresh) == dialogue(committed)
+    replies = [f for f in fresh if (f.links or {}).get("request_subject")]
+    if scenario != "pubsub":
+        assert replies and all((f.links or {}).get("response_time") is not None for f in replies)
+    assert all((f.links or {}).get("subscribed") for f in fresh if f.command in ("Message", "HeadersMessage"))
+
+
+def test_fresh_liftbridge_envelopes_through_the_real_server(tmp_path: Path) -> None:
+    record("liftbridge", tmp_path, "session")
+    fresh, _ = frames_of(tmp_path / "session.pcap")
+    assert [(f.number, e.message) for f in fresh for e in f.expert] == []
+    committed, _ = frames_of(CAPTURE_ROOT / "liftbridge" / "session.pcap")
+    assert [d for d in dialogue(fresh) if d[0] == "liftbridge"] == [
+        d for d in dialogue(committed) if d[0] == "liftbridge"
+    ]

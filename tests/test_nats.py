@@ -1,0 +1,450 @@
+"""NATS and the Liftbridge envelopes it carries: round trips of every spec entry, framing of a
+text protocol across any segmentation, garbage, the conversation's diagnoses, the captures."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import pytest
+from conftest import CAPTURE_ROOT, client_stream
+from gufo.liftbridge import api_pb2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamdump.core.conversation import Conversations
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, read_frames
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.keyed import MASKED
+from streamdump.spec.registry import INT_TYPES, FieldSpec, SpecError, default_registry, load_registry
+
+REGISTRY = default_registry()
+NATS = Decoder(REGISTRY.get("nats"))
+LIFTBRIDGE = Decoder(REGISTRY.get("liftbridge"))
+NATS_CAPTURES = CAPTURE_ROOT / "nats"
+LB_CAPTURES = CAPTURE_ROOT / "liftbridge"
+
+# ---------------------------------------------------------------------- values from the spec
+
+TOKEN = st.text("abcdefghijklmnopqrstuvwxyz0123456789_.>*$-", min_size=1, max_size=16)
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=16)
+
+
+def word(spec: FieldSpec) -> st.SearchStrategy[Any]:
+    if spec.type in INT_TYPES:
+        return st.integers(0, 10**6)
+    return TOKEN
+
+
+def member(spec: FieldSpec) -> st.SearchStrategy[Any]:
+    """A JSON member of INFO or CONNECT."""
+    if spec.type in INT_TYPES:
+        return st.integers(0, 2**31 - 1)
+    if spec.type == "bool":
+        return st.booleans()
+    if spec.type == "array":
+        return st.lists(TEXT, max_size=3)
+    if spec.type == "map":
+        return st.dictionaries(
+            st.text("xyz", min_size=1, max_size=4).map(lambda s: "x_" + s), TEXT, min_size=1, max_size=2
+        )
+    return TEXT
+
+
+@st.composite
+def nats_values(draw: st.DrawFn, command: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for spec in NATS.protocol.commands[command].layouts["command"].fields:
+        if spec.type == "words":
+            for m in spec.fields:
+                if m.name in ("payload_size", "header_size", "total_size"):
+                    continue  # the encoder derives them from what follows
+                if m.optional and not draw(st.booleans()):
+                    continue
+                values[m.name] = draw(word(m))
+        elif spec.type == "json":
+            for m in spec.fields:
+                if draw(st.booleans()):
+                    values[m.name] = draw(member(m))
+        elif spec.name == "data":
+            values["data"] = draw(st.binary(max_size=40))
+        elif spec.name == "headers":
+            headers = draw(st.dictionaries(st.text("ABCdef-", min_size=1, max_size=6), TOKEN, max_size=3))
+            block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+            values["headers"] = block.encode()
+        elif spec.name == "error_text":
+            values["error_text"] = "'" + draw(st.text("abcdefgh XYZ", max_size=30)) + "'"
+    if "headers" in values:  # HPUB/HMSG: the sizes count headers and payload together
+        values["header_size"] = len(values["headers"])
+        values["total_size"] = len(values["headers"]) + len(values.get("data", b""))
+    return values
+
+
+NATS_COMMANDS = sorted(NATS.protocol.commands)
+
+
+@pytest.mark.parametrize("command", NATS_COMMANDS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_round_trip_of_every_nats_entry(command: str, data: st.DataObject) -> None:
+    values = data.draw(nats_values(command), label="values")
+    wire = NATS.encode(command, "command", values)
+    frame = NATS.decode(wire)
+    assert frame.command == command, (wire, frame.expert)
+    assert [e for e in frame.expert if e.severity in ("warn", "error")] == [], wire
+    secrets = {s.name for s in NATS.protocol.all_fields() if s.secret}
+    for name, value in values.items():
+        got = frame.fields.get(name)
+        got = bytes(got) if isinstance(got, memoryview) else got
+        want = MASKED if name in secrets and value else value
+        assert got == want, (name, wire)
+    if not secrets & values.keys():
+        assert NATS.encode(command, "command", frame.fields) == wire
+
+
+def test_nats_py_writes_two_spaces_where_nothing_is_and_the_line_still_reads() -> None:
+    frame = NATS.decode(b"SUB foo  1\r\n")
+    assert frame.fields == {"op": "SUB", "subject": "foo", "sid": "1"} and not frame.expert
+    frame = NATS.decode(b"HPUB foo  12 14\r\nNATS/1.0\r\n\r\nhi\r\n")
+    assert frame.fields["payload_size"] == 2 and bytes(frame.fields["data"]) == b"hi" and not frame.expert
+    frame = NATS.decode(b"sub foo q 7\n")  # a telnet user's line: lower case, a bare LF
+    assert (frame.command, frame.fields["queue_group"], frame.fields["sid"]) == ("Subscribe", "q", "7")
+
+
+# ---------------------------------------------------------------------- Liftbridge
+
+
+def lb_member(spec: FieldSpec) -> st.SearchStrategy[Any]:
+    if spec.type == "map":
+        return st.dictionaries(
+            st.text("abc", min_size=1, max_size=4), st.binary(max_size=6), min_size=1, max_size=3
+        )
+    if spec.type in ("bytes", "raw"):
+        return st.binary(min_size=1, max_size=20)
+    if spec.type == "string":
+        return st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+    if spec.enum is not None:
+        return st.sampled_from(sorted(k for k in LIFTBRIDGE.protocol.enums[spec.enum] if k))
+    ranges = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1)}
+    low, high = ranges[spec.type]
+    return st.integers(low, high).filter(bool)  # proto3: zero is no value at all
+
+
+LB_COMMANDS = sorted(c for c in LIFTBRIDGE.protocol.commands)
+
+
+@pytest.mark.parametrize("command", LB_COMMANDS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), crc=st.booleans())
+def test_round_trip_of_every_liftbridge_entry(command: str, crc: bool, data: st.DataObject) -> None:
+    fields = LIFTBRIDGE.protocol.commands[command].layouts["command"].fields
+    if fields[0].type == "protobuf":
+        members = [m for m in fields[0].fields if m.tag and data.draw(st.booleans())]
+    else:  # ReplicationResponse: no protobuf, the leader's epoch and watermark, then log bytes
+        members = list(fields)
+    values = {m.name: data.draw(lb_member(m), label=m.name) for m in members}
+    wire = envelope(command, values, crc=crc)
+    frame = LIFTBRIDGE.decode(wire)
+    assert frame.command == command and not frame.expert
+    assert frame.fields["crc_check" if crc else "header_length"] == ("valid" if crc else 8)
+    got = {k: frame.fields[k] for k in values}
+    assert {k: bytes(v) if isinstance(v, bytes) else v for k, v in got.items()} == values
+
+
+def envelope(command: str, values: dict[str, Any], *, crc: bool = False) -> bytes:
+    base = {"envelope_version": 0, "header_length": 8, "flags": 0}
+    body = LIFTBRIDGE.encode(command, "command", base | values)
+    if not crc:
+        return body
+    message = body[8:]
+    return body[:4] + bytes([0, 12, 1, body[7]]) + struct.pack(">I", crc32c.crc32c(message)) + message
+
+
+def test_the_api_s_own_classes_read_what_the_spec_writes_and_the_other_way() -> None:
+    """Field numbers and types as the Liftbridge API's generated classes have them."""
+    ours = {"stream": "orders", "subject": "orders", "message_key": b"k1", "value": b"hello",
+            "headers": {"trace": b"abc"}, "ack_inbox": "_INBOX.x", "correlation_id": "c1", "ack_policy": 1,
+            "offset": 7, "timestamp": 1_700_000_000_123_456_789, "partition": 3,
+            "reply_subject": "r"}  # fmt: skip
+    message = api_pb2.Message.FromString(envelope("Publish", ours)[8:])
+    assert (message.stream, message.key, message.value, dict(message.headers)) == (
+        "orders",
+        b"k1",
+        b"hello",
+        {"trace": b"abc"},
+    )
+    assert (message.ackInbox, message.correlationId, message.ackPolicy) == ("_INBOX.x", "c1", api_pb2.ALL)
+    assert (message.offset, message.timestamp, message.partition, message.replySubject) == (
+        7,
+        ours["timestamp"],
+        3,
+        "r",
+    )
+    ack = api_pb2.Ack(stream="s", partitionSubject="p", msgSubject="m", offset=9, ackInbox="a",
+                      correlationId="c", ackPolicy=api_pb2.NONE, receptionTimestamp=1, commitTimestamp=2,
+                      ackError=api_pb2.Ack.TOO_LARGE)  # fmt: skip
+    frame = LIFTBRIDGE.decode(bytes.fromhex("b90e43b400080001") + ack.SerializeToString())
+    assert frame.command == "Ack" and not frame.expert
+    assert {k: frame.fields[k] for k in ("stream", "partition_subject", "msg_subject", "offset", "ack_inbox",
+            "correlation_id", "ack_policy", "reception_timestamp", "commit_timestamp", "ack_error")} == {
+        "stream": "s", "partition_subject": "p", "msg_subject": "m", "offset": 9, "ack_inbox": "a",
+        "correlation_id": "c", "ack_policy": 2, "reception_timestamp": 1, "commit_timestamp": 2,
+        "ack_error": 3,
+    }  # fmt: skip
+
+
+def test_envelope_trouble_each_gets_its_note() -> None:
+    good = envelope("Publish", {"stream": "orders", "value": b"hello"}, crc=True)
+    cases = {
+        good[:8] + bytes([good[8] ^ 1]) + good[9:]: "CRC-32C mismatch",
+        good[:5] + bytes([6]) + good[6:]: "header length 6 is shorter than the header (12 bytes)",
+        envelope("Publish", {"stream": "orders", "value": b"cut off"})[:-4]: "not a protobuf lb_message",
+        bytes.fromhex("b90e43b4") + bytes([0, 8, 0, 99]): "unknown command key 99",
+        bytes.fromhex("b90e43b4") + bytes([0, 12, 1, 0, 0]): "frame too short for a header",
+    }  # fmt: skip
+    for wire, says in cases.items():
+        frame = LIFTBRIDGE.decode(wire)
+        assert any(says in e.message for e in frame.expert), (wire.hex(), frame.expert)
+    # A longer header is honoured: its extra bytes are passed over, the message still reads.
+    longer = bytes.fromhex("b90e43b4") + bytes([0, 11, 0, 0]) + b"\x07\x07\x07" + good[12:]
+    frame = LIFTBRIDGE.decode(longer)
+    assert frame.fields["stream"] == "orders" and bytes(frame.fields["header_padding"]) == b"\x07\x07\x07"
+    assert not frame.expert
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80))
+def test_any_envelope_bytes_decode_without_raising(data: bytes) -> None:
+    frame = LIFTBRIDGE.decode(bytes.fromhex("b90e43b4") + data)
+    LIFTBRIDGE.expand(frame)
+    LIFTBRIDGE.tree(frame)
+
+
+# ---------------------------------------------------------------------- framing and garbage
+
+
+def decoded(*payloads: bytes) -> list[Frame]:
+    dissection = Dissection([NATS, LIFTBRIDGE])
+    return list(decode_segments(client_stream(payloads, 4222), dissection, None, ReadStats()))
+
+
+LB_PAYLOAD = envelope("Publish", {"stream": "orders", "value": b"v"})
+STREAM = (
+    b'CONNECT {"verbose":false,"pass":"hunter2","auth_token":"tok"}\r\nPING\r\nSUB orders.>  1\r\n'
+    b"PUB orders.a 5\r\nhello\r\nHPUB orders.b  24 26\r\nNATS/1.0\r\nA: b\r\nX: y\r\n\r\nhi\r\n"
+    + f"PUB orders.lb {len(LB_PAYLOAD)}\r\n".encode()
+    + LB_PAYLOAD
+    + b"\r\nUNSUB 1\r\n"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(1, len(STREAM) - 1), max_size=10, unique=True))
+def test_frames_are_found_in_any_segmentation(cuts: list[int]) -> None:
+    pieces, at = [], 0
+    for cut in sorted(cuts):
+        pieces.append(STREAM[at:cut])
+        at = cut
+    pieces.append(STREAM[at:])
+    frames = decoded(*pieces)
+    assert [(f.protocol, f.command) for f in frames] == [
+        ("nats", "Connect"), ("nats", "Ping"), ("nats", "Subscribe"), ("nats", "Publish"),
+        ("nats", "HeadersPublish"), ("nats", "Publish"), ("liftbridge", "Publish"), ("nats", "Unsubscribe"),
+    ]  # fmt: skip
+    assert not [e for f in frames for e in f.expert]
+
+
+@pytest.mark.parametrize(
+    ("garbage", "says"),
+    [
+        (b"HELLO WORLD\r\n", "unknown command key HELLO"),
+        (b"PUB orders.a 3\r\nhello\r\n", "data_end is b'lo', expected b'\\r\\n'"),
+        (b"PUB orders.a x\r\n", "payload_size 'x' is not a number"),
+        (b"PUB\r\n", "pub: 0 words where subject [reply_to] payload_size are expected"),
+        (b"UNSUB 1 2 3\r\n", "unsub: 1 words more than expected"),
+        (b"HPUB a  9 4\r\nNATS/1.0\r\n\r\n\r\n", "headers needs 9 bytes"),
+    ],
+)
+def test_garbage_gets_its_note_and_the_next_line_is_read(garbage: bytes, says: str) -> None:
+    frames = decoded(garbage, b"PING\r\n")
+    assert any(says in e.message for f in frames for e in f.expert), [(f.command, f.expert) for f in frames]
+    assert frames[-1].command == "Ping" and not frames[-1].expert
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    junk=st.lists(
+        st.binary(max_size=40) | st.sampled_from([b"PUB a 3\r\n", b"\r\n", b"MSG x 1 99\r\n"]), max_size=6
+    )
+)
+def test_any_bytes_on_its_port_decode_without_raising(junk: list[bytes]) -> None:
+    for frame in decoded(*junk):
+        decoder = NATS if frame.protocol == "nats" else LIFTBRIDGE
+        decoder.expand(frame)
+        decoder.tree(frame)
+
+
+# ---------------------------------------------------------------------- conversations
+
+
+def tracked(*steps: tuple[bool, bytes], gap: float = 0.0) -> tuple[list[Frame], Conversations]:
+    """Frames of one connection (client first when True) through the tracker."""
+    from tests.test_wireshark import tcp_pcap
+
+    path = Path(__file__).parent / ".nats_tracked.pcap"
+    path.write_bytes(tcp_pcap(list(steps), server=("127.0.0.1", 4222)))
+    try:
+        tracker = Conversations([NATS.protocol, LIFTBRIDGE.protocol])
+        frames = []
+        for frame in read_frames(path, Dissection([NATS, LIFTBRIDGE]), None, ReadStats()):
+            tracker.feed(frame)
+            frames.append(frame)
+        tracker.finish()
+        return frames, tracker
+    finally:
+        path.unlink()
+
+
+INFO = b'INFO {"server_id":"x","version":"2.9.10","max_payload":64,"headers":true} \r\n'
+CONNECT = b'CONNECT {"verbose":false,"lang":"python3","version":"2.16.0"}\r\n'
+
+
+def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
+    frames, tracker = tracked(
+        (False, INFO),
+        (True, CONNECT + b"SUB orders.* q 1\r\nUNSUB 1 2\r\nPING\r\nPUB svc.x _INBOX.a 2\r\nhi\r\n"),
+        (
+            False,
+            b"MSG orders.a 1 1\r\na\r\nMSG orders.b 1 1\r\nb\r\n"
+            b"MSG orders.c 1 1\r\nc\r\nMSG orders.d 7 1\r\nd\r\n",
+        ),
+        (False, b"HMSG _INBOX.a 2  16 16\r\nNATS/1.0 503\r\n\r\n\r\nPONG\r\n"),
+        (True, b"PUB big 65\r\n" + b"x" * 65 + b"\r\nPING\r\n"),
+        (False, b"-ERR 'Maximum Payload Violation'\r\n"),
+    )
+    msgs = [f for f in frames if f.command == "Message"]
+    assert [(f.links or {}).get("subscribed") for f in msgs] == ["orders.*", "orders.*", None, None]
+    assert (msgs[0].links or {})["queue_group"] == "q"
+    said = [e.message for f in frames for e in f.expert if e.group != "malformed"]
+    assert (
+        "Message for subscription sid 1 after packet 6 ended it (sent before the server read the Unsubscribe)"
+        in said
+    )
+    assert "Message for subscription sid 7, which no Subscribe in the capture opened" in said
+    assert any("with status 503: no one is subscribed to its subject (no responders)" in m for m in said)
+    assert "Publish payload_size 65 exceeds the max_payload of 64 the server announced at packet 4" in said
+    assert any(
+        m.startswith(
+            "the server refused what the client sent \"'Maximum Payload Violation'\"; "
+            "the client's last frame before it was Ping"
+        )
+        for m in said
+    )
+    pong = next(f for f in frames if f.command == "Pong")
+    assert (pong.links or {})["request_in"] == 5
+    reply = next(f for f in frames if f.command == "HeadersMessage")
+    assert (reply.links or {})["request_subject"] == "svc.x"
+    kinds = {d.kind for d in tracker.diagnoses}
+    assert "unanswered_ping" in kinds  # the last PING got no PONG before the capture ended
+
+
+def test_an_unanswered_ping_is_a_warning_when_traffic_goes_on() -> None:
+    from streamdump.core import conversation
+
+    frames, tracker = tracked(
+        (False, INFO), (True, CONNECT + b"PING\r\n"), *[(True, b"PUB a 1\r\nx\r\n")] * 3
+    )
+    assert [d.severity for d in tracker.diagnoses if d.kind == "unanswered_ping"] == ["note"]
+    assert frames[-1].ts - frames[1].ts < conversation.PING_PATIENCE  # the capture went on for less
+
+
+# ---------------------------------------------------------------------- captures
+
+
+def test_every_capture_decodes_without_expert_errors_but_the_trouble_ones() -> None:
+    for path in sorted(NATS_CAPTURES.glob("*.pcap")) + sorted(LB_CAPTURES.glob("*.pcap")):
+        frames = list(read_frames(path, Dissection([NATS, LIFTBRIDGE]), None, ReadStats()))
+        assert frames, path
+        errors = [(f.number, e.message) for f in frames for e in f.expert if e.severity == "error"]
+        if path.name != "trouble.pcap":
+            assert not errors, (path.name, errors)
+        else:
+            assert errors, path.name
+
+
+def test_the_captures_show_what_the_real_peers_did() -> None:
+    def frames(name: str, folder: Path = NATS_CAPTURES) -> list[Frame]:
+        return list(read_frames(folder / name, Dissection([NATS, LIFTBRIDGE]), None, ReadStats()))
+
+    pubsub = frames("pubsub.pcap")
+    assert {f.fields.get("queue_group") for f in pubsub if f.command == "Subscribe"} == {None, "workers"}
+    headers = next(f for f in pubsub if f.command == "HeadersPublish")
+    assert headers.fields["message_headers"] == {"Trace-Id": "abc", "X-Multi": "one, two"}
+    audit = [f for f in pubsub if f.command == "Message" and f.fields["subject"] == "audit.orders"]
+    assert len(audit) == 1  # UNSUB 3 1: the server delivers one message, then ends the subscription
+    js = frames("jetstream.pcap")
+    acked = [f for f in js if f.fields.get("js_stream") == "ORDERS"]
+    assert [f.fields["js_stream_seq"] for f in acked] == [1, 2, 3]
+    created = next(f for f in js if f.fields.get("subject") == "$JS.API.STREAM.CREATE.ORDERS")
+    NATS.expand(created)
+    assert created.fields["data_json"]["name"] == "ORDERS"
+    lb = frames("session.pcap", LB_CAPTURES)
+    # Each Publish twice: as the client publishes it, and as the server delivers it to the leader.
+    envelopes = [f for f in lb if f.protocol == "liftbridge" and f.command == "Publish"]
+    published = [f for f in envelopes if f.from_client]
+    assert len(envelopes) == 8 and len(published) == 4
+    assert [f.fields["correlation_id"] for f in published] == ["c-1", "c-2", "c-3", "c-4"]
+    assert [f.fields.get("crc_check") for f in published] == ["valid", None, "valid", "valid"]
+    acks = [f for f in lb if f.command == "Ack" and not f.from_client]
+    assert [(f.fields["correlation_id"], f.fields["offset"]) for f in acks] == [
+        ("c-1", 41), ("c-2", 42), ("c-3", 43), ("c-4", 44),
+    ]  # fmt: skip
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    result = subprocess.run([sys.executable, "-m", "streamdump", *args], capture_output=True, text=True)
+    return result.returncode, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "expression", "count"),
+    [
+        ("nats/pubsub.pcap", 'nats.subject matches "orders\\\\."', 17),
+        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS"', 3),
+        ("nats/request_reply.pcap", "nats.status == 503", 1),
+        ("liftbridge/session.pcap", 'liftbridge.stream == "orders" && liftbridge.command == "Publish"', 8),
+        ("liftbridge/trouble.pcap", 'liftbridge.crc_check == "wrong"', 1),
+    ],
+)
+def test_filters_reach_lines_payloads_and_envelopes(path: str, expression: str, count: int) -> None:
+    code, out, err = cli("read", str(CAPTURE_ROOT / path), "--filter", expression, "-T", "jsonl")
+    assert code == 0, err
+    assert len(out.splitlines()) == count, out
+
+
+def test_secrets_never_show_in_any_view() -> None:
+    stream = b'CONNECT {"pass":"hunter2","auth_token":"s3cret-token","user":"bob"}\r\n'
+    frame = NATS.decode(stream)
+    assert frame.fields["pass"] == frame.fields["auth_token"] == MASKED and frame.fields["user"] == "bob"
+    text = json.dumps([str(n) for n in NATS.tree(frame)])
+    assert "hunter2" not in text and "s3cret" not in text
+
+
+def test_new_grammar_is_checked_when_a_spec_loads(tmp_path: Path) -> None:
+    base = (Path(__file__).parent.parent / "dissectors" / "liftbridge" / "spec.yaml").read_text()
+    cases = {
+        "    - offset: {type: int64, tag: 1,": ("    - offset: {type: int64,", "needs 'tag'"),
+        "carried_by: {protocol: nats, field: data}": ("carried_by: {protocol: nats}", "carried_by"),
+    }
+    for old, (new, says) in cases.items():
+        folder = tmp_path / old[:8].strip().replace(" ", "_").replace(":", "") / "liftbridge"
+        folder.mkdir(parents=True)
+        (folder / "spec.yaml").write_text(base.replace(old, new, 1))
+        with pytest.raises(SpecError, match=says):
+            load_registry(folder.parent, package=None)
