@@ -557,11 +557,19 @@ local SPEC = {
         kind = "command",
         fields = {
           {
-            name = "internal",
-            type = "protobuf",
-            struct = "lb_fields",
+            name = "leader_epoch",
+            type = "uint64",
+            width = 8,
+          },
+          {
+            name = "high_watermark",
+            type = "int64",
+            width = 8,
+          },
+          {
+            name = "log_data",
+            type = "raw",
             size = "rest",
-            inline = true,
           },
         },
       },
@@ -866,6 +874,12 @@ local SPEC = {
       title = "Headers Value",
     },
     {
+      name = "high_watermark",
+      ftype = "int64",
+      title = "High Watermark",
+      doc = "The partition's high watermark",
+    },
+    {
       name = "internal",
       ftype = "none",
       title = "Internal",
@@ -884,10 +898,22 @@ local SPEC = {
       doc = "request, response or command",
     },
     {
+      name = "leader_epoch",
+      ftype = "uint64",
+      title = "Leader Epoch",
+      doc = "The leader's epoch",
+    },
+    {
       name = "links",
       ftype = "none",
       title = "Links",
       doc = "What the conversation tracker links to this frame",
+    },
+    {
+      name = "log_data",
+      ftype = "bytes",
+      title = "Log Data",
+      doc = "Commit-log data, as stored",
     },
     {
       name = "magic",
@@ -962,7 +988,7 @@ local SPEC = {
       name = "offset",
       ftype = "int64",
       title = "Offset",
-      doc = "The message's offset in its partition (set by the server)",
+      doc = "On publish the expected offset (-1: none); on delivery the message's offset",
     },
     {
       name = "partition",
@@ -2644,6 +2670,14 @@ local function decode_frame(tvb, tree, lookup)
     if type(result) == "table" and (result.short or result.bad) then
       local what = result.short and short_message(result) or result.text
       note(ctx, "error", "malformed", "frame too short for a header: " .. what)
+      -- The key field, when it came before what was short, still names the frame (as Python's).
+      local wire_key = probe[FRAME.key]
+      if type(wire_key) == "number" or type(wire_key) == "string" then
+        frame.wire_key, frame.key, frame.key_text = wire_key, wire_key, key_text(wire_key)
+        if tree and FRAME.key ~= "key" and (type(wire_key) == "number") == (KEY_TYPE == "number") then
+          tree:add(F.key, tvb(0, 0), wire_key):set_generated()
+        end
+      end
       return frame
     end
     note(ctx, "error", "malformed", "internal error in the streamdump Lua plugin: " .. tostring(result))
@@ -3259,8 +3293,8 @@ local function replies(conn, f)
       local status = spec.status and f.fields[spec.status]
       local meaning = is_number(status) and spec.statuses[status]
       if meaning then
-        tnote(f, "warn", "response_code", string.format("the %s answered %s with status %d: %s",
-          server_of(conn), asked(request, request), status, meaning))
+        tnote(f, "warn", "response_code", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+          server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
       end
       request.pending = nil
       request.fields = nil  -- answered: only its number and links stay

@@ -9892,6 +9892,14 @@ local function decode_frame(tvb, tree, lookup)
     if type(result) == "table" and (result.short or result.bad) then
       local what = result.short and short_message(result) or result.text
       note(ctx, "error", "malformed", "frame too short for a header: " .. what)
+      -- The key field, when it came before what was short, still names the frame (as Python's).
+      local wire_key = probe[FRAME.key]
+      if type(wire_key) == "number" or type(wire_key) == "string" then
+        frame.wire_key, frame.key, frame.key_text = wire_key, wire_key, key_text(wire_key)
+        if tree and FRAME.key ~= "key" and (type(wire_key) == "number") == (KEY_TYPE == "number") then
+          tree:add(F.key, tvb(0, 0), wire_key):set_generated()
+        end
+      end
       return frame
     end
     note(ctx, "error", "malformed", "internal error in the streamdump Lua plugin: " .. tostring(result))
@@ -10507,8 +10515,8 @@ local function replies(conn, f)
       local status = spec.status and f.fields[spec.status]
       local meaning = is_number(status) and spec.statuses[status]
       if meaning then
-        tnote(f, "warn", "response_code", string.format("the %s answered %s with status %d: %s",
-          server_of(conn), asked(request, request), status, meaning))
+        tnote(f, "warn", "response_code", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+          server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
       end
       request.pending = nil
       request.fields = nil  -- answered: only its number and links stay

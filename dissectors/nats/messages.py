@@ -3,7 +3,8 @@
 PUB and HPUB publish, MSG and HMSG deliver; a delivery's subscription (its SUB's subject
 pattern and queue group) comes from the conversation tracker. Stats count messages and
 payload bytes per subject, and count replies under the subject of the request they answer
-(their own subject is a one-off inbox), with the request's latency.
+(their own subject is a one-off inbox), with the request's latency: "reply" for what the
+server delivers to the requester, "reply sent" for what a responder sends.
 """
 
 from __future__ import annotations
@@ -64,8 +65,12 @@ class SubjectMessages(MessageRules):
         size = size if isinstance(size, int) else 0
         asked = links.get("request_subject")
         if asked is not None:
+            # A reply the client sends (a responder's, a JetStream consumer's ack) times the
+            # client's own work; one the server delivers times the whole request.
+            direction = "reply sent" if frame.from_client else "reply"
             latency = links.get("response_time")
-            return Volume(_subject(asked), "reply", 1, size, latency if isinstance(latency, float) else None)
+            timed = latency if isinstance(latency, float) else None
+            return Volume(_subject(asked), direction, 1, size, timed)
         return Volume(_subject(frame.fields.get("subject")), verb, 1, size)
 
 

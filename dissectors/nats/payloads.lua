@@ -77,6 +77,7 @@ HOOKS.header_block = {
       out.message_headers = map
     end
     if item then
+      if out.payload_size then item:add(F.payload_size, range, out.payload_size):set_generated() end
       nats_add(item, "status", range, out.status)
       nats_add(item, "status_text", range, out.status_text)
       if #names > 0 then

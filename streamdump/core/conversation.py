@@ -474,7 +474,8 @@ class Tracker:
                         "response_code",
                         "reply_status",
                         f"request answered with status {status}",
-                        f"the {self.server(conn)} answered {self._asked(request, request)} with status "
+                        f"the {self.server(conn)} answered the {request.name} to "
+                        f"{request.fields.get(spec.answer)} (packet {request.number}) with status "
                         f"{status}: {meaning}",
                     )
         ask = frame.fields.get(spec.ask)

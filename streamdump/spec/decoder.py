@@ -368,6 +368,7 @@ class Decoder:
         fast = self.fast.get(ident) if nodes is None and not partial else None
         if fast is not None:
             mark = len(expert)
+            line_done = ctx.line_done  # where the header left a text line, for a second try
             try:
                 after = fast(mv, pos, end, fields, ctx)
                 self._entries_left(ctx, fields, nodes)
@@ -382,6 +383,7 @@ class Decoder:
                     if name not in self.header_names:
                         del fields[name]
                 ctx.budget = None
+                ctx.line_done = line_done
                 if entries_name is not None:
                     found = fields.get(entries_name)
                     ctx.entries = dict(found) if isinstance(found, dict) else None

@@ -284,8 +284,8 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
         _table(
             console,
             f"Request latency per {subject} (ms)",
-            (subject.capitalize(), "Count", "Min", "Median", "p95", "p99", "Max"),
-            [_latency_row({**r["latency"], "command": r[subject]}) for r in timed],
+            (subject.capitalize(), "Direction", "Count", "Min", "Median", "p95", "p99", "Max"),
+            [(r[subject], *_latency_row({**r["latency"], "command": r["direction"]})) for r in timed],
         )
     _table(
         console,
