@@ -2404,6 +2404,10 @@ read_pb_struct = function(struct_name, raw, tvb, base)
   if rest and #unknown_keys > 0 then
     value[rest.name] = setmetatable({ keys = unknown_keys, map = unknown }, JSON_OBJECT)
   end
+  for _, m in ipairs(members) do
+    -- Maps by key, as the Python side (its library keeps no wire order) and protobuf writers have them.
+    if m.type == "map" and value[m.name] then table.sort(value[m.name].keys) end
+  end
   return value
 end
 
@@ -3527,7 +3531,7 @@ local function announcement(conn, f)
 end
 
 -- A frame sent where an earlier request of the other side asked to be answered is its answer;
--- a frame naming where to answer is a request (NATS request/reply).
+-- a frame naming where to answer is a request (request/reply through reply subjects).
 local function pair(request, response)
   local links = links_of(response)
   links.request_in = request.number

@@ -12,7 +12,7 @@ from typing import Any
 
 import crc32c
 import pytest
-from conftest import CAPTURE_ROOT, client_stream
+from conftest import CAPTURE_ROOT, ROOT, client_stream
 from gufo.liftbridge import api_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -448,3 +448,43 @@ def test_new_grammar_is_checked_when_a_spec_loads(tmp_path: Path) -> None:
         (folder / "spec.yaml").write_text(base.replace(old, new, 1))
         with pytest.raises(SpecError, match=says):
             load_registry(folder.parent, package=None)
+
+
+# ---------------------------------------------------------------------- the plugin
+
+
+def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> None:
+    """tshark with both plugins against streamdump, frame by frame, on what the captures lack:
+    secrets, lower case and bare LFs, negative and 64-bit protobuf values, unknown protobuf
+    fields, a header length longer than the header, garbage lines."""
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    odd = envelope("Publish", {"stream": "s", "offset": -1, "partition": -7, "timestamp": 2**63 - 1,
+                               "headers": {"a": b"", "b": b"\x00\xff"},
+                               "value": b"\r\nPUB x 1\r\n"})  # fmt: skip
+    unknown = (
+        odd + bytes.fromhex("f80701") + bytes.fromhex("fd0704030201") + bytes.fromhex("f9070102030405060708")
+    )
+    longer = bytes.fromhex("b90e43b4") + bytes([0, 10, 0, 1]) + b"\x00\x00" + odd[8:]
+    frames = [
+        (False, INFO),
+        (True, b'CONNECT {"pass":"hunter2","auth_token":"tok-123","user":"bob","verbose":false}\r\n'),
+        (True, b"sub orders.*\tq  7\nping\r\n"),
+        (True, f"PUB orders.a {len(odd)}\r\n".encode() + odd + b"\r\n"),
+        (True, f"PUB orders.b {len(unknown)}\r\n".encode() + unknown + b"\r\n"),
+        (True, f"PUB orders.c {len(longer)}\r\n".encode() + longer + b"\r\n"),
+        (True, b"HELLO\r\nPUB orders.d 3\r\nhello\r\n"),
+        (False, b"MSG orders.a 7 2\r\nhi\r\n-ERR 'Unknown Protocol Operation'\r\n"),
+    ]
+    path = tmp_path / "odd.pcap"
+    path.write_bytes(tcp_pcap(frames, server=("127.0.0.1", 4222)))
+    for name in ("nats", "liftbridge"):
+        found = list(differences(path, tmp_path, REGISTRY.get(name)))
+        assert not found, "\n\n".join(found[:5])
+    shown = subprocess.run(
+        [_tshark(), "-X", f"lua_script:{ROOT / 'lua' / 'nats.lua'}", "-r", str(path), "-V"],
+        capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert shown.returncode == 0 and "Connect" in shown.stdout
+    assert "hunter2" not in shown.stdout and "tok-123" not in shown.stdout and "bob" in shown.stdout

@@ -100,7 +100,8 @@ class Schema:
             spec = by_name[field.name]
             element = spec.of if spec.type == "array" and spec.of is not None else spec
             if spec.type == "map":
-                out[spec.name] = dict(value)
+                # The library keeps no wire order for maps: sorted by key, as its writer sends them.
+                out[spec.name] = dict(sorted(value.items()))
             elif element.type == "struct":
                 assert element.struct is not None
                 if spec.type == "array":
