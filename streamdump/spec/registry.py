@@ -296,8 +296,8 @@ class SessionSpec:
     used_by: tuple[str, ...]
     # The link name each kept field is given (the field's own name, unless keep maps names).
     keep_as: tuple[str, ...] = ()
-    # The close command's field saying how many more uses the session has before it ends
-    # (a text protocol's "unsubscribe after N messages in all"); without it, the close ends the session at once.
+    # The close command's field saying after how many uses in all the session ends (a text
+    # protocol's "unsubscribe after N messages"); without it, the close ends the session at once.
     close_after: str | None = None
     # Whether a use of an id never opened, or already closed, is noted (when the capture holds
     # the connection's setup, so the open would be in it).
