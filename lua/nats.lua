@@ -770,6 +770,12 @@ local SPEC = {
         info = "seq",
         width = 8,
       },
+      {
+        name = "js_error_code",
+        type = "uint32",
+        info = "js_error",
+        width = 4,
+      },
     },
   },
   names = {
@@ -970,6 +976,18 @@ local SPEC = {
       ftype = "uint64",
       title = "Js Delivered",
       doc = "How many times the message has been delivered",
+    },
+    {
+      name = "js_error",
+      ftype = "string",
+      title = "Js Error",
+      doc = "What the JetStream API answer's error says",
+    },
+    {
+      name = "js_error_code",
+      ftype = "uint32",
+      title = "Js Error Code",
+      doc = "A JetStream API answer's error code (404: not found)",
     },
     {
       name = "js_pending",
@@ -3760,6 +3778,25 @@ local function nats_ack_parts(reply, out)
   return true
 end
 
+-- A JetStream API answer that says it failed: its code and the server's words.
+local function nats_api_error(raw, out, item, range, ctx)
+  if not utf8_valid(raw) then return end
+  local ok, answer = pcall(json_parse, raw)
+  if not ok or getmetatable(answer) ~= JSON_OBJECT then return end
+  local err = answer.map.error
+  if getmetatable(err) ~= JSON_OBJECT or type(err.map.code) ~= "number" then return end
+  local code, description, detail = err.map.code, err.map.description, err.map.err_code
+  out.js_error_code = code
+  if type(description) == "string" then out.js_error = description end
+  if item then
+    item:add(F.js_error_code, range, code):set_generated()
+    if out.js_error then item:add(F.js_error, range, out.js_error):set_generated() end
+  end
+  local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
+  local said = type(description) == "string" and (": " .. description) or ""
+  note(ctx, "warn", "response_code", string.format("JetStream API error %d%s%s", code, which, said))
+end
+
 local function nats_printable(text)
   -- Python's str.isprintable, with CR, LF and tab allowed: no control characters.
   return not text:find("[%z\1-\8\11\12\14-\31\127]")
@@ -3774,6 +3811,10 @@ HOOKS.payload = {
       for _, name in ipairs({ "js_stream", "js_consumer", "js_delivered", "js_stream_seq", "js_consumer_seq", "js_pending" }) do
         nats_add(item, name, range, out[name])
       end
+    end
+    local head = len > 0 and tvb:raw(pos, math.min(len, 64)) or ""
+    if head:find('"io.nats.jetstream.api.', 1, true) and tvb:raw(pos, len):find('"error"', 1, true) then
+      nats_api_error(tvb:raw(pos, len), out, item, range, ctx)
     end
     if carried(spec, tvb, pos, len, tree, ctx) then return end
     if len == 0 then return end

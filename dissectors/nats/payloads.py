@@ -6,7 +6,8 @@ long the payload is: the line's total less the headers. `payload` shows a payloa
 (JetStream's API speaks it), text or bytes when a view asks, and reads a JetStream
 acknowledgement subject (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
 seq>.<time>.<pending>`, with a domain and account hash before the stream in newer servers)
-on every decode, so stats and filters see the stream and sequences of delivered messages.
+on every decode, so stats and filters see the stream and sequences of delivered messages; a
+JetStream API answer that carries an error gets its code and words, and a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from streamdump.spec.layout import Ctx, json_nodes
 
 VERSION_LINE = "NATS/1.0"
 ACK_PREFIX = "$JS.ACK."
+# A JetStream API answer names its type first: `{"type":"io.nats.jetstream.api.v1.…_response",`.
+API_TYPE = b'"io.nats.jetstream.api.'
+API_PEEK = 64
+# What check() reads on every decode, in the order the tree shows it.
+SHOWN = (
+    "js_stream", "js_consumer", "js_delivered", "js_stream_seq", "js_consumer_seq", "js_pending",
+    "js_error_code", "js_error",
+)  # fmt: skip
 # The numbers after stream and consumer in an acknowledgement subject, in order.
 ACK_NUMBERS = ("js_delivered", "js_stream_seq", "js_consumer_seq", "js_timestamp", "js_pending")
 
@@ -91,9 +100,16 @@ class Payload(Hook):
         reply = siblings.get("reply_to")
         if isinstance(reply, str) and reply.startswith(ACK_PREFIX):
             ack_parts(reply, siblings)
+        raw = bytes(value[:API_PEEK])
+        if API_TYPE in raw and b'"error"' in bytes(value):
+            api_error(bytes(value), siblings, pos, ctx)
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         raw = bytes(value)
+        if node is not None:  # what check() read, shown below the payload
+            for name in SHOWN:
+                if name in siblings:
+                    node.children.append(Node(None, title(name), pos, len(raw), siblings[name]))
         if not raw:
             return
         name, content = content_of(raw)
@@ -107,6 +123,27 @@ class Payload(Hook):
             if name == "data_json":
                 shown.children = json_nodes(content, pos, len(raw))
             node.children.append(shown)
+
+
+def api_error(raw: bytes, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+    """A JetStream API answer that says it failed: its code and the server's words."""
+    try:
+        answer = lenient_json.loads(raw.decode("utf-8"))[0]
+    except (lenient_json.JsonError, UnicodeDecodeError):
+        return
+    error = answer.get("error") if isinstance(answer, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool):
+        return
+    assert isinstance(error, dict)
+    description = error.get("description")
+    siblings["js_error_code"] = code
+    if isinstance(description, str):
+        siblings["js_error"] = description
+    detail = error.get("err_code")
+    which = f" ({detail})" if isinstance(detail, int) else ""
+    said = f": {description}" if isinstance(description, str) else ""
+    ctx.expert.append(Expert("warn", f"JetStream API error {code}{which}{said}", pos, group="response_code"))
 
 
 def ack_parts(reply: str, siblings: dict[str, Any]) -> None:

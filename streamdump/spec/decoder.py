@@ -53,7 +53,8 @@ def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
 
 def _merge_notes(decoded: list[Expert], before: list[Expert]) -> list[Expert]:
     """A fresh decode's notes plus what others (the conversation tracker) added to the frame."""
-    return decoded + [e for e in before if e.group != "malformed"]
+    # A hook's note of another group (a status an answer carries) is the decoder's too: once.
+    return decoded + [e for e in before if e.group != "malformed" and e not in decoded]
 
 
 class EncodeError(ValueError):
