@@ -2496,7 +2496,7 @@ end
 
 -- Words separated by spaces or tabs, named in order by a struct; a shorter line leaves out
 -- optional members, taken in order when words spare.
-local function read_words(spec, tvb, pos, size, tree, ctx, name)
+local function read_words(spec, tvb, pos, size, tree, ctx, name, out)
   local text = size > 0 and tvb:raw(pos, size) or ""
   local spans = {}
   for s, e in text:gmatch("()[^ \t\r\n]+()") do spans[#spans + 1] = { s, e } end
@@ -2530,12 +2530,17 @@ local function read_words(spec, tvb, pos, size, tree, ctx, name)
       end
       if m.width then
         if not word:match("^[0-9]+$") then bad(m.name, at, string.format("%s '%s' is not a number", m.name, word)) end
+        if tonumber(word) >= 2 ^ (8 * m.width) then
+          bad(m.name, at, string.format("%s '%s' is out of range for %s", m.name, word, m.type))
+        end
         value[m.name] = tonumber(word)
         if holder then holder:add(F[m.name], tvb(at, e - s), value[m.name]) end
       else
         value[m.name] = word
         if holder then holder:add(F[m.name], tvb(at, e - s), word) end
       end
+      -- an inline line's words are the frame's as they come: a bad word later keeps them
+      if spec.inline then out[m.name] = value[m.name] end
     end
   end
   if i < #spans then
@@ -2745,7 +2750,7 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         pos = pos + size + skip
       elseif t == "words" then
         local size, skip = sized(spec, tvb, pos, stop, out, ctx)
-        value = read_words(spec, tvb, pos, size, tree, ctx, spec.name)
+        value = read_words(spec, tvb, pos, size, tree, ctx, spec.name, out)
         pos = pos + size + skip
       elseif t == "string" and spec.size then
         local size, skip = sized(spec, tvb, pos, stop, out, ctx)
@@ -3715,11 +3720,11 @@ HOOKS.header_block = {
     if first:sub(1, #NATS_VERSION_LINE) ~= NATS_VERSION_LINE then
       note(ctx, "warn", "malformed", "headers do not start with " .. NATS_VERSION_LINE .. ": " .. py_repr(first:sub(1, 40)))
     else
-      local rest = first:sub(#NATS_VERSION_LINE + 1):match("^%s*(.-)%s*$")
-      local code, description = rest:match("^(%S+)%s?(.*)$")
-      if code and code:match("^[0-9]+$") then
+      local rest = first:sub(#NATS_VERSION_LINE + 1):match("^[ \t]*(.-)[ \t]*$")
+      local code, description = rest:match("^([^ ]*) ?(.*)$")
+      if code and code:match("^[0-9][0-9][0-9]$") then  -- statuses are three digits
         out.status = tonumber(code)
-        local d = description:match("^%s*(.-)%s*$")
+        local d = description:match("^[ \t]*(.-)[ \t]*$")
         if d ~= "" then out.status_text = d end
       end
     end
@@ -3734,8 +3739,8 @@ HOOKS.header_block = {
         if not colon then
           note(ctx, "warn", "malformed", "header line without a colon: " .. py_repr(line:sub(1, 40)))
         else
-          local name = line:sub(1, colon - 1):match("^%s*(.-)%s*$")
-          local value = line:sub(colon + 1):match("^%s*(.-)%s*$")
+          local name = line:sub(1, colon - 1):match("^[ \t]*(.-)[ \t]*$")
+          local value = line:sub(colon + 1):match("^[ \t]*(.-)[ \t]*$")
           if values[name] then values[name] = values[name] .. ", " .. value
           else names[#names + 1] = name values[name] = value end
         end
@@ -3820,7 +3825,7 @@ HOOKS.payload = {
     if len == 0 then return end
     local raw = tvb:raw(pos, len)
     if not utf8_valid(raw) then return end
-    local first = raw:match("^%s*(.)")
+    local first = raw:match("^[ \t\r\n]*(.)")
     if first == "{" or first == "[" then
       local ok, parsed = pcall(json_parse, raw)
       if ok then

@@ -3866,7 +3866,7 @@ end
 
 -- Words separated by spaces or tabs, named in order by a struct; a shorter line leaves out
 -- optional members, taken in order when words spare.
-local function read_words(spec, tvb, pos, size, tree, ctx, name)
+local function read_words(spec, tvb, pos, size, tree, ctx, name, out)
   local text = size > 0 and tvb:raw(pos, size) or ""
   local spans = {}
   for s, e in text:gmatch("()[^ \t\r\n]+()") do spans[#spans + 1] = { s, e } end
@@ -3900,12 +3900,17 @@ local function read_words(spec, tvb, pos, size, tree, ctx, name)
       end
       if m.width then
         if not word:match("^[0-9]+$") then bad(m.name, at, string.format("%s '%s' is not a number", m.name, word)) end
+        if tonumber(word) >= 2 ^ (8 * m.width) then
+          bad(m.name, at, string.format("%s '%s' is out of range for %s", m.name, word, m.type))
+        end
         value[m.name] = tonumber(word)
         if holder then holder:add(F[m.name], tvb(at, e - s), value[m.name]) end
       else
         value[m.name] = word
         if holder then holder:add(F[m.name], tvb(at, e - s), word) end
       end
+      -- an inline line's words are the frame's as they come: a bad word later keeps them
+      if spec.inline then out[m.name] = value[m.name] end
     end
   end
   if i < #spans then
@@ -4115,7 +4120,7 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         pos = pos + size + skip
       elseif t == "words" then
         local size, skip = sized(spec, tvb, pos, stop, out, ctx)
-        value = read_words(spec, tvb, pos, size, tree, ctx, spec.name)
+        value = read_words(spec, tvb, pos, size, tree, ctx, spec.name, out)
         pos = pos + size + skip
       elseif t == "string" and spec.size then
         local size, skip = sized(spec, tvb, pos, stop, out, ctx)

@@ -268,6 +268,7 @@ def test_frames_are_found_in_any_segmentation(cuts: list[int]) -> None:
         (b"PUB orders.a x\r\n", "payload_size 'x' is not a number"),
         (b"PUB\r\n", "pub: 0 words where subject [reply_to] payload_size are expected"),
         (b"UNSUB 1 2 3\r\n", "unsub: 1 words more than expected"),
+        (b"UNSUB 1 99999999999\r\n", "max_msgs '99999999999' is out of range for uint32"),
         (b"HPUB a  9 4\r\nNATS/1.0\r\n\r\n\r\n", "headers needs 9 bytes"),
     ],
 )
@@ -475,6 +476,16 @@ def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> Non
         (True, f"PUB orders.b {len(unknown)}\r\n".encode() + unknown + b"\r\n"),
         (True, f"PUB orders.c {len(longer)}\r\n".encode() + longer + b"\r\n"),
         (True, b"HELLO\r\nPUB orders.d 3\r\nhello\r\n"),
+        # Found by review: words before a bad one still count, numbers past their type, statuses of
+        # other lengths, digits of other scripts, a byte-order mark, Unicode spaces around a header.
+        (True, b"PUB orders.e -2\r\nSUB orders.f 8\r\nUNSUB 8 99999999999\r\n"),
+        (
+            False,
+            b"MSG orders.f 8 0\r\n\r\nHMSG orders.f 8  33 33\r\nNATS/1.0 99999999999999999999\r\n\r\n\r\n",
+        ),
+        (False, "MSG orders.f 8 $JS.ACK.s.c.1.2.3.4.\u0663 2\r\nhi\r\n".encode()),
+        (True, b"PUB orders.g 5\r\n\xef\xbb\xbf{}\r\n"),
+        (True, "HPUB orders.h  21 21\r\nNATS/1.0\r\nA:\u00a0x\u00a0\r\n\r\n\r\n".encode()),
         (False, b"MSG orders.a 7 2\r\nhi\r\n-ERR 'Unknown Protocol Operation'\r\n"),
     ]
     path = tmp_path / "odd.pcap"

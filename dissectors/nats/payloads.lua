@@ -46,11 +46,11 @@ HOOKS.header_block = {
     if first:sub(1, #NATS_VERSION_LINE) ~= NATS_VERSION_LINE then
       note(ctx, "warn", "malformed", "headers do not start with " .. NATS_VERSION_LINE .. ": " .. py_repr(first:sub(1, 40)))
     else
-      local rest = first:sub(#NATS_VERSION_LINE + 1):match("^%s*(.-)%s*$")
-      local code, description = rest:match("^(%S+)%s?(.*)$")
-      if code and code:match("^[0-9]+$") then
+      local rest = first:sub(#NATS_VERSION_LINE + 1):match("^[ \t]*(.-)[ \t]*$")
+      local code, description = rest:match("^([^ ]*) ?(.*)$")
+      if code and code:match("^[0-9][0-9][0-9]$") then  -- statuses are three digits
         out.status = tonumber(code)
-        local d = description:match("^%s*(.-)%s*$")
+        local d = description:match("^[ \t]*(.-)[ \t]*$")
         if d ~= "" then out.status_text = d end
       end
     end
@@ -65,8 +65,8 @@ HOOKS.header_block = {
         if not colon then
           note(ctx, "warn", "malformed", "header line without a colon: " .. py_repr(line:sub(1, 40)))
         else
-          local name = line:sub(1, colon - 1):match("^%s*(.-)%s*$")
-          local value = line:sub(colon + 1):match("^%s*(.-)%s*$")
+          local name = line:sub(1, colon - 1):match("^[ \t]*(.-)[ \t]*$")
+          local value = line:sub(colon + 1):match("^[ \t]*(.-)[ \t]*$")
           if values[name] then values[name] = values[name] .. ", " .. value
           else names[#names + 1] = name values[name] = value end
         end
@@ -151,7 +151,7 @@ HOOKS.payload = {
     if len == 0 then return end
     local raw = tvb:raw(pos, len)
     if not utf8_valid(raw) then return end
-    local first = raw:match("^%s*(.)")
+    local first = raw:match("^[ \t\r\n]*(.)")
     if first == "{" or first == "[" then
       local ok, parsed = pcall(json_parse, raw)
       if ok then

@@ -12,6 +12,7 @@ JetStream API answer that carries an error gets its code and words, and a warnin
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from streamdump.codecs import lenient_json
@@ -21,6 +22,10 @@ from streamdump.spec.keyed import title
 from streamdump.spec.layout import Ctx, json_nodes
 
 VERSION_LINE = "NATS/1.0"
+# What separates words on these lines (ASCII only, as the server reads them).
+BLANKS = " \t"
+# Text with none of these (but CR, LF and tab) is shown as text.
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 ACK_PREFIX = "$JS.ACK."
 # A JetStream API answer names its type first: `{"type":"io.nats.jetstream.api.v1.…_response",`.
 API_TYPE = b'"io.nats.jetstream.api.'
@@ -59,12 +64,12 @@ class HeaderBlock(Hook):
                 Expert("warn", f"headers do not start with {VERSION_LINE}: {first[:40]!r}", pos)
             )
         else:
-            rest = first[len(VERSION_LINE) :].strip()
+            rest = first[len(VERSION_LINE) :].strip(BLANKS)
             code, _, description = rest.partition(" ")
-            if code.isascii() and code.isdigit():
+            if len(code) == 3 and code.isascii() and code.isdigit():  # statuses are three digits
                 siblings["status"] = int(code)
-                if description.strip():
-                    siblings["status_text"] = description.strip()
+                if description.strip(BLANKS):
+                    siblings["status_text"] = description.strip(BLANKS)
         if raw and not raw.endswith(b"\r\n\r\n"):
             ctx.expert.append(Expert("warn", "headers do not end with an empty line (CRLF CRLF)", pos))
         headers: dict[str, str] = {}
@@ -75,7 +80,7 @@ class HeaderBlock(Hook):
             if not colon:
                 ctx.expert.append(Expert("warn", f"header line without a colon: {line[:40]!r}", pos))
                 continue
-            name, val = name.strip(), val.strip()
+            name, val = name.strip(BLANKS), val.strip(BLANKS)
             headers[name] = f"{headers[name]}, {val}" if name in headers else val
         if headers:
             siblings["message_headers"] = headers
@@ -153,7 +158,7 @@ def ack_parts(reply: str, siblings: dict[str, Any]) -> None:
     # suffix); older ones the stream first (7 tokens).
     if len(tokens) >= 9:
         tokens = tokens[2:]
-    if len(tokens) < 7 or not all(t.isdigit() for t in tokens[2:7]):
+    if len(tokens) < 7 or not all(t.isascii() and t.isdigit() for t in tokens[2:7]):
         return
     siblings["js_stream"], siblings["js_consumer"] = tokens[0], tokens[1]
     for name, token in zip(ACK_NUMBERS, tokens[2:7], strict=True):
@@ -167,11 +172,11 @@ def content_of(raw: bytes) -> tuple[str | None, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None, None
-    if text.lstrip()[:1] in ("{", "["):
+    if text.lstrip(BLANKS + "\r\n")[:1] in ("{", "["):
         try:
             return "data_json", lenient_json.loads(text)[0]
         except lenient_json.JsonError:
             pass
-    if text.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in text):
+    if CONTROL.search(text) is None:
         return "data_text", text
     return None, None

@@ -505,9 +505,13 @@ class WordsCodec(RawCodec):
             start, stop = next(words)
             text = decode_text(raw[start:stop], member.name, pos + start, ctx)
             if member.type in INT_TYPES:
-                if not text.isascii() or not text.isdigit():
-                    raise BadValue(member.name, pos + start, f"{member.name} {text!r} is not a number")
-                value[member.name] = int(text)
+                number = int(text) if text.isascii() and text.isdigit() else None
+                if number is None or number >= 1 << (8 * INT_TYPES[member.type][1]):
+                    what = "is not a number" if number is None else f"is out of range for {member.type}"
+                    error = BadValue(member.name, pos + start, f"{member.name} {text!r} {what}")
+                    error.partial = value  # type: ignore[attr-defined]  # the words before it still say something
+                    raise error
+                value[member.name] = number
             else:
                 value[member.name] = text
             if node is not None:
