@@ -16,8 +16,7 @@ the scenario connects; it is stopped with SIGINT after a short tail so the FINs 
 The loopback, tcpdump-readiness and capture checks are the ones of captures/rabbitmq_stream/
 (loopback.py, tcpdump_tools.py, pcap_checks.py, system_tools.py), imported from there.
 After each recording the file is checked (whole TCP connections, their count, link type,
-segment sizes, packet count against tcpdump's own, size) and the protocol lines of each
-connection are printed.
+segment sizes, packet count against tcpdump's own, size), then streamdump reads it.
 """
 
 from __future__ import annotations
@@ -27,13 +26,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
-import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,14 +44,7 @@ from loopback import LO_SAVED, LOOPBACK, WIRE_MSS, WIRE_MTU, restore_saved_loopb
 from nats.errors import NoRespondersError  # noqa: E402
 from nats.js.errors import NotFoundError  # noqa: E402
 from pcap_checks import LINKTYPE_ETHERNET, check_capture  # noqa: E402
-from system_tools import find_program, give_to_dir_owner  # noqa: E402
-from tcpdump_tools import (  # noqa: E402
-    TCPDUMP_READY_WAIT_S,
-    TCPDUMP_TAIL_S,
-    CaptureStats,
-    _read_stderr_until,
-    recording_lock,
-)
+from tcpdump_tools import recording_lock, tcpdump  # noqa: E402
 
 log = logging.getLogger("record")
 
@@ -66,44 +55,6 @@ pcap_checks.PORT = PORT
 MAX_CAPTURE_BYTES = 40_000
 RING_KIB = 65536
 STREAM = "ORDERS"
-
-
-# --- tcpdump -------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def tcpdump(out: Path) -> Iterator[list[CaptureStats]]:
-    """Capture `tcp port 4222` on lo into the classic pcap `out` for the duration of the block."""
-    binary = find_program("tcpdump") or "/usr/bin/tcpdump"
-    out.unlink(missing_ok=True)
-    # --immediate-mode: without it SIGINT may discard the last unfinished ring block (see
-    # tcpdump_tools.py); -B: a big ring, so nothing is dropped.
-    cmd = [binary, "-i", LOOPBACK, "-s", "0", "-U", "--immediate-mode", "-B", str(RING_KIB)]
-    cmd += ["-w", str(out), f"tcp port {PORT}"]
-    log.info("starting: %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    stats: list[CaptureStats] = []
-    try:
-        # No connection before the filter is attached, or the handshake would be missing.
-        _read_stderr_until(proc, "listening on", TCPDUMP_READY_WAIT_S)
-        yield stats
-        time.sleep(TCPDUMP_TAIL_S)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
-    text = err.decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"tcpdump exited with {proc.returncode}: {text}")
-    counts = {
-        m[2]: int(m[1])
-        for m in re.finditer(r"(\d+) packets? (captured|received by filter|dropped by kernel)", text)
-    }
-    stats.append(CaptureStats(counts.get("captured", -1), counts.get("received by filter", -1),
-                              counts.get("dropped by kernel", -1)))  # fmt: skip
-    if stats[0].dropped != 0:
-        raise RuntimeError(f"tcpdump dropped packets: {text}")
-    give_to_dir_owner(out)
 
 
 # --- scenarios: the real nats-py client ------------------------------------------------------
@@ -270,50 +221,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-# --- checks and the printed transcript -------------------------------------------------------
-
-
-def streams(pcap: Path) -> list[tuple[int, bytes, bytes]]:
-    """(client port, client→server bytes, server→client bytes) of each connection, in order."""
-    import dpkt
-
-    order: list[int] = []
-    data: dict[tuple[int, bool], bytearray] = {}
-    next_seq: dict[tuple[int, bool], int] = {}
-    with pcap.open("rb") as fh:
-        for _ts, buf in dpkt.pcap.Reader(fh):
-            ip = dpkt.ethernet.Ethernet(buf).data
-            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
-                continue
-            tcp = ip.data
-            to_server = tcp.dport == PORT
-            key = (tcp.sport if to_server else tcp.dport, to_server)
-            if tcp.flags & dpkt.tcp.TH_SYN:
-                if key[0] not in order:
-                    order.append(key[0])
-                next_seq[key] = tcp.seq + 1
-                data[key] = bytearray()
-                continue
-            payload = bytes(tcp.data)
-            if not payload or key not in next_seq:
-                continue
-            skip = (next_seq[key] - tcp.seq) % 2**32
-            if skip >= 2**31:
-                raise RuntimeError(f"{pcap}: bytes missing before seq {tcp.seq}")
-            data[key] += payload[skip:]
-            next_seq[key] = max(next_seq[key], tcp.seq + len(payload)) % 2**32
-    return [(port, bytes(data.get((port, True), b"")), bytes(data.get((port, False), b""))) for port in order]
-
-
-def transcript(pcap: Path, width: int = 160) -> str:
-    lines = []
-    for port, c2s, s2c in streams(pcap):
-        lines.append(f"--- connection from port {port}: {len(c2s)} bytes C->S, {len(s2c)} bytes S->C")
-        for arrow, data in (("C->S", c2s), ("S->C", s2c)):
-            for line in data.split(b"\r\n"):
-                text = repr(line)[2:-1]
-                lines.append(f"  {arrow} {text[:width]}{' ...' if len(text) > width else ''}")
-    return "\n".join(lines)
+# --- recording and checks ---------------------------------------------------------------------
 
 
 def record(name: str, outdir: Path = HERE) -> Path:
@@ -324,7 +232,7 @@ def record(name: str, outdir: Path = HERE) -> Path:
     if scenario.before is not None:
         asyncio.run(scenario.before())
     # lo is changed before tcpdump starts and put back only after it has stopped.
-    with wire_mtu(WIRE_MTU), tcpdump(out) as stats:
+    with wire_mtu(WIRE_MTU), tcpdump(out, buffer_kib=RING_KIB, port=PORT, whole_packets=True) as stats:
         asyncio.run(scenario.run())
     summary = check_capture(out)
     size = out.stat().st_size
@@ -352,7 +260,7 @@ def main() -> int:
     )
     parser.add_argument("names", nargs="*", help=f"scenarios (default: all): {', '.join(SCENARIOS)}")
     parser.add_argument("--restore-lo", action="store_true", help=f"only restore {LOOPBACK} from {LO_SAVED}")
-    parser.add_argument("--quiet", action="store_true", help="do not print the protocol lines")
+    parser.add_argument("--quiet", action="store_true", help="do not read what was recorded")
     parser.add_argument(
         "--outdir", type=Path, default=HERE, help="where the pcaps go (default: beside this script)"
     )
@@ -368,7 +276,8 @@ def main() -> int:
         for name in args.names or SCENARIOS:
             out = record(name, args.outdir)
             if not args.quiet:
-                print(f"=== {out.name}\n{transcript(out)}", flush=True)
+                print(f"=== {out.name}", flush=True)
+                subprocess.run([sys.executable, "-m", "streamdump", "read", str(out)], check=False)
     return 0
 
 

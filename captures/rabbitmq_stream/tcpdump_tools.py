@@ -104,13 +104,16 @@ def tcpdump(
     buffer_kib: int | None = None,
     packet_buffered: bool = True,
     allow_drops: bool = False,
+    port: int = PORT,
+    whole_packets: bool = False,
 ) -> Iterator[list[CaptureStats]]:
-    """Capture port 5552 on `interface` into `out` for the duration of the block.
+    """Capture TCP `port` (the broker's 5552) on `interface` into `out` for the duration of the block.
 
     `linktype` is passed as `-y` (e.g. LINUX_SLL for `any`), `buffer_kib` as `-B` (the
     kernel ring, which is what overflows when tcpdump falls behind). `packet_buffered`
     (`-U`) flushes the file after every packet; large captures go faster without it.
     Drops fail the recording unless `allow_drops`, for callers that report them instead.
+    `whole_packets` passes `-s 0` (no snap length) for recordings of another protocol's port.
     Yields a list that holds the capture statistics once the block has ended.
     """
     tcpdump_bin = find_program("tcpdump") or "/usr/bin/tcpdump"
@@ -118,10 +121,11 @@ def tcpdump(
     # --immediate-mode: without it libpcap's TPACKET_V3 ring hands packets over one block
     # at a time (1 s timeout) and SIGINT discards the unfinished block, which silently cut
     # the Close/FIN off every capture and left short scenarios empty.
-    cmd = [tcpdump_bin, "-i", interface, *(["-U"] if packet_buffered else []), "--immediate-mode"]
+    cmd = [tcpdump_bin, "-i", interface, *(["-s", "0"] if whole_packets else [])]
+    cmd += [*(["-U"] if packet_buffered else []), "--immediate-mode"]
     cmd += ["-y", linktype] if linktype else []
     cmd += ["-B", str(buffer_kib)] if buffer_kib else []
-    cmd += ["-w", str(out), f"tcp port {PORT}"]
+    cmd += ["-w", str(out), f"tcp port {port}"]
     log.info("starting: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stats: list[CaptureStats] = []
