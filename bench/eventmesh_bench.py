@@ -85,6 +85,33 @@ def pcap(ask: list[bytes], answer: list[bytes], port: int) -> bytes:
     return tcp_pcap(segments, server=("10.0.0.2", port), client=("10.0.0.1", 40000))
 
 
+def report(captures: dict[str, Path], frames: int, repeat: int, reference: str) -> None:
+    """Check that each capture is clean traffic, then time `read` and `stats` on each, best of
+    repeat, with the ratio to the reference capture's time."""
+    for name, path in captures.items():
+        # What is timed must be clean traffic: every frame decoded, nothing to diagnose.
+        stats = subprocess.run(
+            [*STREAMDUMP, "stats", str(path), "-T", "json"], capture_output=True, text=True
+        )
+        summary = json.loads(stats.stdout)
+        per = summary["protocols"].values() if "protocols" in summary else [summary]
+        count = sum(c["client_frames"] + c["server_frames"] for s in per for c in s["connections"])
+        findings = sum(len(s["diagnoses"]) + s["diagnoses_not_listed"] for s in per)
+        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB, {count} frames, {findings} findings)")
+    print(f"{'mode':<10} {'capture':<11} {'seconds':>8} {'frames/s':>10} {'RSS MiB':>8}  ratio")
+    for mode in ("one-line", "stats"):
+        runs = {}
+        for name, path in captures.items():
+            argv = [*STREAMDUMP, *(a.format(capture=path) for a in STREAMDUMP_ARGS[mode])]
+            runs[name] = best_of(argv, repeat)
+        for name, run in runs.items():
+            rate = 2 * frames / run.seconds if run.ok else 0
+            ratio = run.seconds / runs[reference].seconds
+            status = "" if run.ok else f"  failed: {run.last_stderr}"
+            figures = f"{run.seconds:>8.2f} {rate:>10.0f} {run.rss_mib:>8.1f}"
+            print(f"{mode:<10} {name:<11} {figures}  {ratio:.2f}{status}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -108,27 +135,7 @@ def main() -> int:
     build = [sys.executable, __file__, "--build", "--frames", str(args.frames), "--keep", str(folder)]
     subprocess.run(build, check=True)
     print(f"{args.frames} publishes and {args.frames} answers per capture, {MSS}-byte segments")
-    for name, (path, _, _) in captures.items():
-        # What is timed must be clean traffic: every frame decoded, every request answered.
-        stats = subprocess.run(
-            [*STREAMDUMP, "stats", str(path), "-T", "json"], capture_output=True, text=True
-        )
-        summary = json.loads(stats.stdout)
-        frames = sum(c["client_frames"] + c["server_frames"] for c in summary["connections"])
-        findings = len(summary["diagnoses"]) + summary["diagnoses_not_listed"]
-        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB, {frames} frames, {findings} findings)")
-    print(f"{'mode':<10} {'protocol':<10} {'seconds':>8} {'frames/s':>10} {'RSS MiB':>8}  ratio")
-    for mode in ("one-line", "stats"):
-        runs = {}
-        for name, (path, _, _) in captures.items():
-            argv = [*STREAMDUMP, *(a.format(capture=path) for a in STREAMDUMP_ARGS[mode])]
-            runs[name] = best_of(argv, args.repeat)
-        for name, run in runs.items():
-            rate = 2 * args.frames / run.seconds if run.ok else 0
-            ratio = runs["eventmesh"].seconds / runs["rocketmq"].seconds if name == "eventmesh" else 1.0
-            status = "" if run.ok else f"  failed: {run.last_stderr}"
-            figures = f"{run.seconds:>8.2f} {rate:>10.0f} {run.rss_mib:>8.1f}"
-            print(f"{mode:<10} {name:<10} {figures}  {ratio:.2f}{status}")
+    report({name: path for name, (path, _, _) in captures.items()}, args.frames, args.repeat, "rocketmq")
     return 0
 
 

@@ -24,8 +24,7 @@ import tempfile
 from pathlib import Path
 
 import crc32c
-from eventmesh_bench import BURST, MSS, STREAMDUMP, pcap, rocketmq_frames
-from vs_tshark import STREAMDUMP_ARGS, best_of
+from eventmesh_bench import BURST, MSS, pcap, report, rocketmq_frames
 
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
@@ -83,28 +82,7 @@ def main() -> int:
     subprocess.run(build, check=True)
     print(f"{args.frames} publishes and {args.frames} deliveries or answers per capture, {MSS}-byte segments,"
           f" bursts of {BURST}")  # fmt: skip
-    for name, (path, _, _) in captures.items():
-        # What is timed must be clean traffic: every frame decoded, nothing to diagnose.
-        stats = subprocess.run(
-            [*STREAMDUMP, "stats", str(path), "-T", "json"], capture_output=True, text=True
-        )
-        summary = json.loads(stats.stdout)
-        per = summary["protocols"].values() if "protocols" in summary else [summary]
-        frames = sum(c["client_frames"] + c["server_frames"] for s in per for c in s["connections"])
-        findings = sum(len(s["diagnoses"]) + s["diagnoses_not_listed"] for s in per)
-        print(f"  {name}: {path} ({path.stat().st_size / 1e6:.1f} MB, {frames} frames, {findings} findings)")
-    print(f"{'mode':<10} {'capture':<11} {'seconds':>8} {'frames/s':>10} {'RSS MiB':>8}  ratio")
-    for mode in ("one-line", "stats"):
-        runs = {}
-        for name, (path, _, _) in captures.items():
-            argv = [*STREAMDUMP, *(a.format(capture=path) for a in STREAMDUMP_ARGS[mode])]
-            runs[name] = best_of(argv, args.repeat)
-        for name, run in runs.items():
-            rate = 2 * args.frames / run.seconds if run.ok else 0
-            ratio = run.seconds / runs["rocketmq"].seconds
-            status = "" if run.ok else f"  failed: {run.last_stderr}"
-            figures = f"{run.seconds:>8.2f} {rate:>10.0f} {run.rss_mib:>8.1f}"
-            print(f"{mode:<10} {name:<11} {figures}  {ratio:.2f}{status}")
+    report({name: path for name, (path, _, _) in captures.items()}, args.frames, args.repeat, "rocketmq")
     return 0
 
 
