@@ -9418,12 +9418,34 @@ end
 
 -- A field's bytes that start with a carried protocol's magic: that protocol's plugin dissects
 -- them, as a layer of its own under the packet. Whether one did.
-local function carried(spec, tvb, pos, len, tree, ctx)
+-- Twin of streamdump/core/wildcards.py: `*` one token, a last `>` one or more.
+local function wildcard_matches(pattern, name)
+  local want, have = {}, {}
+  for t in (pattern .. "."):gmatch("([^.]*)%.") do want[#want + 1] = t end
+  for t in (name .. "."):gmatch("([^.]*)%.") do have[#have + 1] = t end
+  for i, token in ipairs(want) do
+    if token == ">" and i == #want then return #have >= i end
+    if i > #have or (token ~= "*" and token ~= have[i]) then return false end
+  end
+  return #have == #want
+end
+
+local function carried_here(entry, out)
+  if entry.by == nil then return true end
+  local name = out[entry.by]
+  if type(name) ~= "string" then return false end
+  for _, pattern in ipairs(entry.patterns) do
+    if wildcard_matches(pattern, name) then return true end
+  end
+  return false
+end
+
+local function carried(spec, tvb, pos, len, tree, ctx, out)
   local entries = SPEC.carries[spec.name]
   if entries == nil or PDU_CONTEXT.pinfo == nil then return false end
   for _, entry in ipairs(entries) do
     local magic = ByteArray.new(entry.magic)
-    if len >= magic:len() and tvb(pos, magic:len()):bytes() == magic then
+    if carried_here(entry, out) and len >= magic:len() and tvb(pos, magic:len()):bytes() == magic then
       local ok, inner = pcall(Dissector.get, entry.protocol)
       if ok and inner then
         -- Dissected once this frame is: its layer follows the carrier's, in the tree and columns.

@@ -499,3 +499,51 @@ def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> Non
     )  # fmt: skip
     assert shown.returncode == 0 and "Connect" in shown.stdout
     assert "hunter2" not in shown.stdout and "tok-123" not in shown.stdout and "bob" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "matched"),
+    [
+        (">", "orders", True),
+        (">", "a.b.c", True),
+        ("orders.>", "orders", False),
+        ("orders.>", "orders.a.b", True),
+        ("orders.*", "orders.a", True),
+        ("orders.*", "orders.a.b", False),
+        ("*.created", "orders.created", True),
+        ("orders", "orders.a", False),
+        ("a.>.c", "a.b.c", False),  # `>` only ends a pattern
+    ],
+)
+def test_wildcards_as_subjects_use_them(pattern: str, name: str, matched: bool) -> None:
+    from streamdump.core.wildcards import matches
+
+    assert matches(pattern, name) is matched
+
+
+def test_where_a_carried_protocol_is_looked_for_is_data_in_its_spec(tmp_path: Path) -> None:
+    """`wiring.carried_by.where` names the carrier's subjects that may hold envelopes."""
+    root = Path(__file__).parent.parent / "dissectors"
+    for name in ("nats", "liftbridge"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+        spec = (root / name / "spec.yaml").read_text()
+        if name == "liftbridge":
+            spec = spec.replace("where: {subject: ['>']}".replace("'", '"'), "where: {subject: [orders.*]}")
+            assert "orders.*" in spec
+        (tmp_path / name / "spec.yaml").write_text(spec)
+    registry = load_registry(tmp_path, package="streamdump.dissectors")
+    decoders = [Decoder(registry.get("nats")), Decoder(registry.get("liftbridge"))]
+    payload = envelope("Publish", {"stream": "s", "value": b"v"})
+    stream = b"".join(
+        f"PUB {subject} {len(payload)}\r\n".encode() + payload + b"\r\n"
+        for subject in ("orders.a", "audit.a")
+    )
+    frames = list(decode_segments(client_stream((stream,), 4222), Dissection(decoders), None, ReadStats()))
+    assert [(f.protocol, f.fields.get("subject")) for f in frames] == [
+        ("nats", "orders.a"), ("liftbridge", None), ("nats", "audit.a"),
+    ]  # fmt: skip
+    spec = (tmp_path / "liftbridge" / "spec.yaml").read_text()
+    (tmp_path / "liftbridge" / "spec.yaml").write_text(spec.replace("where: {subject:", "where: {nope:"))
+    with pytest.raises(SpecError, match="nats has no text field 'nope'"):
+        load_registry(tmp_path, package="streamdump.dissectors")

@@ -147,7 +147,7 @@ HOOKS.payload = {
     if head:find('"io.nats.jetstream.api.', 1, true) and tvb:raw(pos, len):find('"error"', 1, true) then
       nats_api_error(tvb:raw(pos, len), out, item, range, ctx)
     end
-    if carried(spec, tvb, pos, len, tree, ctx) then return end
+    if carried(spec, tvb, pos, len, tree, ctx, out) then return end
     if len == 0 then return end
     local raw = tvb:raw(pos, len)
     if not utf8_valid(raw) then return end

@@ -24,6 +24,7 @@ from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
 from streamdump.core.tail import TailRule, last_value, recover, tail_rule
+from streamdump.core.wildcards import matches_any
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import SpecError
@@ -643,7 +644,13 @@ def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator
     endpoints, connection and direction; its sequence number)."""
     for field_name, decoder in carried:
         value = frame.fields.get(field_name)
-        magic = decoder.protocol.wiring.magic or b""
+        wiring = decoder.protocol.wiring
+        if wiring.carried_where is not None:
+            by, patterns = wiring.carried_where
+            name = frame.fields.get(by)
+            if not isinstance(name, str) or not matches_any(patterns, name):
+                continue
+        magic = wiring.magic or b""
         if not isinstance(value, bytes | bytearray | memoryview) or bytes(value[: len(magic)]) != magic:
             continue
         inner = decoder.decode(bytes(value))

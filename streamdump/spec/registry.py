@@ -245,6 +245,8 @@ class Wiring:
     # A protocol carried inside another's frames, not on TCP itself: (carrier protocol, the
     # carrier's field whose bytes may be one of its frames, found by its magic).
     carried_by: tuple[str, str] | None = None
+    # Where in the carrier it may be: (the carrier's text field, its wildcard patterns); None: anywhere.
+    carried_where: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def uncounted(self) -> int:
@@ -1020,8 +1022,25 @@ class _Builder:
         length = framing.get("length")
         carried = raw.get("carried_by")
         if carried is not None:
-            if not isinstance(carried, Mapping) or set(carried) != {"protocol", "field"}:
-                raise self.fail("wiring.carried_by", "must be {protocol: CARRIER, field: ITS_FIELD}")
+            if not isinstance(carried, Mapping) or not {"protocol", "field"} <= set(carried) <= {
+                "protocol",
+                "field",
+                "where",
+            }:
+                raise self.fail(
+                    "wiring.carried_by",
+                    "must be {protocol: CARRIER, field: ITS_FIELD, where: {FIELD: [patterns]}}",
+                )
+            where = carried.get("where")
+            if where is not None:
+                if (
+                    not isinstance(where, Mapping)
+                    or len(where) != 1
+                    or not all(isinstance(p, str) and p for ps in where.values() for p in ps)
+                ):
+                    raise self.fail("wiring.carried_by.where", "must be {carrier's text field: [patterns]}")
+                ((by, patterns),) = where.items()
+                kw["carried_where"] = (str(by), tuple(patterns))
             if ports or length is not None or framing.get("rule") is not None:
                 raise self.fail(
                     "wiring.carried_by", "a carried protocol has no ports or framing: its carrier frames it"
@@ -1686,6 +1705,10 @@ def _check_carrier(proto: Protocol, protocols: Mapping[str, Protocol]) -> None:
     spec = next((s for s in carrier.all_fields() if s.name == field_name), None)
     if spec is None or spec.type not in ("raw", "bytes"):
         raise SpecError(f"{proto.source}: wiring.carried_by: {name} has no raw or bytes field {field_name!r}")
+    if proto.wiring.carried_where is not None:
+        by = proto.wiring.carried_where[0]
+        if not any(s.name == by and s.type == "string" for s in carrier.all_fields()):
+            raise SpecError(f"{proto.source}: wiring.carried_by.where: {name} has no text field {by!r}")
 
 
 @cache

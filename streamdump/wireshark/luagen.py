@@ -49,8 +49,10 @@ def generate(protocol: Protocol, carried: Iterable[Protocol] = ()) -> str:
     for inner in carried:
         if inner.wiring.carried_by is not None and inner.wiring.carried_by[0] == protocol.name:
             assert inner.wiring.magic is not None
+            where = inner.wiring.carried_where
             carries.setdefault(inner.wiring.carried_by[1], []).append(
                 {"protocol": inner.name, "magic": inner.wiring.magic.hex()}
+                | ({"by": where[0], "patterns": list(where[1])} if where else {})
             )
     table["carries"] = carries
     parts = [
