@@ -23,7 +23,7 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
-from streamdump.core.capture import CaptureError
+from streamdump.core.capture import STDIN, CaptureError
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, framing_rule, read_frames
@@ -127,8 +127,10 @@ def write_frames(
     out: TextIO,
     messages: bool = False,
     tracker: Tracker | Conversations | None = None,
+    flush: bool = False,
 ) -> int:
-    """Write frames in the chosen view; returns how many were written.
+    """Write frames in the chosen view; returns how many were written. flush: each as it is
+    written (frames of a capture still being made, read from a pipe or live).
 
     Times count from the capture's first frame, which the tracker saw even when a filter
     hid it; without a tracker, from the first frame written.
@@ -159,6 +161,8 @@ def write_frames(
             console.print(renderer.tree(frame, t0))
         else:
             out.write(renderer.line(frame, t0) + "\n")
+        if flush:
+            out.flush()
     return count
 
 
@@ -213,7 +217,10 @@ ProtocolOpt = Annotated[
         show_default=False,
     ),
 ]
-FileArg = Annotated[Path, typer.Argument(help="pcap or pcapng capture file.", show_default=False)]
+FileArg = Annotated[
+    Path,
+    typer.Argument(help="pcap or pcapng capture file; - reads it from standard input.", show_default=False),
+]
 PortOpt = Annotated[
     list[int] | None,
     typer.Option(
@@ -292,6 +299,9 @@ def read(
     """Decode every frame of a capture file."""
     if messages and (detail or fmt is not Format.text):
         raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
+    streaming = str(file) == STDIN
+    if two_pass and streaming:
+        raise _fail("--two-pass reads the capture twice; standard input can be read only once", 2)
     setup = _setup(protocol, port, decode_as)
     selection = _selection(setup, filter_text)
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=True)
@@ -306,7 +316,7 @@ def read(
             frames: Iterable[Frame] = analysed(_telling_notices(read, stats), tracker, later)
             if selection is not None:
                 frames = filter(selection, frames)
-            write_frames(frames, views, fmt, detail, sys.stdout, messages, tracker)
+            write_frames(frames, views, fmt, detail, sys.stdout, messages, tracker, flush=streaming)
         except CaptureError as exc:
             error = str(exc)
         sys.stdout.flush()

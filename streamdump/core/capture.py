@@ -13,6 +13,7 @@ import bz2
 import gzip
 import lzma
 import struct
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -41,6 +42,9 @@ _RECORD_LE = struct.Struct("<IIII")
 _RECORD_BE = struct.Struct(">IIII")
 _RECORD_SIZE = _RECORD_LE.size
 READ_SIZE = 1 << 20
+# The path that names standard input, and how messages call it.
+STDIN = "-"
+STDIN_NAME = "standard input"
 # No link layer captures more in one packet (TSO segments reach 256 KiB); beyond, the file is damaged.
 MAX_RECORD = 64 << 20
 # Decompressed input is read this much at a time: a damaged stream loses at most this.
@@ -91,6 +95,8 @@ class _Exact:
         self.consumed = 0
         self.failure: BaseException | None = None
         self.piece: int | None = None  # largest single read, for compressed input
+        # A stream being written (a pipe): read what each record needs, not ahead of it.
+        self.streaming = False
 
     def read(self, size: int = -1) -> bytes:
         data = self.read_upto(size)
@@ -173,7 +179,8 @@ def _pcap_records(header: bytes, src: _Exact, name: str) -> Iterator[tuple[float
     count = 0
     while True:
         if len(buf) - pos < _RECORD_SIZE:
-            buf, pos = buf[pos:] + src.read_upto(max(READ_SIZE, _RECORD_SIZE)), 0
+            ahead = _RECORD_SIZE if src.streaming else max(READ_SIZE, _RECORD_SIZE)
+            buf, pos = buf[pos:] + src.read_upto(ahead - (len(buf) - pos) if src.streaming else ahead), 0
             view = memoryview(buf)
             if len(buf) < _RECORD_SIZE:
                 if buf:
@@ -187,7 +194,7 @@ def _pcap_records(header: bytes, src: _Exact, name: str) -> Iterator[tuple[float
         end = pos + _RECORD_SIZE + caplen
         if end > len(buf):
             missing = end - len(buf)
-            buf, pos = buf[pos:] + src.read_upto(max(READ_SIZE, missing)), 0
+            buf, pos = buf[pos:] + src.read_upto(missing if src.streaming else max(READ_SIZE, missing)), 0
             view = memoryview(buf)
             end = _RECORD_SIZE + caplen
             if end > len(buf):
@@ -220,19 +227,28 @@ class _Prefixed:
 
 
 def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segment]:
-    """Every TCP segment of a capture file, in file order, numbered like Wireshark's frames."""
+    """Every TCP segment of a capture file, in file order, numbered like Wireshark's frames.
+
+    path "-" is standard input: a capture being written (`tcpdump -w - | ...`), read record by
+    record so that each packet is handed on as soon as it has arrived.
+    """
     tally = tally if tally is not None else Tally()
-    path = Path(path)
+    streaming = str(path) == STDIN
+    path = Path(STDIN_NAME) if streaming else Path(path)
     try:
-        raw = path.open("rb")
+        raw: BinaryIO = sys.stdin.buffer if streaming else path.open("rb")
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with raw:
-        tally.position = raw.tell
         head = raw.read(6)
-        raw.seek(0)
+        if streaming:
+            raw = _Prefixed(head, raw)  # type: ignore[arg-type,assignment]  # a pipe cannot seek back
+        else:
+            tally.position = raw.tell
+            raw.seek(0)
         fh, tally.compression = _decompressed(raw, head)
         src = _Exact(fh, str(path))
+        src.streaming = streaming
         if tally.compression is not None:
             src.piece = COMPRESSED_PIECE
         packets = _packets(src, str(path))
