@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import re
+import signal
 import struct
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,10 +24,11 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
-from streamdump.core.capture import STDIN, CaptureError
+from streamdump.core.capture import STDIN, CaptureError, read_stream
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Dissection, ReadStats, framing_rule, read_frames
+from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, framing_rule, read_frames
+from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import SpecError, default_registry
@@ -378,6 +380,91 @@ def stats(
         sys.stdout.flush()
     _print_notices(read_stats)
     _finish_read(setup, read_stats, error)
+
+
+@app.command()
+def live(
+    interface: Annotated[str, typer.Option("--interface", "-i", help="Interface to capture on.")] = "lo",
+    port: PortOpt = None,
+    write: Annotated[
+        Path | None, typer.Option("--write", "-w", help="Also save the capture here (pcap), as it is taken.")
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", "-c", help="Stop after this many packets (0: no limit).")
+    ] = 0,
+    duration: Annotated[
+        float, typer.Option("--duration", "-a", help="Stop after this many seconds (0: no limit).")
+    ] = 0.0,
+    detail: Annotated[
+        bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
+    ] = False,
+    messages: Annotated[
+        bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+    filter_text: FilterOpt = None,
+    protocol: ProtocolOpt = None,
+    decode_as: DecodeAsOpt = None,
+) -> None:
+    """Capture live traffic on the protocols' ports and decode it as `read` does; Ctrl-C stops,
+    then prints the stats summary on stderr."""
+    if messages and (detail or fmt is not Format.text):
+        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
+    if count < 0 or duration < 0:
+        raise _fail("--count and --duration take numbers of 0 or more", 2)
+    setup = _setup(protocol, port, decode_as)
+    selection = _selection(setup, filter_text)
+    ports = set(setup.dissection.ports) | set(setup.dissection.guess)
+    capture = Capture(interface, ports, count, duration, str(write) if write else None)
+    # Ctrl-C goes to the capturing process, which ends the stream; what it took is still decoded.
+    signal.signal(signal.SIGINT, lambda *_: capture.stop())
+    stats = ReadStats()
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    statistics = {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+    error: str | None = None
+
+    def counted(frames: Iterable[Frame]) -> Iterator[Frame]:
+        for frame in frames:
+            statistics[frame.protocol].add(frame)
+            yield frame
+
+    with _reader_may_leave():
+        try:
+            segments = read_stream(capture.stream, f"capture on {interface}", stats)
+            read = decode_segments(segments, setup.dissection, None, stats)
+            frames: Iterable[Frame] = counted(analysed(_telling_notices(read, stats), tracker))
+            if selection is not None:
+                frames = filter(selection, frames)
+            write_frames(
+                frames, Views(setup.decoders), fmt, detail, sys.stdout, messages, tracker, flush=True
+            )
+        except CaptureError as exc:
+            error = str(exc)
+        sys.stdout.flush()
+    outcome = capture.outcome()
+    if outcome.error is not None and stats.packets == 0:
+        if outcome.privilege:
+            raise _fail(
+                f"capturing on {interface} needs root or CAP_NET_RAW (libpcap: {outcome.error}); "
+                "run as root, or `setcap cap_net_raw+ep` on the Python that runs streamdump"
+            )
+        raise _fail(f"cannot capture on {interface}: {outcome.error}")
+    _print_notices(stats)
+    tracker.finish(stats.lossy, stats.closed)
+    _print_diagnoses(tracker)
+    shown = [s for s in statistics.values() if s.tracker.connections]
+    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
+    for statistic in shown:
+        console.print(f"== {statistic.protocol.title} ==", style="bold")
+        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
+        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
+    print(
+        f"streamdump: note: {outcome.packets} packets captured on {interface} ({bpf(ports)}); "
+        f"{outcome.dropped} dropped by the kernel, {outcome.ifdropped} by the interface",
+        file=sys.stderr,
+    )
+    if error is not None:
+        raise _fail(error)
 
 
 @app.command()

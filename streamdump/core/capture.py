@@ -232,11 +232,24 @@ def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segm
     path "-" is standard input: a capture being written (`tcpdump -w - | ...`), read record by
     record so that each packet is handed on as soon as it has arrived.
     """
+    if str(path) == STDIN:
+        yield from read_stream(sys.stdin.buffer, STDIN_NAME, tally)
+        return
+    yield from _read(path, tally, None)
+
+
+def read_stream(fh: BinaryIO, name: str, tally: Tally | None = None) -> Iterator[Segment]:
+    """Every TCP segment of a capture arriving on a stream that cannot seek (a pipe): each
+    packet is handed on as soon as its record has arrived."""
+    yield from _read(name, tally, fh)
+
+
+def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Iterator[Segment]:
     tally = tally if tally is not None else Tally()
-    streaming = str(path) == STDIN
-    path = Path(STDIN_NAME) if streaming else Path(path)
+    streaming = stream is not None
+    path = Path(path)
     try:
-        raw: BinaryIO = sys.stdin.buffer if streaming else path.open("rb")
+        raw: BinaryIO = stream if stream is not None else path.open("rb")
     except OSError as exc:
         raise CaptureError(f"{path}: cannot open: {exc.strerror}") from None
     with raw:

@@ -1,0 +1,1 @@
+"""Live capture: a capturing process that writes a pcap stream, read as `read -` reads one."""
