@@ -1345,7 +1345,7 @@ local SPEC = {
       {
         command = "Info",
         announced = "max_payload",
-        bounds = "payload_size",
+        bounds = { "total_size", "payload_size" },
       },
     },
   },
@@ -1608,7 +1608,30 @@ end
 -- as metatable; arrays are plain lists with JSON_ARRAY; null is JSON_NULL.
 local JSON_OBJECT, JSON_ARRAY, JSON_NULL = {}, {}, setmetatable({}, {})
 
+-- Twin of lenient_json.too_deep: deeper JSON is refused (Lua's own stack would overflow).
+local JSON_MAX_DEPTH = 200
+
+local function json_too_deep(text)
+  local _, opens = text:gsub("[%[{]", "")
+  if opens <= JSON_MAX_DEPTH then return false end
+  local depth, in_string, escaped = 0, false, false
+  for i = 1, #text do
+    local c = text:sub(i, i)
+    if in_string then
+      if escaped then escaped = false
+      elseif c == "\\" then escaped = true
+      elseif c == '"' then in_string = false end
+    elseif c == '"' then in_string = true
+    elseif c == "[" or c == "{" then
+      depth = depth + 1
+      if depth > JSON_MAX_DEPTH then return true end
+    elseif c == "]" or c == "}" then depth = depth - 1 end
+  end
+  return false
+end
+
 local function json_parse(text)
+  if json_too_deep(text) then error({ json = true, pos = 0, text = "nested too deeply" }, 0) end
   local pos, n = 1, #text
   local lenient = false
   local function fail(message) error({ json = true, pos = pos - 1, text = message }, 0) end
@@ -3633,18 +3656,23 @@ end
 
 local function limits(conn, f)
   if not f.from_client then
-    for _, limit in ipairs(CONV.limits) do
+    for i, limit in ipairs(CONV.limits) do
       if f.command == limit.command and is_number(f.fields[limit.announced]) then
-        conn.limits[limit.bounds] = { f.fields[limit.announced], f.number, limit.announced }
+        conn.limits[i] = { f.fields[limit.announced], f.number, limit.announced }
       end
     end
     return
   end
-  for _, limit in ipairs(CONV.limits) do
-    local found, value = conn.limits[limit.bounds], f.fields[limit.bounds]
+  for i, limit in ipairs(CONV.limits) do
+    -- the first of the bounded fields the frame has (HPUB's total, else PUB's size)
+    local bounds = limit.bounds[1]
+    for _, name in ipairs(limit.bounds) do
+      if f.fields[name] ~= nil then bounds = name break end
+    end
+    local found, value = conn.limits[i], f.fields[bounds]
     if found and is_number(value) and value > found[1] then
       tnote(f, "error", "protocol", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
-        f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), limit.bounds, value,
+        f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
         found[3], found[1], server_of(conn), found[2]))
     end
   end

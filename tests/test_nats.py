@@ -327,6 +327,7 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
         ),
         (False, b"HMSG _INBOX.a 2  16 16\r\nNATS/1.0 503\r\n\r\n\r\nPONG\r\n"),
         (True, b"PUB big 65\r\n" + b"x" * 65 + b"\r\nPING\r\n"),
+        (True, b"HPUB big  12 70\r\nNATS/1.0\r\n\r\n" + b"x" * 58 + b"\r\n"),
         (False, b"-ERR 'Maximum Payload Violation'\r\n"),
     )
     msgs = [f for f in frames if f.command == "Message"]
@@ -340,10 +341,12 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
     assert "Message for subscription sid 7, which no Subscribe in the capture opened" in said
     assert any("with status 503: no one is subscribed to its subject (no responders)" in m for m in said)
     assert "Publish payload_size 65 exceeds the max_payload of 64 the server announced at packet 4" in said
+    # An HPUB is bounded by its headers and payload together, as the server counts it.
+    assert "HeadersPublish total_size 70 exceeds the max_payload of 64 the server announced at packet 4" in said
     assert any(
         m.startswith(
             "the server refused what the client sent \"'Maximum Payload Violation'\"; "
-            "the client's last frame before it was Ping"
+            "the client's last frame before it was HeadersPublish"
         )
         for m in said
     )
@@ -485,6 +488,10 @@ def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> Non
         ),
         (False, "MSG orders.f 8 $JS.ACK.s.c.1.2.3.4.\u0663 2\r\nhi\r\n".encode()),
         (True, b"PUB orders.g 5\r\n\xef\xbb\xbf{}\r\n"),
+        # JSON nested past what either twin reads (tshark's Lua crashed on 500 levels), a line break
+        # of Unicode's that splitlines() would cut a JSON line at.
+        (True, b"PUB orders.i 1000\r\n" + b"[" * 500 + b"]" * 500 + b"\r\n"),
+        (True, "PUB orders.j 3\r\n\u2028\r\n".encode()),
         (True, "HPUB orders.h  21 21\r\nNATS/1.0\r\nA:\u00a0x\u00a0\r\n\r\n\r\n".encode()),
         (False, b"MSG orders.a 7 2\r\nhi\r\n-ERR 'Unknown Protocol Operation'\r\n"),
     ]

@@ -22,8 +22,38 @@ class JsonError(ValueError):
         self.pos = pos
 
 
+# Deeper JSON is refused, by both twins alike (the plugin's Lua would overflow its stack).
+MAX_DEPTH = 200
+
+
+def too_deep(text: str) -> bool:
+    """Whether arrays and objects nest deeper than MAX_DEPTH (outside strings)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
 def loads(text: str) -> tuple[Any, bool]:
     """The value, and whether it needed bare keys quoted to read."""
+    if too_deep(text):
+        raise JsonError("nested too deeply", 0)
     try:
         return _strict(text), False
     except json.JSONDecodeError as strict:

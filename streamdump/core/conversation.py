@@ -166,7 +166,7 @@ class ConnState:
     # Keepalives each side sent, oldest first, not yet answered.
     pings: dict[bool | None, list[Frame]] = field(default_factory=dict)
     # Announced bounds: bounded field -> (value, packet, announced field).
-    limits: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    limits: dict[tuple[str, ...], tuple[int, int, str]] = field(default_factory=dict)
 
     def side(self, from_client: bool | None) -> SideState:
         return self.client_side if from_client is not False else self.server_side
@@ -246,7 +246,7 @@ class Tracker:
         }
         self.announce_enum = self._enum(conv.announcement)
         # Announcements that bound the other side's fields: command -> [(announced field, bounded field)].
-        self.limits: dict[str, list[tuple[str, str]]] = {}
+        self.limits: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         for ref, bounds in conv.limits:
             self.limits.setdefault(ref.command, []).append((ref.path[0], bounds))
         self.bounded = frozenset(bounds for _, bounds in conv.limits)
@@ -533,9 +533,10 @@ class Tracker:
         )
 
     def _limits(self, conn: ConnState, frame: Frame) -> None:
-        for bounds in self.bounded:
+        for choices in self.bounded:
+            bounds = next((name for name in choices if name in frame.fields), choices[0])
             value = frame.fields.get(bounds)
-            found = conn.limits.get(bounds)
+            found = conn.limits.get(choices)
             if found is None or not isinstance(value, int) or frame.from_client is False:
                 continue
             limit, number, announced = found

@@ -404,7 +404,7 @@ class Conversation:
     # (ask, answer): a keepalive a peer sends, answered in order by the other (PING, PONG).
     pings: tuple[str, str] | None = None
     # Values a peer announces that bound a field of the other's later frames (max_payload).
-    limits: tuple[tuple[Ref, str], ...] = ()
+    limits: tuple[tuple[Ref, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -907,13 +907,15 @@ class _Builder:
         for body in raw.get("limits") or []:
             at = f"{where}.limits"
             if not isinstance(body, Mapping) or set(body) != {"announce", "bounds"}:
-                raise self.fail(at, "each must be {announce: Command.field, bounds: FIELD}")
+                raise self.fail(at, "each must be {announce: Command.field, bounds: FIELD or [FIELDS]}")
             ref = self._ref(body["announce"], at, commands, int_only=True)
-            if not any(
-                f.name == body["bounds"] for c in commands.values() for f in self._all_layout_fields(c)
-            ):
-                raise self.fail(at, f"no layout has a field {body['bounds']!r}")
-            limits.append((ref, str(body["bounds"])))
+            # A list: the first of the fields a frame has is the one bounded (HPUB's total, else PUB's size).
+            bounds = body["bounds"] if isinstance(body["bounds"], list) else [body["bounds"]]
+            names = {f.name for c in commands.values() for f in self._all_layout_fields(c)}
+            for name in bounds:
+                if name not in names:
+                    raise self.fail(at, f"no layout has a field {name!r}")
+            limits.append((ref, tuple(str(b) for b in bounds)))
         kw["limits"] = tuple(limits)
         with self._hook_output():
             kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)

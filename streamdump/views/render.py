@@ -137,9 +137,11 @@ class Renderer:
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
 
     def json_line(self, frame: Frame) -> str:
-        return json.dumps(
+        text = json.dumps(
             self.to_dict(frame), default=_json_default, ensure_ascii=False, separators=(",", ":")
         )
+        # Readers that split lines on every Unicode line break (Python's splitlines) keep one per frame.
+        return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
     # ------------------------------------------------------------ tree
 

@@ -398,7 +398,8 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
     if conv.pings is not None:
         out["pings"] = {"ask": conv.pings[0], "answer": conv.pings[1]}
     out["limits"] = [
-        {"command": ref.command, "announced": ref.path[0], "bounds": bounds} for ref, bounds in conv.limits
+        {"command": ref.command, "announced": ref.path[0], "bounds": list(bounds)}
+        for ref, bounds in conv.limits
     ]
     if conv.announcement is not None:
         out["announcement"] = {
