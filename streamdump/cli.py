@@ -7,13 +7,16 @@ stderr; frames decoded before an error are already printed.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
+import queue
 import re
 import signal
 import struct
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +30,9 @@ from rich.console import Console
 from streamdump.core.capture import STDIN, CaptureError, read_stream
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
+from streamdump.core.packet import Segment
 from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, framing_rule, read_frames
+from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
@@ -465,6 +470,111 @@ def live(
     )
     if error is not None:
         raise _fail(error)
+
+
+# Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
+PROXY_BACKLOG = 4096
+
+
+def _address(text: str, what: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _fail(f"{what} takes HOST:PORT (e.g. 127.0.0.1:5553), got {text!r}", 2)
+    return host.strip("[]"), int(port)
+
+
+@app.command()
+def proxy(
+    listen: Annotated[str, typer.Option("--listen", "-l", help="Where clients connect: HOST:PORT.")],
+    upstream: Annotated[str, typer.Option("--upstream", "-u", help="The real server: HOST:PORT.")],
+    write: Annotated[
+        Path | None,
+        typer.Option("--write", "-w", help="Also save what passes as a pcap (read decodes it the same)."),
+    ] = None,
+    detail: Annotated[
+        bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
+    ] = False,
+    messages: Annotated[
+        bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
+    ] = False,
+    fmt: FormatOpt = Format.text,
+    filter_text: FilterOpt = None,
+    protocol: ProtocolOpt = None,
+    decode_as: DecodeAsOpt = None,
+) -> None:
+    """Pass clients' connections through to the real server unchanged and decode every frame on
+    the way: no privileges needed. Ctrl-C stops, then prints the stats summary on stderr."""
+    if messages and (detail or fmt is not Format.text):
+        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
+    here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
+    setup = _setup(protocol, [there[1]], decode_as)
+    selection = _selection(setup, filter_text)
+    try:
+        saved = write.open("wb") if write is not None else None
+    except OSError as exc:
+        raise _fail(f"{write}: cannot write: {exc.strerror}") from None
+    segments: queue.Queue[Segment | None] = queue.Queue(maxsize=PROXY_BACKLOG)
+    stats = ReadStats()
+    tracker = Conversations(d.protocol for d in setup.decoders.values())
+    statistics = {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+
+    def counted(frames: Iterable[Frame]) -> Iterator[Frame]:
+        for frame in frames:
+            statistics[frame.protocol].add(frame)
+            yield frame
+
+    def taken() -> Iterator[Segment]:
+        while (seg := segments.get()) is not None:
+            yield seg
+
+    def decode() -> None:
+        read = decode_segments(taken(), setup.dissection, None, stats)
+        frames: Iterable[Frame] = counted(analysed(_telling_notices(read, stats), tracker))
+        if selection is not None:
+            frames = filter(selection, frames)
+        with _reader_may_leave():
+            write_frames(
+                frames, Views(setup.decoders), fmt, detail, sys.stdout, messages, tracker, flush=True
+            )
+
+    def tell(line: str) -> None:
+        print(f"streamdump: warn: {line}", file=sys.stderr, flush=True)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+
+        def hand_on(seg: Segment) -> None:
+            segments.put(seg)  # a full backlog holds the proxy up: decoding sets the pace
+
+        service = Proxy(here, there, Recorder(hand_on, saved), tell)
+        try:
+            await service.start()
+        except OSError as exc:
+            raise _fail(f"cannot listen on {listen}: {exc.strerror}") from None
+        print(f"streamdump: proxying {listen} to {upstream}; Ctrl-C stops", file=sys.stderr, flush=True)
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await service.stop()
+
+    worker = threading.Thread(target=decode, daemon=True)
+    worker.start()
+    try:
+        asyncio.run(serve())
+    finally:
+        segments.put(None)
+        worker.join()
+        if saved is not None:
+            saved.close()
+    _print_notices(stats)
+    tracker.finish(stats.lossy, stats.closed)
+    _print_diagnoses(tracker)
+    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
+    for statistic in [s for s in statistics.values() if s.tracker.connections]:
+        console.print(f"== {statistic.protocol.title} ==", style="bold")
+        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
+        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
 
 
 @app.command()

@@ -342,7 +342,9 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
     assert any("with status 503: no one is subscribed to its subject (no responders)" in m for m in said)
     assert "Publish payload_size 65 exceeds the max_payload of 64 the server announced at packet 4" in said
     # An HPUB is bounded by its headers and payload together, as the server counts it.
-    assert "HeadersPublish total_size 70 exceeds the max_payload of 64 the server announced at packet 4" in said
+    assert (
+        "HeadersPublish total_size 70 exceeds the max_payload of 64 the server announced at packet 4" in said
+    )
     assert any(
         m.startswith(
             "the server refused what the client sent \"'Maximum Payload Violation'\"; "

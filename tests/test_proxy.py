@@ -1,0 +1,108 @@
+"""`streamdump proxy`: a real client (nats-py) through the proxy to the real NATS server; the bytes
+pass unchanged, every frame is decoded, --write reads back the same; a dead upstream and Ctrl-C
+end cleanly. Needs the NATS server (no privileges); skips elsewhere, fails in CI."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import need
+from test_live_nats import nats_reachable
+
+pytestmark = pytest.mark.nats
+STREAMDUMP = [sys.executable, "-m", "streamdump"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(listen: int, upstream: int, *args: str) -> subprocess.Popen[bytes]:
+    cmd = [
+        *STREAMDUMP,
+        "proxy",
+        "--listen",
+        f"127.0.0.1:{listen}",
+        "--upstream",
+        f"127.0.0.1:{upstream}",
+        *args,
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(100):
+        try:
+            with socket.create_connection(("127.0.0.1", listen), timeout=0.1):
+                pass  # a connection the proxy passes on and closes: harmless to NATS
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc
+
+
+def through(port: int, messages: int) -> list[bytes]:
+    import nats
+
+    got: list[bytes] = []
+
+    async def run() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", name="proxied")
+
+        async def keep(msg: object) -> None:
+            got.append(msg.data)  # type: ignore[attr-defined]
+
+        await nc.subscribe("proxy.>", cb=keep)
+        for i in range(messages):
+            await nc.publish("proxy.x", b"hello %d" % i)
+        reply = await nc.request("$JS.API.INFO", b"", timeout=2)
+        got.append(reply.data[:1])
+        await nc.flush()
+        await asyncio.sleep(0.2)
+        await nc.close()
+
+    asyncio.run(run())
+    return got
+
+
+def test_a_real_client_works_through_the_proxy_and_every_frame_is_decoded(tmp_path: Path) -> None:
+    need(nats_reachable(), "no NATS server on 127.0.0.1:4222")
+    saved = tmp_path / "proxy.pcap"
+    port = free_port()
+    proc = start(port, 4222, "-P", "nats", "--write", str(saved))
+    got = through(port, 20)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert got[:20] == [b"hello %d" % i for i in range(20)] and got[20] == b"{"  # the JetStream API's JSON
+    lines = out.decode().splitlines()
+    assert sum("Publish command PUB subject=proxy.x" in line for line in lines) == 20
+    assert sum("Message command MSG subject=proxy.x" in line for line in lines) == 20
+    assert b"Traceback" not in err and b"== NATS ==" in err
+    read = subprocess.run([*STREAMDUMP, "read", str(saved), "-P", "nats"], capture_output=True, timeout=60)
+    assert read.returncode == 0 and read.stdout == out
+
+
+def test_a_dead_upstream_closes_the_client_and_says_so_in_a_line() -> None:
+    listen, dead = free_port(), free_port()
+    proc = start(listen, dead)
+    with socket.create_connection(("127.0.0.1", listen), timeout=5) as sock:
+        sock.settimeout(5)
+        assert sock.recv(10) == b""  # closed, nothing passed
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    warned = [line for line in err.decode().splitlines() if "refused the client" in line]
+    assert warned and warned[0].startswith(f"streamdump: warn: upstream 127.0.0.1:{dead} refused the client")
+
+
+def test_bad_addresses_are_usage_errors() -> None:
+    result = subprocess.run([*STREAMDUMP, "proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"],
+                            capture_output=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and b"--listen takes HOST:PORT" in result.stderr
