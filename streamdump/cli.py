@@ -27,6 +27,7 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
+from streamdump.core.advertised import addresses
 from streamdump.core.capture import STDIN, CaptureError, read_stream
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
@@ -518,9 +519,18 @@ def proxy(
     tracker = Conversations(d.protocol for d in setup.decoders.values())
     statistics = {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
 
+    told: set[tuple[str, int]] = set()
+
     def counted(frames: Iterable[Frame]) -> Iterator[Frame]:
         for frame in frames:
             statistics[frame.protocol].add(frame)
+            for address in addresses(setup.decoders[frame.protocol].protocol, frame):
+                if address != here and address not in told:  # the client will connect past the proxy
+                    told.add(address)
+                    tell(
+                        f"{frame.name} {frame.kind} (packet {frame.number}) tells the client to connect to "
+                        f"{address[0]}:{address[1]}, past this proxy ({listen}): the client leaves it there"
+                    )
             yield frame
 
     def taken() -> Iterator[Segment]:

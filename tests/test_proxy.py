@@ -106,3 +106,66 @@ def test_bad_addresses_are_usage_errors() -> None:
     result = subprocess.run([*STREAMDUMP, "proxy", "--listen", "nowhere", "--upstream", "127.0.0.1:1"],
                             capture_output=True, timeout=60)  # fmt: skip
     assert result.returncode == 2 and b"--listen takes HOST:PORT" in result.stderr
+
+
+def broker_reachable() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5552), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.broker
+def test_rstream_through_the_proxy_and_where_the_broker_sends_it(tmp_path: Path) -> None:
+    """rstream publishes and consumes through the proxy (its load-balancer mode keeps it there);
+    the broker's advertised address, past the proxy, is said."""
+    need(
+        broker_reachable(),
+        "no RabbitMQ stream port on 127.0.0.1:5552 (rabbitmq-plugins enable rabbitmq_stream)",
+    )
+    from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
+
+    port = free_port()
+    proc = start(port, 5552, "-P", "rabbitmq_stream", "-T", "jsonl")
+    got: list[bytes] = []
+
+    async def run() -> None:
+        async with Producer(
+            "127.0.0.1", port=port, username="guest", password="guest", load_balancer_mode=True
+        ) as p:
+            await p.create_stream("proxy-test", exists_ok=True)
+            for i in range(50):
+                await p.send("proxy-test", b"m%d" % i)
+        consumer = Consumer(
+            "127.0.0.1", port=port, username="guest", password="guest", load_balancer_mode=True
+        )
+        await consumer.start()
+
+        async def keep(body: bytes, _context: object) -> None:
+            got.append(body)
+
+        offset = ConsumerOffsetSpecification(OffsetType.FIRST, None)
+        await consumer.subscribe("proxy-test", keep, offset_specification=offset)
+        for _ in range(50):
+            if len(got) >= 50:
+                break
+            await asyncio.sleep(0.1)
+        await consumer.close()
+        async with Producer(
+            "127.0.0.1", port=port, username="guest", password="guest", load_balancer_mode=True
+        ) as p:
+            await p.delete_stream("proxy-test")
+
+    asyncio.run(run())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert got[:50] == [b"m%d" % i for i in range(50)]
+    import json
+
+    frames = [json.loads(line) for line in out.decode().splitlines()]
+    published = sum(len(f["fields"]["messages"]) for f in frames if f["command"] == "Publish")
+    assert published == 50
+    assert any(f["command"] == "Deliver" for f in frames)
+    assert b"tells the client to connect to localhost:5552, past this proxy" in err

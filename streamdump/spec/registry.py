@@ -112,6 +112,7 @@ CONVERSATION_ATTRS = {
     "replies",
     "pings",
     "limits",
+    "advertises",
 }
 # The links the conversation tracker sets for each conversation feature a spec uses.
 TRACKER_LINKS = {
@@ -333,6 +334,18 @@ class CloseSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AdvertiseSpec:
+    """An answer telling the client where to connect: host and port fields (paths through arrays),
+    an "host:port" text (a path; a map's values), or a map's two entries (entries: the map)."""
+
+    command: str
+    host: tuple[str, ...] | None = None
+    port: tuple[str, ...] | None = None
+    address: tuple[str, ...] | None = None
+    entries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RepliesSpec:
     """Requests naming where their answer goes (ask: that field), and answers sent there (answer:
     the field naming where a frame goes); status: an answer's status field, statuses: what its
@@ -405,6 +418,8 @@ class Conversation:
     pings: tuple[str, str] | None = None
     # Values a peer announces that bound a field of the other's later frames (max_payload).
     limits: tuple[tuple[Ref, tuple[str, ...]], ...] = ()
+    # Answers telling the client where to connect next (a broker list, an advertised address).
+    advertises: tuple[AdvertiseSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -917,6 +932,32 @@ class _Builder:
                     raise self.fail(at, f"no layout has a field {name!r}")
             limits.append((ref, tuple(str(b) for b in bounds)))
         kw["limits"] = tuple(limits)
+        advertises = []
+        for body in raw.get("advertises") or []:
+            at = f"{where}.advertises"
+            keys = set(body) if isinstance(body, Mapping) else set()
+            if "command" not in keys or not (keys - {"command"}) <= {"host", "port", "address", "entries"}:
+                raise self.fail(
+                    at,
+                    "each must be {command, host, port}, {command, address} "
+                    "or {command, entries, host, port}",
+                )
+            command = str(body["command"])
+            if "entries" in body:
+                self._ref(f"{command}.{body['entries']}", at, commands)
+                spec = AdvertiseSpec(
+                    command, (str(body["host"]),), (str(body["port"]),), entries=str(body["entries"])
+                )
+            elif "address" in body:
+                spec = AdvertiseSpec(
+                    command, address=self._ref(f"{command}.{body['address']}", at, commands).path
+                )
+            else:
+                host = self._ref(f"{command}.{body['host']}", at, commands).path
+                port = self._ref(f"{command}.{body['port']}", at, commands, int_only=True).path
+                spec = AdvertiseSpec(command, host, port)
+            advertises.append(spec)
+        kw["advertises"] = tuple(advertises)
         with self._hook_output():
             kw["links"] = self._fields(raw.get("links") or [], f"{where}.links", allow_conditions=False)
         # The tracker links frames by these names; the spec gives them types and docs.
