@@ -51,7 +51,9 @@ class Recorder:
 
     def segment(self, src: Side, dst: Side, flags: int, payload: bytes = b"") -> None:
         self.number += 1
-        ts = time.time()
+        # Whole microseconds, as a pcap keeps them: the file read back gives the same times.
+        sec, usec = divmod(int(time.time() * 1_000_000), 1_000_000)
+        ts = sec + usec / 1e6
         seg = Segment(
             self.number, ts, src.host, dst.host, src.port, dst.port, src.seq, dst.seq, flags, payload
         )
