@@ -452,7 +452,7 @@ def live(
         if outcome.privilege:
             raise _fail(
                 f"capturing on {interface} needs root or CAP_NET_RAW (libpcap: {outcome.error}); "
-                "run as root, or `setcap cap_net_raw+ep` on the Python that runs streamdump"
+                "`streamdump proxy --listen HOST:PORT --upstream HOST:PORT` decodes without either"
             )
         raise _fail(f"cannot capture on {interface}: {outcome.error}")
     _print_notices(stats)

@@ -103,3 +103,33 @@ def test_libpcap_s_refusal_is_told_as_a_privilege() -> None:
         "lo: You don't have permission to capture on that device (socket: Operation not permitted)"
     )
     assert not _privilege("no-such-interface0: No such device exists")
+
+
+@pytest.mark.broker
+def test_rstream_under_live_every_message_decoded() -> None:
+    need(os.geteuid() == 0, "live capture needs root")
+    from test_proxy import broker_reachable
+
+    need(broker_reachable(), "no RabbitMQ stream port on 127.0.0.1:5552")
+    from rstream import Producer
+
+    proc = subprocess.Popen([*STREAMDUMP, "live", "-P", "rabbitmq_stream", "-T", "jsonl", "--duration", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    time.sleep(1.5)
+
+    async def run() -> None:
+        async with Producer("127.0.0.1", username="guest", password="guest") as producer:
+            await producer.create_stream("live-test", exists_ok=True)
+            for i in range(100):
+                await producer.send("live-test", b"m%d" % i)
+        async with Producer("127.0.0.1", username="guest", password="guest") as producer:
+            await producer.delete_stream("live-test")
+
+    asyncio.run(run())
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    import json
+
+    frames = [json.loads(line) for line in out.decode().splitlines()]
+    assert sum(len(f["fields"]["messages"]) for f in frames if f["command"] == "Publish") == 100
+    assert not [e for f in frames for e in f["expert"] if e["severity"] == "error"]

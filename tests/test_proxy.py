@@ -169,3 +169,38 @@ def test_rstream_through_the_proxy_and_where_the_broker_sends_it(tmp_path: Path)
     assert published == 50
     assert any(f["command"] == "Deliver" for f in frames)
     assert b"tells the client to connect to localhost:5552, past this proxy" in err
+
+
+def test_an_upstream_killed_and_a_client_vanishing_mid_frame_end_cleanly(tmp_path: Path) -> None:
+    """No server needed: a stand-in upstream that dies after its INFO, and a client that leaves in
+    the middle of a PUB; the proxy goes on, exits cleanly, and its file reads back."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    listen = free_port()
+    saved = tmp_path / "cut.pcap"
+    proc = start(listen, port, "-P", "nats", "--write", str(saved))
+    # The probe connection of start() reached the stand-in first: accept and drop it.
+    upstream.settimeout(5)
+    probe, _ = upstream.accept()
+    probe.close()
+    client = socket.create_connection(("127.0.0.1", listen), timeout=5)
+    server, _ = upstream.accept()
+    server.sendall(b'INFO {"server_id":"x","max_payload":1048576} \r\n')
+    assert client.recv(100).startswith(b"INFO")
+    server.close()  # the upstream dies
+    assert client.recv(100) == b""  # and the client's connection is closed
+    client.close()
+    second = socket.create_connection(("127.0.0.1", listen), timeout=5)
+    third, _ = upstream.accept()
+    second.sendall(b"PUB orders.a 10\r\nhel")  # and leaves in the middle of the payload
+    second.close()
+    time.sleep(0.3)
+    third.close()
+    upstream.close()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"Traceback" not in err, err
+    read = subprocess.run([*STREAMDUMP, "read", str(saved), "-P", "nats", "--port", str(port)],
+                          capture_output=True, timeout=60)  # fmt: skip
+    assert read.returncode == 0 and read.stdout == out
+    assert b"Info command INFO" in out and b"incomplete frame" in out
