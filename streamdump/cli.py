@@ -229,6 +229,12 @@ FileArg = Annotated[
     Path,
     typer.Argument(help="pcap or pcapng capture file; - reads it from standard input.", show_default=False),
 ]
+DetailOpt = Annotated[bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")]
+MessagesOpt = Annotated[
+    bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
+]
+
+
 PortOpt = Annotated[
     list[int] | None,
     typer.Option(
@@ -401,12 +407,8 @@ def live(
     duration: Annotated[
         float, typer.Option("--duration", "-a", help="Stop after this many seconds (0: no limit).")
     ] = 0.0,
-    detail: Annotated[
-        bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
-    ] = False,
-    messages: Annotated[
-        bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
-    ] = False,
+    detail: DetailOpt = False,
+    messages: MessagesOpt = False,
     fmt: FormatOpt = Format.text,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
@@ -458,12 +460,7 @@ def live(
     _print_notices(stats)
     tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)
-    shown = [s for s in statistics.values() if s.tracker.connections]
-    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
-    for statistic in shown:
-        console.print(f"== {statistic.protocol.title} ==", style="bold")
-        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
-        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
+    _print_summary(statistics)
     print(
         f"streamdump: note: {outcome.packets} packets captured on {interface} ({bpf(ports)}); "
         f"{outcome.dropped} dropped by the kernel, {outcome.ifdropped} by the interface",
@@ -471,6 +468,15 @@ def live(
     )
     if error is not None:
         raise _fail(error)
+
+
+def _print_summary(statistics: Mapping[str, Statistics]) -> None:
+    """The stats tables of the protocols that had connections, on stderr: how live and proxy end."""
+    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
+    for statistic in [s for s in statistics.values() if s.tracker.connections]:
+        console.print(f"== {statistic.protocol.title} ==", style="bold")
+        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
+        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
 
 
 # Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
@@ -492,12 +498,8 @@ def proxy(
         Path | None,
         typer.Option("--write", "-w", help="Also save what passes as a pcap (read decodes it the same)."),
     ] = None,
-    detail: Annotated[
-        bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")
-    ] = False,
-    messages: Annotated[
-        bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
-    ] = False,
+    detail: DetailOpt = False,
+    messages: MessagesOpt = False,
     fmt: FormatOpt = Format.text,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
@@ -580,11 +582,7 @@ def proxy(
     _print_notices(stats)
     tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)
-    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
-    for statistic in [s for s in statistics.values() if s.tracker.connections]:
-        console.print(f"== {statistic.protocol.title} ==", style="bold")
-        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
-        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
+    _print_summary(statistics)
 
 
 @app.command()
