@@ -1698,6 +1698,48 @@ local function utf8_valid(s)
   return true
 end
 
+-- Text from bytes that are not all UTF-8, as Python's decode(errors="replace") makes it: each
+-- invalid byte, or the start of a sequence cut short (its maximal valid part), becomes U+FFFD.
+-- (Wireshark's own string(ENC_UTF_8) replaces differently, and may cut its result short.)
+local REPLACEMENT = "\239\191\189"
+
+local function py_utf8(s)
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local extra, low, high = nil, 0x80, 0xBF
+    if c < 0x80 then extra = 0
+    elseif c >= 0xC2 and c <= 0xDF then extra = 1
+    elseif c >= 0xE0 and c <= 0xEF then
+      extra = 2
+      if c == 0xE0 then low = 0xA0 elseif c == 0xED then high = 0x9F end
+    elseif c >= 0xF0 and c <= 0xF4 then
+      extra = 3
+      if c == 0xF0 then low = 0x90 elseif c == 0xF4 then high = 0x8F end
+    end
+    if extra == nil then
+      out[#out + 1] = REPLACEMENT
+      i = i + 1
+    else
+      local k = 1
+      while k <= extra and i + k <= n do
+        local cc = s:byte(i + k)
+        local lo, hi = 0x80, 0xBF
+        if k == 1 then lo, hi = low, high end
+        if cc < lo or cc > hi then break end
+        k = k + 1
+      end
+      if k > extra then
+        out[#out + 1] = s:sub(i, i + extra)
+      else
+        out[#out + 1] = REPLACEMENT
+      end
+      i = i + k
+    end
+  end
+  return table.concat(out)
+end
+
 local function time_text(ms)
   local n = tonumber(tostring(ms))
   if n == nil then return "" end
@@ -2159,9 +2201,8 @@ local function read_text(tvb, pos, length, tree, ctx, name, item_range)
     return text, tree and tree:add(F[name], item_range, text) or nil
   end
   note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
-  text = tvb(pos, length):string(ENC_UTF_8)
-  -- Wireshark decodes it (replacing bad bytes) from the bytes themselves.
-  return text, tree and tree:add_packet_field(F[name], tvb(pos, length), ENC_UTF_8) or nil
+  text = py_utf8(text)
+  return text, tree and tree:add(F[name], item_range, text) or nil
 end
 
 local function pairs_value(spec, text, ctx, pos)
@@ -2526,7 +2567,9 @@ read_pb_struct = function(struct_name, raw, tvb, base)
           ek = ek:tonumber()
           local en, ew = math.floor(ek / 8), ek % 8
           if ew ~= 2 then local _ _, j = pb_unknown(ew, entry, j)
-          elseif en == 1 then k, j = pb_scalar("string", 2, entry, j)
+          elseif en == 1 then
+            k, j = pb_scalar("string", 2, entry, j)
+            if not utf8_valid(k) then error(PB_BAD, 0) end
           elseif en == 2 then v, j = pb_scalar(m.value.type, 2, entry, j, tvb, base + entry_at - 1)
           else local _ _, j = pb_unknown(ew, entry, j) end
         end
@@ -2549,6 +2592,8 @@ read_pb_struct = function(struct_name, raw, tvb, base)
       else
         local v, default
         v, i, default = pb_scalar(mtype, wire, raw, i, tvb, base)
+        -- Google's library (the Python side) refuses a message whose text is not UTF-8.
+        if mtype == "string" and not utf8_valid(v) then error(PB_BAD, 0) end
         if m.type == "array" then
           value[m.name] = value[m.name] or {}
           value[m.name][#value[m.name] + 1] = v
@@ -2695,7 +2740,7 @@ local function read_words(spec, tvb, pos, size, tree, ctx, name, out)
       local word = text:sub(s, e - 1)
       if not utf8_valid(word) then
         note(ctx, "warn", "malformed", m.name .. " is not valid UTF-8")
-        word = tvb(at, e - s):string(ENC_UTF_8)
+        word = py_utf8(word)
       end
       if m.width then
         if not word:match("^[0-9]+$") then bad(m.name, at, string.format("%s '%s' is not a number", m.name, word)) end
@@ -2732,7 +2777,7 @@ local function read_json(spec, tvb, pos, len, tree, ctx, name, holder_text)
   local text = len > 0 and tvb:raw(pos, len) or ""
   if not utf8_valid(text) then
     note(ctx, "warn", "malformed", name .. " is not valid UTF-8")
-    text = range:string(ENC_UTF_8)
+    text = py_utf8(text)
   end
   if not text:find("%S") then return nil end
   local ok, value, lenient = pcall(json_parse, text)

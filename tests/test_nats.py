@@ -556,3 +556,34 @@ def test_where_a_carried_protocol_is_looked_for_is_data_in_its_spec(tmp_path: Pa
     (tmp_path / "liftbridge" / "spec.yaml").write_text(spec.replace("where: {subject:", "where: {nope:"))
     with pytest.raises(SpecError, match="nats has no text field 'nope'"):
         load_registry(tmp_path, package="streamdump.dissectors")
+
+
+def test_text_that_is_not_utf_8_reads_the_same_in_both_twins(tmp_path: Path) -> None:
+    """Bad bytes become U+FFFD as Python's decoder makes them (the plugin used to write raw bytes,
+    or Wireshark's own shorter repair, into tshark's output); a protobuf string that is not UTF-8
+    is refused by Google's library, and by the plugin alike."""
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    bad = [b"\xff", b"\xff\xfe", b"a\xc3", b"\xe0\x80x", b"\xed\xa0\x80", b"\xf0\x9f\x98",
+           b"\xf4\x90\x80\x80", b"ok\xc3\xa9", b"\xc0\xaf", b"\xe2\x82"]  # fmt: skip
+    frames = [(False, INFO)]
+    for index, text in enumerate(bad):
+        frames.append((True, b"SUB s" + text + b" %d\r\nPUB p" % index + text + b" 1\r\nx\r\n"))
+    not_utf8 = bytes.fromhex("b90e43b400080000") + b"\x2a\x02\xff\xfe"  # stream = ff fe
+    frames.append((True, f"PUB lb {len(not_utf8)}\r\n".encode() + not_utf8 + b"\r\n"))
+    path = tmp_path / "utf8.pcap"
+    path.write_bytes(tcp_pcap(frames, server=("127.0.0.1", 4222)))
+    for name in ("nats", "liftbridge"):
+        found = list(differences(path, tmp_path, REGISTRY.get(name)))
+        assert not found, "\n\n".join(found[:5])
+    lb = LIFTBRIDGE.decode(not_utf8)
+    assert [e.message for e in lb.expert] == ["message is not a protobuf lb_message: truncated or corrupt"]
+
+
+def test_a_ping_right_after_garbage_is_read_when_it_arrives() -> None:
+    """Resynchronising after a bad frame judges a line as soon as its name shows (5 bytes)."""
+    frames = decoded(b"PUB a 2\r\nhiXYPIN", b"G\r\n", b"PUB b 0\r\n\r\n")
+    assert [(f.number, f.command) for f in frames] == [(2, "Publish"), (3, "Ping"), (4, "Publish")]
+    frames = decoded(b"GARBAGE\r\nCONNE", b"CT {}\r\n")
+    assert [f.command for f in frames] == [None, "Connect"]

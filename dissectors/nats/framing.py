@@ -37,13 +37,17 @@ def line_total(buf: bytes | bytearray, start: int, nl: int, limit: int) -> int:
 
 
 class NatsRule(DecodedRule):
-    header_len = 8
+    # The shortest operation line ("+OK\r\n", "PING\n"): a candidate is judged as soon as it
+    # shows that much, so a PING right after garbage is not held back for more bytes.
+    header_len = 5
 
     def __init__(self, decoder: Decoder) -> None:
         super().__init__(decoder)
         self.limit = decoder.protocol.wiring.max_size
-        ops = sorted(re.escape(str(key).encode()) for key in decoder.protocol.by_key if isinstance(key, str))
+        names = [str(key).encode() for key in decoder.protocol.by_key if isinstance(key, str)]
+        ops = sorted(re.escape(name) for name in names)
         self.op = re.compile(rb"(?i)(?:%s)(?:[ \t\r\n]|$)" % b"|".join(ops))
+        self.names = tuple(name.upper() for name in names)
 
     def total(self, buf: bytes | bytearray, start: int) -> int | None:
         nl = buf.find(b"\n", start)
@@ -58,7 +62,12 @@ class NatsRule(DecodedRule):
         return _line_starts(buf, start)
 
     def plausible(self, data: bytes) -> bool:
-        return self.op.match(data) is not None
+        """Whether data starts an operation line: its name whole, or the start of a longer name
+        (the first header_len bytes of a CONNECT)."""
+        if self.op.match(data) is not None:
+            return True
+        upper = data.upper()
+        return len(data) == self.header_len and any(name.startswith(upper) for name in self.names)
 
 
 def _line_starts(buf: bytearray, start: int) -> list[int]:

@@ -32,7 +32,7 @@ HOOKS.header_block = {
     local text = raw
     if not utf8_valid(raw) then
       note(ctx, "warn", "malformed", "headers are not valid UTF-8")
-      text = range:string(ENC_UTF_8)
+      text = py_utf8(raw)
     end
     local lines = {}
     local from = 1
