@@ -456,7 +456,7 @@ def live(
                 f"capturing on {interface} needs root or CAP_NET_RAW (libpcap: {outcome.error}); "
                 "`streamdump proxy --listen HOST:PORT --upstream HOST:PORT` decodes without either"
             )
-        raise _fail(f"cannot capture on {interface}: {outcome.error}")
+        raise _fail(outcome.error if outcome.whole else f"cannot capture on {interface}: {outcome.error}")
     _print_notices(stats)
     tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)

@@ -87,6 +87,17 @@ def test_the_kernel_filter_names_the_servers_ports() -> None:
     assert bpf([5552, 4222, 5552]) == "tcp port 4222 or tcp port 5552"
 
 
+def test_a_file_that_cannot_be_written_is_said_as_such(tmp_path: Path) -> None:
+    need_capture()
+    result = subprocess.run([*STREAMDUMP, "live", "-a", "1", "--write", str(tmp_path / "no" / "x.pcap")],
+                            capture_output=True, timeout=60)  # fmt: skip
+    err = result.stderr.decode().strip()
+    assert (
+        result.returncode == 1
+        and err == f"streamdump: error: {tmp_path / 'no' / 'x.pcap'}: cannot write: No such file or directory"
+    )
+
+
 def test_no_capture_says_why_in_one_line() -> None:
     result = subprocess.run(
         [*STREAMDUMP, "live", "-i", "no-such-interface0", "-a", "1"], capture_output=True, timeout=60

@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
         try:
             saved = open(write, "wb")  # noqa: SIM115 - the writer thread owns it
         except OSError as exc:
-            return _said({"error": f"{write}: cannot write: {exc.strerror}"})
+            return _said({"error": f"{write}: cannot write: {exc.strerror}", "whole": True})
         outputs.append(saved)
     writer = Writer(outputs)
     header = file_header(snaplen, pc.datalink())

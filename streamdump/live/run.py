@@ -28,6 +28,7 @@ class Outcome:
     ifdropped: int = 0
     error: str | None = None
     privilege: bool = False
+    whole: bool = False  # the error says all there is to say (not libpcap's words)
 
 
 class Capture:
