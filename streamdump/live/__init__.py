@@ -1,1 +1,2 @@
-"""Live capture: a capturing process that writes a pcap stream, read as `read -` reads one."""
+"""Traffic as it happens: live capture (a capturing process writing a pcap stream, read as
+`read -` reads one) and the decoding proxy (connections passed through and decoded on the way)."""
