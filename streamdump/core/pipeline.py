@@ -651,7 +651,7 @@ def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator
             if not isinstance(name, str) or not matches_any(patterns, name):
                 continue
         magic = wiring.magic or b""
-        if not isinstance(value, bytes | bytearray | memoryview) or bytes(value[: len(magic)]) != magic:
+        if not isinstance(value, bytes | bytearray | memoryview) or value[: len(magic)] != magic:
             continue
         inner = decoder.decode(bytes(value))
         inner.number, inner.ts, inner.src, inner.dst = frame.number, frame.ts, frame.src, frame.dst

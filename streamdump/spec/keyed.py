@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamdump.core.frame import Node
-from streamdump.spec.registry import INT_TYPES, FieldSpec
+from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec
 
 # What a secret (a password, a token) shows instead of itself; an empty one stays empty.
 MASKED = "********"
@@ -207,11 +207,7 @@ def join_pairs(obj: Mapping[Any, Any], separators: tuple[str, str]) -> str:
 def value_nodes(spec: FieldSpec, value: Any, offset: int, length: int, name: str | None = None) -> Node:
     """The detail-tree node of a value decoded from a keyed object (it spans the object's bytes)."""
     node = Node(spec, name if name is not None else label(spec), offset, length, value)
-    if (
-        isinstance(value, dict)
-        and spec.fields
-        and spec.type in ("struct", "json", "pairs", "words", "protobuf")
-    ):
+    if isinstance(value, dict) and spec.fields and spec.type in KEYED_TYPES:
         node.children = member_nodes(spec.fields, value, offset, length)
     elif isinstance(value, list) and spec.of is not None:
         element = spec.of

@@ -393,6 +393,7 @@ class StructCodec:
 # What ends a `size: word` field: a space, a tab or the line's end.
 _WORD_END = re.compile(rb"[ \t\r\n]")
 _BLANKS = re.compile(rb"[ \t]*")
+_WORD = re.compile(rb"[^ \t\r\n]+")
 DELIMITED = ("line", "word")
 
 
@@ -484,13 +485,12 @@ class WordsCodec(RawCodec):
     (`PUB subject [reply-to] size`: two words are subject and size, three all of them).
     """
 
-    __slots__ = ("keyed", "required", "spec")
+    __slots__ = ("required", "spec")
     parses = True
 
-    def __init__(self, spec: FieldSpec, keyed: Keyed | None) -> None:
+    def __init__(self, spec: FieldSpec) -> None:
         super().__init__(spec.size if spec.size is not None else "rest")
         self.spec = spec
-        self.keyed = keyed
         self.required = sum(1 for f in spec.fields if not f.optional)
 
     def parse(self, raw: memoryview, pos: int, ctx: Ctx, node: Node | None, name: str) -> Any:
@@ -534,9 +534,6 @@ class WordsCodec(RawCodec):
             return
         words = [str(value[f.name]) for f in self.spec.fields if value.get(f.name) is not None]
         buf += " ".join(words).encode("utf-8")
-
-
-_WORD = re.compile(rb"[^ \t\r\n]+")
 
 
 class ProtobufCodec(RawCodec):
@@ -1108,7 +1105,7 @@ class Compiler:
         if kind == "string" and spec.size is not None:
             return TextCodec(spec)
         if kind == "words":
-            return WordsCodec(spec, self.keyed)
+            return WordsCodec(spec)
         if kind == "protobuf":
             return ProtobufCodec(spec)
         if kind in ("string", "bytes", "pairs"):

@@ -32,6 +32,8 @@ INT_TYPES: dict[str, tuple[str, int, bool]] = {
 }
 # Length-prefixed text and bytes; the prefix's integer type is the field's `prefix`.
 # What a length-prefixed field's prefix is when the spec does not say.
+# Types whose value is a dict of a struct's members (views walk them as the struct's fields).
+KEYED_TYPES = frozenset({"struct", "json", "pairs", "words", "protobuf"})
 # Member types a protobuf struct may use (with arrays, maps and nested structs of them).
 PROTOBUF_SCALARS = frozenset({"string", "bytes", "bool", "int32", "int64", "uint32", "uint64"})
 DEFAULT_PREFIX = {"string": "int16", "bytes": "int32", "pairs": "int16", "array": "int32", "map": "int32"}
@@ -535,6 +537,8 @@ class _Builder:
         self.field_types: dict[str, tuple[str, str]] = {}  # name -> (type signature, where)
         self.raw_hook_structs: Mapping[str, Any] = {}
         self.hook_structs: dict[str, tuple[FieldSpec, ...]] = {}
+        # What each hook adds, by name (set once hooks are read; structs come before them).
+        self.hook_adds: dict[str, dict[str, FieldSpec]] = {}
         self.raw_hooks: Mapping[str, Any] = {}
         self.in_hook_output = False
         self.order = ">"
@@ -897,7 +901,7 @@ class _Builder:
                 raise self.fail(
                     at, "must be {ask: FIELD, answer: FIELD, status, statuses: {code: text}, keep}"
                 )
-            names = {f.name for c in commands.values() for f in self._all_layout_fields(c)}
+            names = self._field_names(commands)
             for key in ("ask", "answer", "status"):
                 if replies.get(key) is not None and replies[key] not in names:
                     raise self.fail(at, f"no layout has a field {replies[key]!r} (its hooks' included)")
@@ -926,7 +930,7 @@ class _Builder:
             ref = self._ref(body["announce"], at, commands, int_only=True)
             # A list: the first of the fields a frame has is the one bounded (HPUB's total, else PUB's size).
             bounds = body["bounds"] if isinstance(body["bounds"], list) else [body["bounds"]]
-            names = {f.name for c in commands.values() for f in self._all_layout_fields(c)}
+            names = self._field_names(commands)
             for name in bounds:
                 if name not in names:
                     raise self.fail(at, f"no layout has a field {name!r}")
@@ -969,6 +973,10 @@ class _Builder:
                     f"{where}.links", f"{feature} links frames by {', '.join(missing)}: declare them"
                 )
         return Conversation(**kw)
+
+    def _field_names(self, commands: Mapping[str, Command]) -> set[str]:
+        """Every name a frame of these commands may have a value for (what hooks add included)."""
+        return {f.name for c in commands.values() for f in self._all_layout_fields(c)}
 
     def _all_layout_fields(self, command: Command) -> Iterator[FieldSpec]:
         """A command's fields, its inline members' and what its fields' hooks add."""
@@ -1389,7 +1397,9 @@ class _Builder:
             type_name in ("struct", "switch", "words")
             or (type_name in ("json", "protobuf", "hook") and "struct" in kw)
         ):
-            raise self.fail(where, "'inline' applies to structs, switches, words and json with 'of'")
+            raise self.fail(
+                where, "'inline' applies to structs, switches, words, and json, protobuf and hooks with 'of'"
+            )
         rest = bool(attrs.get("rest", False))
         if rest and type_name != "map":
             raise self.fail(where, "'rest' applies to maps only")
@@ -1469,8 +1479,7 @@ class _Builder:
                     (
                         adds[size]
                         for s in siblings.values()
-                        if s.hook is not None
-                        and size in (adds := getattr(self, "hook_adds", {}).get(s.hook, {}))
+                        if s.hook is not None and size in (adds := self.hook_adds.get(s.hook, {}))
                     ),
                     None,
                 )

@@ -17,7 +17,7 @@ from streamdump.codecs import amqp
 from streamdump.core.frame import Frame, Node
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import title
-from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, flat_fields
+from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
 
 PREVIEW_BYTES = 24
 
@@ -71,11 +71,7 @@ class Renderer:
                 if spec.info is None:
                     continue
             value = values[spec.name]
-            if (
-                spec.type in ("struct", "pairs", "json", "words", "protobuf")
-                and isinstance(value, dict)
-                and spec.fields
-            ):
+            if spec.type in KEYED_TYPES and isinstance(value, dict) and spec.fields:
                 self._info_parts(spec.fields, value, parts, response)
             elif spec.info is None:
                 continue
@@ -190,9 +186,7 @@ class Renderer:
         # Hook nodes carry their text in the label; containers of named members show them.
         if node.spec is None:
             return node.value is not None
-        if node.spec.type in ("json", "pairs", "switch", "words", "protobuf") and isinstance(
-            node.value, dict
-        ):
+        if (node.spec.type in KEYED_TYPES or node.spec.type == "switch") and isinstance(node.value, dict):
             return False
         return node.spec.type not in ("struct", "hook")
 

@@ -24,7 +24,7 @@ from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECOR
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
-from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol, Ref
+from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, Ref
 
 # What every frame carries besides its layout's fields (the JSON object's own keys).
 FRAME_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -227,7 +227,7 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
                 assert part is not None
                 add(f"{spec.name}.{part.name}", _ftype(part), None, enum=part.enum, display=part.display)
         elif (
-            element.type in ("struct", "hook", "json", "pairs", "words", "protobuf") and element.struct
+            (element.type in KEYED_TYPES or element.type == "hook") and element.struct
         ) or spec.type == "switch":
             add(spec.name, "none", spec.doc)
         elif spec.type == "json":
