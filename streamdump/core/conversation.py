@@ -165,7 +165,7 @@ class ConnState:
     asked: dict[tuple[bool | None, str], Frame] = field(default_factory=dict)
     # Keepalives each side sent, oldest first, not yet answered.
     pings: dict[bool | None, list[Frame]] = field(default_factory=dict)
-    # Announced bounds: bounded field -> (value, packet, announced field).
+    # Announced bounds: the bounded fields (the first a frame has counts) -> (value, packet, announced field).
     limits: dict[tuple[str, ...], tuple[int, int, str]] = field(default_factory=dict)
 
     def side(self, from_client: bool | None) -> SideState:
@@ -245,7 +245,7 @@ class Tracker:
             close.command: dict(protocol.enums.get(close.enum or "", {})) for close in conv.closes
         }
         self.announce_enum = self._enum(conv.announcement)
-        # Announcements that bound the other side's fields: command -> [(announced field, bounded field)].
+        # Announcements that bound the other side's fields: command -> [(announced field, bounded fields)].
         self.limits: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         for ref, bounds in conv.limits:
             self.limits.setdefault(ref.command, []).append((ref.path[0], bounds))
