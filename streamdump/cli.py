@@ -356,9 +356,7 @@ def stats(
     selection = _selection(setup, filter_text)
     read_stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
-    statistics = {
-        name: Statistics(decoder.protocol, tracker.trackers[name]) for name, decoder in setup.decoders.items()
-    }
+    statistics = _statistics(setup, tracker)
     error: str | None = None
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
@@ -428,19 +426,14 @@ def live(
     signal.signal(signal.SIGINT, lambda *_: capture.stop())
     stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
-    statistics = {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+    statistics = _statistics(setup, tracker)
     error: str | None = None
-
-    def counted(frames: Iterable[Frame]) -> Iterator[Frame]:
-        for frame in frames:
-            statistics[frame.protocol].add(frame)
-            yield frame
 
     with _reader_may_leave():
         try:
             segments = read_stream(capture.stream, f"capture on {interface}", stats)
             read = decode_segments(segments, setup.dissection, None, stats)
-            frames: Iterable[Frame] = counted(analysed(_telling_notices(read, stats), tracker))
+            frames: Iterable[Frame] = _counted(analysed(_telling_notices(read, stats), tracker), statistics)
             if selection is not None:
                 frames = filter(selection, frames)
             write_frames(
@@ -468,6 +461,18 @@ def live(
     )
     if error is not None:
         raise _fail(error)
+
+
+def _statistics(setup: Setup, tracker: Conversations) -> dict[str, Statistics]:
+    """One Statistics per protocol of the read, fed by the tracker's findings."""
+    return {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+
+
+def _counted(frames: Iterable[Frame], statistics: Mapping[str, Statistics]) -> Iterator[Frame]:
+    """The frames, each counted in its protocol's statistics on the way."""
+    for frame in frames:
+        statistics[frame.protocol].add(frame)
+        yield frame
 
 
 def _print_summary(statistics: Mapping[str, Statistics]) -> None:
@@ -519,13 +524,12 @@ def proxy(
     segments: queue.Queue[Segment | None] = queue.Queue(maxsize=PROXY_BACKLOG)
     stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
-    statistics = {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+    statistics = _statistics(setup, tracker)
 
     told: set[tuple[str, int]] = set()
 
     def counted(frames: Iterable[Frame]) -> Iterator[Frame]:
-        for frame in frames:
-            statistics[frame.protocol].add(frame)
+        for frame in _counted(frames, statistics):
             for address in addresses(setup.decoders[frame.protocol].protocol, frame):
                 if address != here and address not in told:  # the client will connect past the proxy
                     told.add(address)

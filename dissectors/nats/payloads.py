@@ -105,9 +105,10 @@ class Payload(Hook):
         reply = siblings.get("reply_to")
         if isinstance(reply, str) and reply.startswith(ACK_PREFIX):
             ack_parts(reply, siblings)
-        raw = bytes(value[:API_PEEK])
-        if API_TYPE in raw and b'"error"' in bytes(value):
-            api_error(bytes(value), siblings, pos, ctx)
+        if API_TYPE in bytes(value[:API_PEEK]):  # a JetStream API answer: read whole only then
+            data = bytes(value)
+            if b'"error"' in data:
+                api_error(data, siblings, pos, ctx)
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         raw = bytes(value)
