@@ -16,7 +16,7 @@ from streamdump.dissectors.eventmesh.framing import PREFIX
 
 from streamdump.codecs import lenient_json
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
 
 # (command, kind) -> the verb a line says.
 CARRIERS = {
@@ -46,7 +46,7 @@ class PackageMessages(MessageRules):
         named = (("id", fields.get("event_id")), ("type", fields.get("content_type")))
         size = _size(content) if content is not None else None
         yield MessageRow(
-            _topic(fields),
+            addressed(fields.get("topic")),
             f"{verb} seq={fields.get('seq', '?')}",
             size,
             message_text(content, named, {}).rstrip(),
@@ -60,7 +60,7 @@ class PackageMessages(MessageRules):
         header = frame.fields.get("header_length")
         body = len(frame.data) - PREFIX - header if isinstance(header, int) else 0
         direction = "push" if verb.startswith("push") else "publish"
-        return Volume(_topic(frame.fields), direction, 1, max(body, 0))
+        return Volume(addressed(frame.fields.get("topic")), direction, 1, max(body, 0))
 
 
 def _size(content: Any) -> int:
@@ -69,8 +69,3 @@ def _size(content: Any) -> int:
     if isinstance(content, str):
         return len(content.encode("utf-8"))
     return len(lenient_json.dumps(content).encode("utf-8"))
-
-
-def _topic(values: dict[str, Any]) -> str:
-    topic = values.get("topic")
-    return topic if isinstance(topic, str) and topic else "?"

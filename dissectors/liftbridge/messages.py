@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
 
 
 class StreamMessages(MessageRules):
@@ -33,7 +33,7 @@ class StreamMessages(MessageRules):
         )
         headers = {k: _bytes(v) for k, v in (fields.get("headers") or {}).items()}
         yield MessageRow(
-            _stream(fields.get("stream")),
+            addressed(fields.get("stream")),
             where,
             len(value) if value is not None else 0,
             message_text(_bytes(value), named, headers, "headers").rstrip(),
@@ -45,7 +45,7 @@ class StreamMessages(MessageRules):
             return None
         value = frame.fields.get("value")
         return Volume(
-            _stream(frame.fields.get("stream")), "publish", 1, len(value) if value is not None else 0
+            addressed(frame.fields.get("stream")), "publish", 1, len(value) if value is not None else 0
         )
 
 
@@ -57,7 +57,3 @@ def _bytes(value: Any) -> Any:
         except UnicodeDecodeError:
             return bytes(value)
     return value
-
-
-def _stream(value: Any) -> str:
-    return value if isinstance(value, str) and value else "?"

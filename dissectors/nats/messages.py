@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
 
 # command -> the verb a line says.
 CARRIERS = {
@@ -49,7 +49,7 @@ class SubjectMessages(MessageRules):
         data = fields.get("data")
         size = len(data) if isinstance(data, bytes | bytearray | memoryview) else None
         yield MessageRow(
-            _subject(fields.get("subject")),
+            addressed(fields.get("subject")),
             where,
             size,
             message_text(content, named, headers, "headers").rstrip(),
@@ -70,8 +70,8 @@ class SubjectMessages(MessageRules):
             direction = "reply sent" if frame.from_client else "reply"
             latency = links.get("response_time")
             timed = latency if isinstance(latency, float) else None
-            return Volume(_subject(asked), direction, 1, size, timed)
-        return Volume(_subject(frame.fields.get("subject")), verb, 1, size)
+            return Volume(addressed(asked), direction, 1, size, timed)
+        return Volume(addressed(frame.fields.get("subject")), verb, 1, size)
 
 
 def _content(fields: dict[str, Any]) -> Any:
@@ -80,7 +80,3 @@ def _content(fields: dict[str, Any]) -> Any:
             return fields[name]
     data = fields.get("data")
     return bytes(data) if isinstance(data, bytes | bytearray | memoryview) and data else None
-
-
-def _subject(value: Any) -> str:
-    return value if isinstance(value, str) and value else "?"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from streamdump.core.frame import Frame
-from streamdump.spec.dissector import MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
 from streamdump.spec.registry import Protocol
 
 SENDS = frozenset({"SEND_MESSAGE", "SEND_MESSAGE_V2"})
@@ -41,7 +41,9 @@ class RemotingMessages(MessageRules):
             where = f"send queue={fields.get('queue_id', '?')}"
             body = fields.get("uncompressed_body", fields.get("body"))
             size = _size(body)
-            yield MessageRow(_topic(fields), where, size, self._text(body, fields.get("properties")), tag)
+            yield MessageRow(
+                addressed(fields.get("topic")), where, size, self._text(body, fields.get("properties")), tag
+            )
             return
         if frame.command == BATCH:
             for n, message in enumerate(fields.get("batch_messages") or []):
@@ -49,7 +51,11 @@ class RemotingMessages(MessageRules):
                 body = message.get("message_body")
                 size = _size(body)
                 yield MessageRow(
-                    _topic(fields), where, size, self._text(body, message.get("properties")), tag
+                    addressed(fields.get("topic")),
+                    where,
+                    size,
+                    self._text(body, message.get("properties")),
+                    tag,
                 )
             return
         verb = "pull" if frame.command == "PULL_MESSAGE" else (frame.command or "message").lower()
@@ -57,7 +63,9 @@ class RemotingMessages(MessageRules):
             where = f"{verb} queue={message.get('queue_id', '?')} offset={message.get('queue_offset', '?')}"
             body = message.get("uncompressed_body", message.get("message_body"))
             size = _size(body)
-            yield MessageRow(_topic(message), where, size, self._text(body, message.get("properties")), tag)
+            yield MessageRow(
+                addressed(message.get("topic")), where, size, self._text(body, message.get("properties")), tag
+            )
 
     def _text(self, body: Any, properties: Any) -> str:
         props = properties if isinstance(properties, dict) else {}
@@ -68,11 +76,14 @@ class RemotingMessages(MessageRules):
         """Messages and their bodies' bytes (as sent, compressed or not), from the frame's fields."""
         fields = frame.fields
         if frame.kind != "response" and frame.command in SENDS:
-            return Volume(_topic(fields), "send", 1, _size(fields.get("body")))
+            return Volume(addressed(fields.get("topic")), "send", 1, _size(fields.get("body")))
         if frame.kind != "response" and frame.command == BATCH:
             messages = fields.get("batch_messages") or []
             return Volume(
-                _topic(fields), "send", len(messages), sum(_size(m.get("message_body")) for m in messages)
+                addressed(fields.get("topic")),
+                "send",
+                len(messages),
+                sum(_size(m.get("message_body")) for m in messages),
             )
         messages = fields.get("messages")
         if not messages:
@@ -84,8 +95,3 @@ class RemotingMessages(MessageRules):
 
 def _size(body: Any) -> int:
     return len(body) if body is not None else 0
-
-
-def _topic(values: dict[str, Any]) -> str:
-    topic = values.get("topic")
-    return topic if isinstance(topic, str) and topic else "?"

@@ -39,6 +39,11 @@ class MessageRow:
     tag: bool = False
 
 
+def addressed(value: Any) -> str:
+    """What a message is addressed to, as MessageRow and Volume name it: "?" when not text."""
+    return value if isinstance(value, str) and value else "?"
+
+
 # How much of a body, and how many of a message's other properties, one line shows.
 PREVIEW_CHARS = 40
 MAX_EXTRA_PROPERTIES = 3
