@@ -89,7 +89,10 @@ class RemotingMessages(MessageRules):
         if not messages:
             return None
         return Volume(
-            _topic(messages[0]), "pull", len(messages), sum(_size(m.get("message_body")) for m in messages)
+            addressed(messages[0].get("topic")),
+            "pull",
+            len(messages),
+            sum(_size(m.get("message_body")) for m in messages),
         )
 
 
