@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamdump.core.frame import Frame
+from streamdump.core.paths import path_values
 from streamdump.spec.registry import AdvertiseSpec, Protocol
 
 
@@ -39,15 +40,8 @@ def _found(spec: AdvertiseSpec, fields: dict[str, Any]) -> list[tuple[str, int]]
 
 
 def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
-    """Every value a path names, through lists, dicts and a map's values."""
-    level: list[Any] = [fields]
-    for step in path:
-        found: list[Any] = []
-        for holder in level:
-            value = holder.get(step) if isinstance(holder, dict) else None
-            found.extend(value if isinstance(value, list) else [value] if value is not None else [])
-        level = found
+    """Every value a path names, a map's values for a map."""
     out: list[Any] = []
-    for value in level:
+    for value in path_values(fields, path):
         out.extend(value.values() if isinstance(value, dict) else [value])
     return out

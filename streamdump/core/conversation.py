@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
+from streamdump.core.paths import path_values
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import CloseSpec, FieldSpec, Protocol, Ref, flat_fields
 
@@ -1314,23 +1315,8 @@ def _links(frame: Frame) -> dict[str, Any]:
 
 
 def _values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
-    """Every integer a path names, stepping through lists (array elements) and dicts.
-
-    Breadth first, one step of the path at a time: a Publish frame's hundreds of ids
-    cost one pass over its messages, not a generator per message.
-    """
-    level: list[Any] = [fields]
-    for step in path:
-        found: list[Any] = []
-        for holder in level:
-            if isinstance(holder, dict):
-                value = holder.get(step)
-                if isinstance(value, list):
-                    found.extend(value)
-                elif value is not None:
-                    found.append(value)
-        level = found
-    return [v for v in level if isinstance(v, int)]
+    """Every integer a path names."""
+    return [v for v in path_values(fields, path) if isinstance(v, int)]
 
 
 def _named(enum: dict[int, str], code: int, codes: str = "hex") -> str:
