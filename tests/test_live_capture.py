@@ -119,9 +119,9 @@ def test_libpcap_s_refusal_is_told_as_a_privilege() -> None:
 @pytest.mark.broker
 def test_rstream_under_live_every_message_decoded() -> None:
     need(os.geteuid() == 0, "live capture needs root")
-    from test_proxy import broker_reachable
+    from test_proxy import stream_port_reachable
 
-    need(broker_reachable(), "no RabbitMQ stream port on 127.0.0.1:5552")
+    need(stream_port_reachable(), "no RabbitMQ stream port on 127.0.0.1:5552")
     from rstream import Producer
 
     proc = subprocess.Popen([*STREAMDUMP, "live", "-P", "rabbitmq_stream", "-T", "jsonl", "--duration", "5"],

@@ -108,7 +108,7 @@ def test_bad_addresses_are_usage_errors() -> None:
     assert result.returncode == 2 and b"--listen takes HOST:PORT" in result.stderr
 
 
-def broker_reachable() -> bool:
+def stream_port_reachable() -> bool:
     try:
         with socket.create_connection(("127.0.0.1", 5552), timeout=2):
             return True
@@ -121,7 +121,7 @@ def test_rstream_through_the_proxy_and_where_the_broker_sends_it(tmp_path: Path)
     """rstream publishes and consumes through the proxy (its load-balancer mode keeps it there);
     the broker's advertised address, past the proxy, is said."""
     need(
-        broker_reachable(),
+        stream_port_reachable(),
         "no RabbitMQ stream port on 127.0.0.1:5552 (rabbitmq-plugins enable rabbitmq_stream)",
     )
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, Producer
