@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from streamdump.core.conversation import ConnState, Tracker
+from streamdump.core.conversation import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import Protocol
@@ -42,6 +43,18 @@ class Samples:
         self.counts: Counter[int] = Counter()
         self.total = 0
         self.coarse = False
+
+    def merge(self, other: Samples) -> None:
+        """Add another's samples: the same as having added them here (coarse if either is)."""
+        self.counts.update(other.counts)
+        self.total += other.total
+        if (other.coarse or len(self.counts) > MAX_DISTINCT) and not self.coarse:
+            self.coarse = True
+        if self.coarse:
+            coarse: Counter[int] = Counter()
+            for value, count in self.counts.items():
+                coarse[_coarsen(value)] += count
+            self.counts = coarse
 
     def add(self, seconds: float) -> None:
         micros = round(seconds * 1_000_000)
@@ -166,10 +179,86 @@ class Statistics:
     # ------------------------------------------------------------------ result
 
     def result(self) -> dict[str, Any]:
+        return self.partial().result()
+
+    def partial(self) -> Partial:
+        """What the statistics hold so far, as plain data that merges with other reads' (Spark's
+        tasks each see some connections of a capture)."""
+        return Partial(
+            subject=self.subject,
+            frames=self.frames,
+            commands=Counter(self.commands),
+            srt=dict(self.srt),
+            codes={name: Counter(counts) for name, counts in self.codes.items()},
+            confirm=dict(self.confirm),
+            volume=dict(self.volume),
+            connections=[_connection(conn) for conn in self.tracker.connections.values()],
+            diagnoses=list(self.tracker.diagnoses),
+            untold=dict(self.tracker.untold),
+        )
+
+
+@dataclass(slots=True)
+class Partial:
+    """The statistics of some connections of a capture: counters, latency histograms, one
+    summary per connection and the findings. Partials of disjoint connections merge into
+    what one read of them all gives; `result()` is the JSON `stats` prints."""
+
+    subject: str
+    frames: int = 0
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    srt: dict[str, Samples] = field(default_factory=dict)
+    codes: dict[str, Counter[str]] = field(default_factory=dict)
+    confirm: dict[str, Samples] = field(default_factory=dict)
+    volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
+
+    def merge(self, other: Partial) -> None:
+        self.frames += other.frames
+        self.commands.update(other.commands)
+        for mine, theirs in ((self.srt, other.srt), (self.confirm, other.confirm)):
+            for name, samples in theirs.items():
+                mine.setdefault(name, Samples()).merge(samples)
+        for name, counts in other.codes.items():
+            self.codes.setdefault(name, Counter()).update(counts)
+        for key, v in other.volume.items():
+            volume = self.volume.setdefault(key, Volume())
+            volume.frames += v.frames
+            volume.messages += v.messages
+            volume.bytes += v.bytes
+            if v.latency is not None:
+                if volume.latency is None:
+                    volume.latency = Samples()
+                volume.latency.merge(v.latency)
+        self.connections += other.connections
+        # Findings past the cap stay counted, never listed: which are listed is the cap's to say.
+        listed = sorted([*self.diagnoses, *other.diagnoses], key=finding_order)
+        self.diagnoses = listed[:MAX_DIAGNOSES]
+        untold = dict(self.untold)
+        for key, (count, first) in other.untold.items():
+            before, earliest = untold.get(key, (0, first))
+            untold[key] = (before + count, min(earliest, first))
+        for d in listed[MAX_DIAGNOSES:]:
+            key = (d.severity, d.group, d.kind, d.summary, d.conn)
+            before, earliest = untold.get(key, (0, d.number))
+            untold[key] = (before + 1, min(earliest, d.number))
+        self.untold = untold
+
+    def renumber(self, numbers: Mapping[int, int]) -> None:
+        """Give connections the numbers a read of the whole capture gives them."""
+        for conn in self.connections:
+            conn["connection"] = numbers.get(conn["connection"], conn["connection"])
+        self.diagnoses = [replace(d, conn=numbers.get(d.conn, d.conn)) for d in self.diagnoses]
+        self.untold = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.untold.items()}
+
+    def result(self) -> dict[str, Any]:
+        diagnoses = sorted(self.diagnoses, key=finding_order)
         severities: dict[int, Counter[str]] = defaultdict(Counter)
-        for d in self.tracker.diagnoses:
+        for d in diagnoses:
             severities[d.conn][d.severity] += 1
-        for (severity, _group, _kind, _summary, conn), (count, _first) in self.tracker.untold.items():
+        for (severity, _group, _kind, _summary, conn), (count, _first) in self.untold.items():
             severities[conn][severity] += count
         return {
             "frames": self.frames,
@@ -200,40 +289,46 @@ class Statistics:
                 for (stream, direction), v in sorted(self.volume.items())
             ],
             "connections": [
-                self._connection(conn, severities[conn.number]) for conn in self.tracker.connections.values()
+                conn | {"expert": dict(sorted(severities[conn["connection"]].items()))}
+                for conn in sorted(self.connections, key=lambda c: c["connection"])
             ],
-            "expert": self.tracker.summary(),
-            "diagnoses": [d.as_dict() for d in self.tracker.diagnoses],
+            "expert": summarise(diagnoses, self.untold),
+            "diagnoses": [d.as_dict() for d in diagnoses],
             # Findings past the listed ones: in the expert summary's counts, not listed one by one.
-            "diagnoses_not_listed": sum(count for count, _first in self.tracker.untold.values()),
+            "diagnoses_not_listed": sum(count for count, _first in self.untold.values()),
         }
 
-    def _connection(self, conn: ConnState, severities: Counter[str]) -> dict[str, Any]:
-        client, server = conn.client_side, conn.server_side
-        last_ts = conn.last.ts if conn.last is not None else conn.first_ts
-        return {
-            "connection": conn.number,
-            "client": str(conn.client) if conn.client else None,
-            "server": str(conn.server) if conn.server else None,
-            "start": conn.first_ts,
-            "duration_s": round((last_ts or 0.0) - (conn.first_ts or 0.0), 6),
-            "client_frames": client.frames,
-            "client_bytes": client.bytes,
-            "server_frames": server.frames,
-            "server_bytes": server.bytes,
-            "client_properties": _peer(client.properties),
-            "server_properties": _peer(server.properties),
-            "user": conn.user,
-            "frame_max": conn.negotiated[0] if conn.negotiated else None,
-            "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
-            "versions": (
-                {f"0x{key:04x}": list(span) for key, span in sorted(server.versions.items())}
-                if server.versions
-                else None
-            ),
-            "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
-            "expert": dict(sorted(severities.items())),
-        }
+
+def finding_order(d: Diagnosis) -> tuple[int, int]:
+    """Findings in the order of the packets they name, a connection's in the order found."""
+    return (d.number, d.conn)
+
+
+def _connection(conn: ConnState) -> dict[str, Any]:
+    client, server = conn.client_side, conn.server_side
+    last_ts = conn.last.ts if conn.last is not None else conn.first_ts
+    return {
+        "connection": conn.number,
+        "client": str(conn.client) if conn.client else None,
+        "server": str(conn.server) if conn.server else None,
+        "start": conn.first_ts,
+        "duration_s": round((last_ts or 0.0) - (conn.first_ts or 0.0), 6),
+        "client_frames": client.frames,
+        "client_bytes": client.bytes,
+        "server_frames": server.frames,
+        "server_bytes": server.bytes,
+        "client_properties": _peer(client.properties),
+        "server_properties": _peer(server.properties),
+        "user": conn.user,
+        "frame_max": conn.negotiated[0] if conn.negotiated else None,
+        "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
+        "versions": (
+            {f"0x{key:04x}": list(span) for key, span in sorted(server.versions.items())}
+            if server.versions
+            else None
+        ),
+        "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
+    }
 
 
 def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
