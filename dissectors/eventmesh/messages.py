@@ -33,6 +33,7 @@ CARRIERS = {
 
 class PackageMessages(MessageRules):
     subject = "topic"
+    positions = (("seq", "string"),)
 
     def carries(self, frame: Frame) -> bool:
         return (frame.command, frame.kind) in CARRIERS
@@ -51,6 +52,7 @@ class PackageMessages(MessageRules):
             size,
             message_text(content, named, {}).rstrip(),
             frame.incomplete is not None,
+            (("seq", fields.get("seq")),),
         )
 
     def volume(self, frame: Frame) -> Volume | None:

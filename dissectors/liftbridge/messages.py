@@ -16,6 +16,7 @@ from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addresse
 
 class StreamMessages(MessageRules):
     subject = "stream"
+    positions = (("partition", "int"), ("offset", "int"))
 
     def carries(self, frame: Frame) -> bool:
         return frame.command == "Publish"
@@ -38,6 +39,7 @@ class StreamMessages(MessageRules):
             len(value) if value is not None else 0,
             message_text(_bytes(value), named, headers, "headers").rstrip(),
             frame.incomplete is not None,
+            (("partition", fields.get("partition")), ("offset", fields.get("offset"))),
         )
 
     def volume(self, frame: Frame) -> Volume | None:

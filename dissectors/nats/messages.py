@@ -26,6 +26,7 @@ CARRIERS = {
 
 class SubjectMessages(MessageRules):
     subject = "subject"
+    positions = (("sid", "string"), ("js_stream_seq", "int"))
 
     def carries(self, frame: Frame) -> bool:
         return frame.command in CARRIERS
@@ -54,6 +55,7 @@ class SubjectMessages(MessageRules):
             size,
             message_text(content, named, headers, "headers").rstrip(),
             frame.incomplete is not None,
+            (("sid", fields.get("sid")), ("js_stream_seq", fields.get("js_stream_seq"))),
         )
 
     def volume(self, frame: Frame) -> Volume | None:

@@ -25,6 +25,13 @@ KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 
 class StreamMessages(MessageRules):
     subject = "stream"
+    positions = (
+        ("publisher_id", "int"),
+        ("publishing_id", "int"),
+        ("subscription_id", "int"),
+        ("chunk_id", "int"),
+        ("offset", "int"),
+    )
 
     def __init__(self, protocol: Protocol) -> None:
         super().__init__(protocol)
@@ -42,26 +49,31 @@ class StreamMessages(MessageRules):
             publisher = f"publish pub={fields.get('publisher_id', '?')}"
             for message in fields.get("messages") or []:
                 pid = message.get("publishing_id", "?")
+                at = (
+                    ("publisher_id", fields.get("publisher_id")),
+                    ("publishing_id", message.get("publishing_id")),
+                )
                 entry = message.get("entry")
                 if entry is None:
                     cut = "(message cut short: not shown)"
-                    yield MessageRow(stream, f"{publisher} id={pid}", text=cut, tag=tag)
+                    yield MessageRow(stream, f"{publisher} id={pid}", text=cut, tag=tag, at=at)
                     continue
                 records = message.get("records") or []
                 batched = entry.kind == SUB_BATCH
                 for n, record in enumerate(records):
                     where = f"{publisher} id={pid}[{n}]" if batched else f"{publisher} id={pid}"
-                    yield self._row(stream, where, record, tag)
+                    yield self._row(stream, where, record, tag, at)
                 if len(records) < entry.record_count:
                     missing = entry.record_count - len(records)
                     note = f"({missing} records not decoded: see expert notes)"
-                    yield MessageRow(stream, f"{publisher} id={pid}", text=note)
+                    yield MessageRow(stream, f"{publisher} id={pid}", text=note, at=at)
         elif frame.command == DELIVER:
             chunk = fields.get("chunk") or {}
             records = chunk.get("records") or []
+            at = (("subscription_id", fields.get("subscription_id")), ("chunk_id", chunk.get("chunk_id")))
             for record in records:
                 where = f"deliver offset={record.get('offset')} chunk={chunk.get('chunk_id')}"
-                yield self._row(stream, where, record, tag)
+                yield self._row(stream, where, record, tag, (*at, ("offset", record.get("offset"))))
             declared = chunk.get("num_records")
             if isinstance(declared, int) and len(records) < declared:
                 why = f"incomplete frame: {frame.incomplete}" if frame.incomplete else "see expert notes"
@@ -69,22 +81,27 @@ class StreamMessages(MessageRules):
                     stream,
                     f"deliver chunk={chunk.get('chunk_id')}",
                     text=f"({declared - len(records)} of {declared} records not shown: {why})",
+                    at=at,
                 )
 
-    def _row(self, stream: str, where: str, record: dict[str, Any], tag: bool) -> MessageRow:
+    def _row(
+        self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
+    ) -> MessageRow:
         size = record.get("size", 0)
         if "tracking" in record:
             parts = [
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"
                 for t in record["tracking"]
             ]
-            return MessageRow(stream, where, size, f"tracking: {'; '.join(parts)}", tag)
+            return MessageRow(stream, where, size, f"tracking: {'; '.join(parts)}", tag, at)
         if "bytes" in record:
-            return MessageRow(stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag)
+            return MessageRow(
+                stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag, at
+            )
         message = record.get("message")
         if message is None:
-            return MessageRow(stream, where, size, "", tag)
-        return MessageRow(stream, where, size, _summary(message).rstrip(), tag)
+            return MessageRow(stream, where, size, "", tag, at)
+        return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at)
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""

@@ -23,6 +23,7 @@ SENT = SENDS | {BATCH}
 
 class RemotingMessages(MessageRules):
     subject = "topic"
+    positions = (("queue_id", "int"), ("queue_offset", "int"))
 
     def __init__(self, protocol: Protocol) -> None:
         super().__init__(protocol)
@@ -42,7 +43,12 @@ class RemotingMessages(MessageRules):
             body = fields.get("uncompressed_body", fields.get("body"))
             size = _size(body)
             yield MessageRow(
-                addressed(fields.get("topic")), where, size, self._text(body, fields.get("properties")), tag
+                addressed(fields.get("topic")),
+                where,
+                size,
+                self._text(body, fields.get("properties")),
+                tag,
+                (("queue_id", fields.get("queue_id")),),
             )
             return
         if frame.command == BATCH:
@@ -56,6 +62,7 @@ class RemotingMessages(MessageRules):
                     size,
                     self._text(body, message.get("properties")),
                     tag,
+                    (("queue_id", fields.get("queue_id")),),
                 )
             return
         verb = "pull" if frame.command == "PULL_MESSAGE" else (frame.command or "message").lower()
@@ -64,7 +71,12 @@ class RemotingMessages(MessageRules):
             body = message.get("uncompressed_body", message.get("message_body"))
             size = _size(body)
             yield MessageRow(
-                addressed(message.get("topic")), where, size, self._text(body, message.get("properties")), tag
+                addressed(message.get("topic")),
+                where,
+                size,
+                self._text(body, message.get("properties")),
+                tag,
+                (("queue_id", message.get("queue_id")), ("queue_offset", message.get("queue_offset"))),
             )
 
     def _text(self, body: Any, properties: Any) -> str:

@@ -10,8 +10,8 @@ block reader keeps one interface table per section instead.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 SHB = 0x0A0D0D0A
@@ -69,12 +69,36 @@ def _interface(body: bytes, order: str) -> Interface:
     return iface
 
 
-def read_packets(fh: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
-    """(timestamp, link type, packet bytes) for every packet block, in file order."""
-    order = "<"
-    interfaces: list[Interface] = []
-    first = True
-    while True:
+@dataclass(slots=True)
+class Section:
+    """What a reader knows at a block boundary: the byte order and interfaces of the section."""
+
+    order: str = "<"
+    interfaces: list[Interface] = field(default_factory=list)
+    started: bool = False  # a section header has been read
+
+
+# Blocks that describe a section rather than carry packets; a reader starting mid-file needs them.
+DESCRIBING = frozenset({SHB, IDB})
+
+
+def read_packets(
+    fh: BinaryIO,
+    section: Section | None = None,
+    start: int = 0,
+    end: int | None = None,
+    described: Callable[[int, bytes], None] | None = None,
+) -> Iterator[tuple[float, int, bytes]]:
+    """(timestamp, link type, packet bytes) for every packet block, in file order.
+
+    A reader of part of a file (a Spark task's byte range) starts at a block boundary with
+    the section as it stands there (section, start: fh's offset in the file) and stops
+    before the first block at or past end; described(offset, block) sees each section
+    header and interface block, so later readers can be given the section they start in.
+    """
+    section = section if section is not None else Section()
+    pos = start
+    while end is None or pos < end:
         head = fh.read(8)
         if not head:
             return
@@ -91,31 +115,38 @@ def read_packets(fh: BinaryIO) -> Iterator[tuple[float, int, bytes]]:
                 raise PcapngError(f"section header with a bad byte-order magic {magic.hex()}")
             (length,) = struct.unpack(order + "I", head[4:])
             _check_length(length)
-            _read(fh, length - 12, "a section header")
-            interfaces = []
-            first = False
+            rest = _read(fh, length - 12, "a section header")
+            section.order, section.interfaces, section.started = order, [], True
+            if described is not None:
+                described(pos, head + magic + rest)
+            pos += length
             continue
-        if first:
+        if not section.started:
             raise PcapngError("does not start with a section header")
+        order = section.order
         btype, length = struct.unpack(order + "II", head)
         _check_length(length)
-        body = _read(fh, length - 8, f"a block of type 0x{btype:x}")[:-4]
+        block = _read(fh, length - 8, f"a block of type 0x{btype:x}")
+        body = block[:-4]
         if btype == IDB:
-            interfaces.append(_interface(body, order))
+            section.interfaces.append(_interface(body, order))
+            if described is not None:
+                described(pos, head + block)
         elif btype == EPB:
             iface_id, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "IIIII", body, 0)
-            iface = _lookup(interfaces, iface_id)
+            iface = _lookup(section.interfaces, iface_id)
             yield _time(iface, ts_hi, ts_lo), iface.linktype, body[20 : 20 + caplen]
         elif btype == SPB:
-            iface = _lookup(interfaces, 0)
+            iface = _lookup(section.interfaces, 0)
             (origlen,) = struct.unpack_from(order + "I", body, 0)
             caplen = min(origlen, len(body) - 4, iface.snaplen or origlen)
             yield 0.0, iface.linktype, body[4 : 4 + caplen]
         elif btype == PB:
             iface_id, _drops, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "HHIIII", body, 0)
-            iface = _lookup(interfaces, iface_id)
+            iface = _lookup(section.interfaces, iface_id)
             yield _time(iface, ts_hi, ts_lo), iface.linktype, body[20 : 20 + caplen]
         # Name resolution, statistics, custom and decryption-secrets blocks carry no packets.
+        pos += length
 
 
 def _check_length(length: int) -> None:

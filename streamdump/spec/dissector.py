@@ -29,7 +29,8 @@ class MessageRow:
 
     subject: the stream or topic it is addressed to ("?" when the capture does not show it).
     size: None for rows that only say what could not be shown. tag: the row belongs to an
-    incomplete frame and says so.
+    incomplete frame and says so. at: where the message is, as values (publishing id, offset),
+    named as the package's MessageRules.positions declare; tables have a column for each.
     """
 
     subject: str
@@ -37,6 +38,7 @@ class MessageRow:
     size: int | None = None
     text: str = ""
     tag: bool = False
+    at: tuple[tuple[str, Any], ...] = ()
 
 
 def addressed(value: Any) -> str:
@@ -79,6 +81,9 @@ class MessageRules:
 
     # What a message is addressed to, as the stats table and its JSON name it.
     subject = "subject"
+    # The values MessageRow.at may give, with their types (int or string): the columns
+    # of the messages table that say where each message is.
+    positions: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
