@@ -374,3 +374,10 @@ def test_two_pass_links_requests_to_their_responses() -> None:
     for a, b in zip(once_objects, objects, strict=True):
         b["links"].pop("response_in", None)
         assert a == b
+
+
+def test_the_note_on_unreassembled_fragments_names_their_first_packet() -> None:
+    capture = ROOT / "captures/rabbitmq_stream/pathological/session.ipfrag.pcap"
+    code, _, stderr = run("read", str(capture))
+    assert code == 0
+    assert "streamdump: note: packet 30: 7 IP fragments were not reassembled" in stderr, stderr

@@ -13,7 +13,7 @@ order it happened; a caller may drain that list as it goes to keep memory flat.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,8 +215,12 @@ class Reader:
         decoder: Decoder | Dissection,
         ports: Iterable[int] | None = None,
         stats: ReadStats | None = None,
+        numbering: Callable[[], int] | None = None,
     ) -> None:
+        """numbering: gives each new connection its number (default 1, 2, ...); a reader of
+        some connections of a capture numbers them by the packet that opened them instead."""
         self.dissection = as_dissection(decoder, ports)
+        self.numbering = numbering
         self.ports = self.dissection.ports
         self.stats = stats if stats is not None else ReadStats()
         self.connections: dict[tuple[str, int, str, int], Connection] = {}
@@ -360,7 +364,7 @@ class Reader:
     def _open(self, key: tuple[str, int, str, int], runtime: Runtime) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
         self.stats.connections += 1
-        number = self.stats.connections
+        number = self.numbering() if self.numbering is not None else self.stats.connections
         conn = Connection(
             client,
             server,
@@ -674,10 +678,10 @@ def decode_segments(
     except CaptureError:
         # The capture turned out damaged: what was buffered up to there is still shown.
         yield from reader.finish()
-        _report_skips(stats)
+        report_skips(stats)
         raise
     yield from reader.finish()
-    _report_skips(stats)
+    report_skips(stats)
 
 
 def read_frames(
@@ -686,7 +690,7 @@ def read_frames(
     return decode_segments(read_segments(path, stats), decoder, ports, stats)
 
 
-def _report_skips(stats: ReadStats) -> None:
+def report_skips(stats: ReadStats) -> None:
     for skip, what in (
         (Skip.FRAGMENT, "IP fragments were not reassembled; their bytes show up as gaps"),
         (Skip.TRUNCATED, "packets were cut short inside their headers"),
@@ -697,8 +701,21 @@ def _report_skips(stats: ReadStats) -> None:
             stats.notices.append(
                 Notice(
                     "note",
+                    f"{count} {what}",
                     first,
-                    f"{count} {what} (first: packet {first})",
                     "fragments" if skip is Skip.FRAGMENT else "truncated",
                 )
             )
+
+
+def loss_summary(stats: ReadStats) -> str:
+    """What a read lost, in one line (empty when nothing)."""
+    parts = []
+    if stats.gaps:
+        plural = "s" * (stats.gaps != 1)
+        parts.append(f"{stats.gaps} gap{plural} ({stats.gap_bytes} bytes not in the capture)")
+    if stats.incomplete:
+        parts.append(f"{stats.incomplete} incomplete frame{'s' * (stats.incomplete != 1)}")
+    if stats.skipped_bytes:
+        parts.append(f"{stats.skipped_bytes} bytes passed over outside any frame")
+    return "; ".join(parts)
