@@ -299,6 +299,15 @@ class Partial:
         }
 
 
+def document(results: Mapping[str, Partial]) -> dict[str, Any]:
+    """What `stats --format json` prints: the one protocol the capture holds, else each that it
+    holds by name (when it holds none, the first asked for, with its empty tables)."""
+    shown = [name for name, partial in results.items() if partial.connections] or list(results)[:1]
+    if len(shown) == 1:
+        return results[shown[0]].result()
+    return {"protocols": {name: results[name].result() for name in shown}}
+
+
 def finding_order(d: Diagnosis) -> tuple[int, int]:
     """Findings in the order of the packets they name, a connection's in the order found."""
     return (d.number, d.conn)
