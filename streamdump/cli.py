@@ -17,6 +17,7 @@ import signal
 import struct
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +33,14 @@ from streamdump.core.capture import STDIN, CaptureError, read_stream
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
 from streamdump.core.packet import Segment
-from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, framing_rule, read_frames
+from streamdump.core.pipeline import (
+    Dissection,
+    ReadStats,
+    decode_segments,
+    framing_rule,
+    loss_summary,
+    read_frames,
+)
 from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
@@ -44,7 +52,7 @@ from streamdump.views.follow import Dialogue
 from streamdump.views.messages import MessageLines
 from streamdump.views.progress import ReadProgress, wanted
 from streamdump.views.render import Renderer
-from streamdump.views.stats import Statistics
+from streamdump.views.stats import Statistics, document
 from streamdump.views.stats import render as render_stats
 from streamdump.wireshark import luagen
 
@@ -371,11 +379,7 @@ def stats(
     shown = [s for s in statistics.values() if s.tracker.connections] or list(statistics.values())[:1]
     with _reader_may_leave():
         if fmt is StatsFormat.json:
-            results: Any = (
-                shown[0].result()
-                if len(shown) == 1
-                else {"protocols": {s.protocol.name: s.result() for s in shown}}
-            )
+            results = document({name: s.partial() for name, s in statistics.items()})
             sys.stdout.write(json.dumps(results, ensure_ascii=False, indent=1) + "\n")
         else:
             console = _FilterConsole(
@@ -589,6 +593,117 @@ def proxy(
     _print_summary(statistics)
 
 
+@app.command(name="spark")
+def spark_command(
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Capture files or folders (pcap, pcapng, compressed), local paths or any URI Spark "
+            "and pyarrow read (hdfs://, s3://).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        str,
+        typer.Option("--out", "-o", help="Folder for the Parquet tables and stats.json.", show_default=False),
+    ],
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master", help="Spark master URL (default local[*]; under spark-submit, spark-submit's own)."
+        ),
+    ] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions", help="Partitions connections are decoded in (default: 2 per core).", min=1
+        ),
+    ] = None,
+    split_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--split-mb", help="Size of the byte ranges capture files are read in (default: by cores).", min=1
+        ),
+    ] = None,
+    driver_memory: Annotated[
+        str, typer.Option("--driver-memory", help="Driver memory of a local run (Spark's notation).")
+    ] = "2g",
+    protocol: ProtocolOpt = None,
+    port: PortOpt = None,
+    decode_as: DecodeAsOpt = None,
+) -> None:
+    """Decode captures too big for one process on Spark, into Parquet tables (frames, messages,
+    exchanges, expert, gaps) and the stats of each capture."""
+    from streamdump import spark as pipeline
+
+    lacking = pipeline.missing()
+    if lacking is not None:
+        raise _fail(lacking)
+    setup = _setup(protocol, port, decode_as)
+    out_dir = Path(out)
+    if (
+        "://" not in out
+        and out_dir.exists()
+        and any(out_dir.iterdir())
+        and not (out_dir / "stats.json").exists()
+    ):
+        raise _fail(f"--out {out}: the folder holds other files; give an empty or new folder", 2)
+    from streamdump.spark.job import PipelineError, find_inputs, run, write_stats
+    from streamdump.spark.tasks import Settings
+
+    try:
+        found = find_inputs(inputs)
+    except PipelineError as exc:
+        raise _fail(str(exc)) from None
+
+    settings = Settings(
+        tuple(setup.decoders),
+        tuple((port, runtime.name) for port, runtime in sorted(setup.dissection.ports.items())),
+        tuple(sorted(setup.dissection.guess)),
+    )
+    show = sys.stderr.isatty()
+    parts = partitions or 0
+    session = pipeline.session(master, driver_memory, parts or 200, show)
+    try:
+        outcome = run(
+            session,
+            found,
+            out,
+            settings,
+            partitions,
+            split_mb << 20 if split_mb else None,
+            lambda line: print(f"streamdump: {line}", file=sys.stderr),
+        )
+    except PipelineError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        session.stop()
+    write_stats(outcome)
+    for name, doc in outcome.stats.items():
+        results = doc["protocols"].values() if "protocols" in doc else [doc]
+        frames = sum(r["frames"] for r in results)
+        connections = sum(len(r["connections"]) for r in results)
+        findings = Counter(d["severity"] for r in results for d in r["expert"] for _ in range(d["count"]))
+        told = ", ".join(f"{n} {s}" for s, n in sorted(findings.items())) or "no findings"
+        summary = outcome.summaries.get(name)
+        print(
+            f"{name}: {frames} frames, {connections} connections, {told}"
+            + (f"; {summary}" if summary else "")
+        )
+    rows = ", ".join(f"{table} {count}" for table, count in outcome.rows.items())
+    print(f"wrote {out}: {rows} rows; stats.json")
+    if outcome.skipped_files:
+        print(
+            f"streamdump: note: {len(outcome.skipped_files)} files in the folders given are no captures "
+            f"(first: {outcome.skipped_files[0]})",
+            file=sys.stderr,
+        )
+    for error in outcome.errors:
+        print(f"streamdump: error: {error}", file=sys.stderr)
+    if outcome.errors:
+        raise typer.Exit(EXIT_INPUT)
+
+
 @app.command()
 def follow(
     file: FileArg,
@@ -719,7 +834,7 @@ def _print_diagnoses(tracker: Tracker | Conversations, connections: set[int] | N
 
 
 def _finish_read(setup: Setup, stats: ReadStats, error: str | None) -> None:
-    summary = _loss_summary(stats)
+    summary = loss_summary(stats)
     if summary:
         print(f"streamdump: note: {summary}", file=sys.stderr)
     if error is not None:
@@ -746,18 +861,6 @@ def _telling_notices(frames: Iterable[Frame], stats: ReadStats) -> Iterator[Fram
             sys.stdout.flush()
             _print_notices(stats)
         yield frame
-
-
-def _loss_summary(stats: ReadStats) -> str:
-    parts = []
-    if stats.gaps:
-        plural = "s" * (stats.gaps != 1)
-        parts.append(f"{stats.gaps} gap{plural} ({stats.gap_bytes} bytes not in the capture)")
-    if stats.incomplete:
-        parts.append(f"{stats.incomplete} incomplete frame{'s' * (stats.incomplete != 1)}")
-    if stats.skipped_bytes:
-        parts.append(f"{stats.skipped_bytes} bytes passed over outside any frame")
-    return "; ".join(parts)
 
 
 _HEX_NOISE = re.compile(r"0x|[\s:,\-]", re.IGNORECASE)

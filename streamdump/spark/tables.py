@@ -1,0 +1,285 @@
+"""The Parquet tables' columns, derived from the registry, and their rows, built from frames.
+
+Columns carry the JSON output's names. Beside the ones every frame has (frame, ts, src,
+dst, protocol, key, kind, command, version, size, connection), each protocol adds what its
+spec names: the correlation field its conversation pairs by (correlation_id, opaque, seq),
+its status field (response_code, code) and what its messages are addressed to (stream,
+topic, subject); message rows add the positions its MessageRules declare (publishing_id,
+offset, queue_offset). A field added to a spec under one of those roles gets its column
+with no change here. Rows are built as Arrow batches, never one Python row at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import Notice
+from streamdump.spec.dissector import MessageRow, dissector_of
+from streamdump.spec.registry import Protocol, flat_fields
+from streamdump.views.render import _json_default
+
+INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"})
+DIRECTIONS = {True: "to_server", False: "to_client", None: None}
+
+# Columns every frame row has, in order.
+FRAME_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("capture", pa.string()),
+    ("frame", pa.int64()),
+    ("ts", pa.float64()),
+    ("src", pa.string()),
+    ("dst", pa.string()),
+    ("connection", pa.int64()),
+    ("direction", pa.string()),
+    ("protocol", pa.string()),
+    ("key", pa.string()),
+    ("kind", pa.string()),
+    ("command", pa.string()),
+    ("version", pa.int64()),
+    ("size", pa.int64()),
+    ("incomplete", pa.string()),
+    ("expert_notes", pa.int64()),
+    ("expert_warnings", pa.int64()),
+    ("expert_errors", pa.int64()),
+    ("request_in", pa.int64()),
+    ("response_time", pa.float64()),
+    ("links", pa.string()),
+)
+MESSAGE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("capture", pa.string()),
+    ("frame", pa.int64()),
+    ("ts", pa.float64()),
+    ("connection", pa.int64()),
+    ("direction", pa.string()),
+    ("protocol", pa.string()),
+    ("command", pa.string()),
+    ("where", pa.string()),
+    ("size", pa.int64()),
+    ("text", pa.string()),
+    ("incomplete", pa.string()),  # why bytes of the message's frame are missing, as the frame says
+)
+EXPERT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("capture", pa.string()),
+    ("frame", pa.int64()),
+    ("connection", pa.int64()),
+    ("protocol", pa.string()),
+    ("command", pa.string()),
+    ("source", pa.string()),  # frame (the decoder's and tracker's notes on it) or conversation
+    ("severity", pa.string()),
+    ("group", pa.string()),
+    ("finding", pa.string()),  # a conversation finding's kind (unanswered, error_response, ...)
+    ("summary", pa.string()),
+    ("message", pa.string()),
+    ("offset", pa.int64()),
+)
+GAP_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("capture", pa.string()),
+    ("frame", pa.int64()),
+    ("notice", pa.string()),  # gap, skipped, conflict, late, midstream, fragments, truncated
+    ("severity", pa.string()),
+    ("message", pa.string()),
+    ("src", pa.string()),
+    ("dst", pa.string()),
+    ("start", pa.int64()),
+    ("end", pa.int64()),
+    ("length", pa.int64()),
+)
+EXCHANGE_COLUMNS = (
+    "capture",
+    "protocol",
+    "connection",
+    "command",
+    "request_in",
+    "frame",
+    "response_time",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """Per protocol: the names of its correlation, status and subject fields (None: it has none)."""
+
+    correlation: str | None
+    status: str | None
+    subject: str
+    positions: tuple[tuple[str, str], ...]
+
+
+class Tables:
+    """The tables' schemas for the protocols of a run, and the rows of decoded frames."""
+
+    def __init__(self, protocols: Iterable[Protocol]) -> None:
+        self.roles: dict[str, Roles] = {}
+        self.versioned: dict[str, bool] = {}
+        typed: dict[str, set[str]] = {}
+        for protocol in protocols:
+            self.versioned[protocol.name] = protocol.versioned
+            rules_type = dissector_of(protocol).messages
+            conv = protocol.conversation
+            roles = Roles(conv.correlation, conv.status, rules_type.subject, rules_type.positions)
+            self.roles[protocol.name] = roles
+            for name in (roles.correlation, roles.status, roles.subject):
+                if name is not None:
+                    typed.setdefault(name, set()).add(_field_type(protocol, name))
+        self.frame_extra = tuple((name, _arrow(kinds)) for name, kinds in sorted(typed.items()))
+        subjects = sorted({r.subject for r in self.roles.values()})
+        positions: dict[str, set[str]] = {}
+        for roles in self.roles.values():
+            for name, kind in roles.positions:
+                positions.setdefault(name, set()).add("int64" if kind == "int" else "string")
+        self.message_extra = tuple((name, pa.string()) for name in subjects) + tuple(
+            (name, _arrow(kinds)) for name, kinds in sorted(positions.items()) if name not in subjects
+        )
+        self.schemas = {
+            "frames": pa.schema([*FRAME_COLUMNS, *self.frame_extra]),
+            "messages": pa.schema([*MESSAGE_COLUMNS, *self.message_extra]),
+            "expert": pa.schema(EXPERT_COLUMNS),
+            "gaps": pa.schema(GAP_COLUMNS),
+        }
+
+    # ------------------------------------------------------------------ rows
+
+    def frame_row(self, out: dict[str, list[Any]], capture: str, frame: Frame) -> None:
+        links = frame.links or {}
+        counts = {"note": 0, "warn": 0, "error": 0}
+        for e in frame.expert:
+            if e.severity in counts:
+                counts[e.severity] += 1
+        fields = frame.fields
+        response_time = links.get("response_time")
+        request_in = links.get("request_in")
+        values = (
+            capture,
+            frame.number,
+            frame.ts,
+            str(frame.src) if frame.src else None,
+            str(frame.dst) if frame.dst else None,
+            frame.conn or None,
+            DIRECTIONS[frame.from_client],
+            frame.protocol,
+            None if frame.key is None else str(frame.key),
+            frame.kind,
+            frame.command,
+            frame.version if self.versioned[frame.protocol] else None,
+            frame.size,
+            frame.incomplete,
+            counts["note"],
+            counts["warn"],
+            counts["error"],
+            request_in if isinstance(request_in, int) else None,
+            float(response_time) if isinstance(response_time, int | float) else None,
+            _json(links) if links else None,
+        )
+        for (name, _), value in zip(FRAME_COLUMNS, values, strict=True):
+            out[name].append(value)
+        roles = self.roles[frame.protocol]
+        mine = (roles.correlation, roles.status, roles.subject)
+        for name, kind in self.frame_extra:
+            value = None
+            if name in mine:
+                value = fields.get(name, links.get(name))
+            out[name].append(_typed(value, kind))
+
+    def message_row(self, out: dict[str, list[Any]], capture: str, frame: Frame, row: MessageRow) -> None:
+        values = (
+            capture,
+            frame.number,
+            frame.ts,
+            frame.conn or None,
+            DIRECTIONS[frame.from_client],
+            frame.protocol,
+            frame.command,
+            row.where,
+            row.size,
+            row.text,
+            frame.incomplete if row.tag else None,
+        )
+        for (name, _), value in zip(MESSAGE_COLUMNS, values, strict=True):
+            out[name].append(value)
+        at = dict(row.at)
+        subject = self.roles[frame.protocol].subject
+        for name, kind in self.message_extra:
+            value = row.subject if name == subject else at.get(name)
+            out[name].append(_typed(value, kind))
+
+    def expert_rows(self, out: dict[str, list[Any]], capture: str, frame: Frame) -> None:
+        for e in frame.expert:
+            values = (
+                capture,
+                frame.number,
+                frame.conn or None,
+                frame.protocol,
+                frame.command,
+                "frame",
+                e.severity,
+                e.group,
+                None,
+                None,
+                e.message,
+                e.offset,
+            )
+            for (name, _), value in zip(EXPERT_COLUMNS, values, strict=True):
+                out[name].append(value)
+
+    @staticmethod
+    def gap_row(out: dict[str, list[Any]], capture: str, notice: Notice) -> None:
+        values = (
+            capture,
+            notice.number,
+            notice.kind,
+            notice.severity,
+            notice.message,
+            str(notice.src) if notice.src else None,
+            str(notice.dst) if notice.dst else None,
+            notice.start,
+            notice.end,
+            notice.length,
+        )
+        for (name, _), value in zip(GAP_COLUMNS, values, strict=True):
+            out[name].append(value)
+
+
+def empty(schema: pa.Schema) -> dict[str, list[Any]]:
+    return {name: [] for name in schema.names}
+
+
+def batch(schema: pa.Schema, columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(dict(columns), schema=schema)
+
+
+def _field_type(protocol: Protocol, name: str) -> str:
+    """The registry's type of a field name (a hook's additions are text)."""
+    header = protocol.header_field(name)
+    if header is not None:
+        return "int64" if header.type in INT_TYPES else "string"
+    for command in protocol.commands.values():
+        for layout in command.layouts.values():
+            for spec in flat_fields(layout.fields):
+                if spec.name == name:
+                    return "int64" if spec.type in INT_TYPES else "string"
+    return "string"
+
+
+def _arrow(kinds: set[str]) -> pa.DataType:
+    return pa.int64() if kinds == {"int64"} else pa.string()
+
+
+def _typed(value: Any, kind: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if kind == pa.int64():
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return _json(value) if isinstance(value, dict | list) else str(value)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,248 @@
+"""The Spark pipeline gives the CLI's answers: frames, links, messages and stats, capture by capture.
+
+One embedded Spark run (local[2]) reads every committed capture at once, plus a damaged
+copy, in ranges small enough that the larger files are split mid-record; a second run
+splits pcap and pcapng files into ranges of a few KiB. Each capture's rows are compared
+with what `streamdump read` and `streamdump stats` print for it. Spark and Java are
+needed: the tests skip without them on a laptop and fail in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from streamdump.cli import _setup, app
+from tests.conftest import CAPTURE_ROOT, ROOT, need
+
+CAPTURE_FILES = sorted(str(p.relative_to(ROOT)) for p in CAPTURE_ROOT.rglob("*.pcap*"))
+SMALL_SPLITS = [
+    "captures/rabbitmq_stream/bulk.pcap",
+    "captures/rabbitmq_stream/session.pcapng",
+    "captures/rabbitmq_stream/pathological/session.pcapng_sections.pcapng",
+    "captures/rabbitmq_stream/pathological/session.pcap_be_nsec.pcap",
+    "captures/nats/jetstream.pcap",
+]
+runner = CliRunner()
+
+
+def pipeline_ready() -> None:
+    from streamdump import spark
+
+    lacking = spark.missing()
+    need(lacking is None, lacking or "")
+
+
+class Run:
+    def __init__(self, out: Path, outcome: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.out = out
+        self.outcome = outcome
+        self.tables = {t: pq.read_table(out / t).to_pylist() for t in ("frames", "messages", "expert")}
+        self.stats = json.loads((out / "stats.json").read_text())
+
+    def rows(self, table: str, capture: str) -> list[dict[str, Any]]:
+        return [r for r in self.tables[table] if r["capture"] == capture]
+
+
+def spark_run(spark: Any, inputs: list[str], out: Path, split_bytes: int) -> Run:
+    from streamdump.spark.job import find_inputs, run, write_stats
+    from streamdump.spark.tasks import Settings
+
+    setup = _setup(None, None, None)
+    settings = Settings(
+        tuple(setup.decoders),
+        tuple((port, r.name) for port, r in sorted(setup.dissection.ports.items())),
+        tuple(sorted(setup.dissection.guess)),
+    )
+    outcome = run(spark, find_inputs(inputs), str(out), settings, 4, split_bytes)
+    write_stats(outcome)
+    return Run(out, outcome)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pipeline_ready()
+    from streamdump import spark
+
+    here = tmp_path_factory.mktemp("spark")
+    # A copy cut inside its fifth record: the CLI decodes what precedes the cut, then fails.
+    data = (ROOT / "captures/rabbitmq_stream/session.pcap").read_bytes()
+    damaged = here / "damaged.pcap"
+    damaged.write_bytes(data[: len(data) // 3])
+    session = spark.session("local[2]", "2g", 4, False)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        folder = spark_run(session, ["captures", str(damaged)], here / "all", 64 << 10)
+        small = spark_run(session, SMALL_SPLITS, here / "small", 2048)
+    finally:
+        os.chdir(cwd)
+        session.stop()
+    return {"all": folder, "small": small, "damaged": str(damaged)}
+
+
+def cli_answers(capture: str) -> dict[str, Any]:
+    read = runner.invoke(app, ["read", capture, "-T", "jsonl"])
+    frames = [json.loads(line) for line in read.stdout.splitlines() if line.startswith("{")]
+    messages = runner.invoke(app, ["read", capture, "--messages"]).stdout
+    stats = runner.invoke(app, ["stats", capture, "-T", "json"]).stdout
+    # The capture's own error (not the conversation's findings, which are errors too).
+    error = re.findall(rf"^streamdump: error: ({re.escape(capture)}: .*)$", read.stderr, re.M)
+    return {
+        "frames": Counter(_frame(d, d["links"]) for d in frames),
+        "messages": len([line for line in messages.splitlines() if line.strip()]),
+        "stats": json.loads(stats) if stats.strip() else None,
+        "error": error[0] if error else None,
+    }
+
+
+def spark_answers(run: Run, capture: str) -> dict[str, Any]:
+    errors = [e for e in run.outcome.errors if e.startswith(capture)]
+    return {
+        "frames": Counter(
+            _frame(r, json.loads(r["links"]) if r["links"] else {}) for r in run.rows("frames", capture)
+        ),
+        "messages": len(run.rows("messages", capture)),
+        "stats": run.stats.get(capture),
+        "error": errors[0] if errors else None,
+    }
+
+
+def _frame(row: dict[str, Any], links: dict[str, Any]) -> tuple[Any, ...]:
+    key = row["key"]
+    return (
+        row["frame"],
+        row["connection"],
+        row["protocol"],
+        row["command"],
+        row["kind"],
+        None if key is None else str(key),
+        row["size"],
+        json.dumps(links, sort_keys=True),
+    )
+
+
+@pytest.mark.parametrize("capture", CAPTURE_FILES)
+def test_every_committed_capture_gives_the_cli_answers(runs: dict[str, Any], capture: str) -> None:
+    os.chdir(ROOT)
+    spark_side = spark_answers(runs["all"], capture)
+    cli_side = cli_answers(capture)
+    assert spark_side["frames"] == cli_side["frames"]
+    assert sum(spark_side["frames"].values()) > 0 or cli_side["error"] is not None or "nats" in capture
+    assert spark_side["messages"] == cli_side["messages"]
+    assert spark_side["stats"] == cli_side["stats"]
+    assert spark_side["error"] == cli_side["error"]
+
+
+@pytest.mark.parametrize("capture", SMALL_SPLITS)
+def test_ranges_of_a_few_kib_give_the_cli_answers(runs: dict[str, Any], capture: str) -> None:
+    os.chdir(ROOT)
+    assert spark_answers(runs["small"], capture) == cli_answers(capture)
+
+
+def test_a_damaged_file_gives_what_precedes_the_damage_and_the_cli_error(runs: dict[str, Any]) -> None:
+    damaged = runs["damaged"]
+    spark_side = spark_answers(runs["all"], damaged)
+    cli_side = cli_answers(damaged)
+    assert cli_side["error"] is not None and "cut short" in cli_side["error"]
+    assert spark_side == cli_side
+    assert sum(spark_side["frames"].values()) > 0
+
+
+def test_tables_open_in_pandas_and_pyarrow_with_the_documented_columns(runs: dict[str, Any]) -> None:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
+    from streamdump.spec.registry import default_registry
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### The tables") :]
+    tables = Tables(default_registry().protocols.values())
+    out: Path = runs["all"].out
+    for name in ("frames", "messages", "exchanges", "expert", "gaps"):
+        frame = pd.read_parquet(out / name)
+        columns = list(pq.read_table(out / name).schema.names)
+        assert list(frame.columns) == columns
+        expected = (
+            list(tables.schemas[name].names)
+            if name != "exchanges"
+            else [*EXCHANGE_COLUMNS, "code", "correlation_id", "opaque", "response_code", "seq"]
+        )
+        assert columns == expected
+        for column in columns:
+            assert f"`{column}`" in section, f"README does not document {name}.{column}"
+        assert len(frame) == runs["all"].outcome.rows[name]
+    assert runs["all"].outcome.rows["frames"] > 3000
+
+
+def test_exchanges_pair_each_response_with_its_request(runs: dict[str, Any]) -> None:
+    import pyarrow.parquet as pq
+
+    out: Path = runs["all"].out
+    frames = pq.read_table(out / "frames").to_pylist()
+    requests = {(r["capture"], r["connection"], r["frame"]) for r in frames}
+    answered = [r for r in frames if r["request_in"] is not None]
+    exchanges = pq.read_table(out / "exchanges").to_pylist()
+    assert len(exchanges) == len(answered) > 500
+    for row in exchanges:
+        assert (row["capture"], row["connection"], row["request_in"]) in requests
+        assert row["request_in"] <= row["frame"] and row["response_time"] >= 0
+
+
+def test_the_conversation_findings_are_in_the_expert_table(runs: dict[str, Any]) -> None:
+    capture = "captures/rabbitmq_stream/auth_failure.pcap"
+    stats = runs["all"].stats[capture]
+    found = [r for r in runs["all"].rows("expert", capture) if r["source"] == "conversation"]
+    assert [(r["frame"], r["message"]) for r in found] == [
+        (d["packet"], d["message"]) for d in stats["diagnoses"]
+    ]
+    assert found
+
+
+def test_missing_pyspark_or_java_is_one_line_that_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from streamdump import spark
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    assert spark.missing() == "the Spark pipeline needs pyspark: pip install 'streamdump[spark]'"
+    result = runner.invoke(app, ["spark", "captures", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert (
+        result.stderr.strip()
+        == "streamdump: error: the Spark pipeline needs pyspark: pip install 'streamdump[spark]'"
+    )
+    monkeypatch.delitem(sys.modules, "pyspark")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    lacking = spark.missing()
+    assert lacking is not None and "Java 17 or newer" in lacking and "apt-get install" in lacking
+
+
+def test_bad_inputs_are_one_line_before_spark_starts(tmp_path: Path) -> None:
+    pipeline_ready()
+    missing = runner.invoke(app, ["spark", str(tmp_path / "nope.pcap"), "--out", str(tmp_path / "o")])
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"streamdump: error: {tmp_path / 'nope.pcap'}: no such file or folder"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no capture here")
+    empty = runner.invoke(app, ["spark", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+    assert empty.exit_code == 1
+    assert empty.stderr.strip() == f"streamdump: error: no capture files in {tmp_path / 'empty'}"
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("mine")
+    busy = runner.invoke(app, ["spark", "captures/nats", "--out", str(tmp_path / "busy")])
+    assert busy.exit_code == 2
+    assert "holds other files" in busy.stderr and "Traceback" not in busy.stderr
