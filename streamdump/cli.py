@@ -52,7 +52,7 @@ from streamdump.views.follow import Dialogue
 from streamdump.views.messages import MessageLines
 from streamdump.views.progress import ReadProgress, wanted
 from streamdump.views.render import Renderer
-from streamdump.views.stats import Statistics, document
+from streamdump.views.stats import Partial, Statistics, document
 from streamdump.views.stats import render as render_stats
 from streamdump.wireshark import luagen
 
@@ -488,6 +488,20 @@ def _print_summary(statistics: Mapping[str, Statistics]) -> None:
         render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
 
 
+def _print_partials(partials: Mapping[str, Partial], setup: Setup) -> None:
+    """The stats tables of merged statistics, on stdout, as `streamdump stats` prints them."""
+    shown = [name for name, p in partials.items() if p.connections] or list(partials)[:1]
+    console = _FilterConsole(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+    for n, name in enumerate(shown):
+        protocol = setup.decoders[name].protocol
+        if len(shown) > 1:
+            console.print(("\n" if n else "") + f"== {protocol.title} ==", style="bold")
+        ack = next(iter(protocol.conversation.acks.values()), None)
+        render_stats(
+            partials[name].result(), console, partials[name].subject, ack.send.command if ack else None
+        )
+
+
 # Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
 PROXY_BACKLOG = 4096
 
@@ -616,7 +630,7 @@ def spark_command(
     partitions: Annotated[
         int | None,
         typer.Option(
-            "--partitions", help="Partitions connections are decoded in (default: 2 per core).", min=1
+            "--partitions", help="Partitions connections are decoded in (default: 4 per core).", min=1
         ),
     ] = None,
     split_mb: Annotated[
@@ -690,6 +704,8 @@ def spark_command(
             f"{name}: {frames} frames, {connections} connections, {told}"
             + (f"; {summary}" if summary else "")
         )
+    if len(outcome.partials) == 1:  # one capture: its stats tables, as `streamdump stats` prints them
+        _print_partials(next(iter(outcome.partials.values())), setup)
     rows = ", ".join(f"{table} {count}" for table, count in outcome.rows.items())
     print(f"wrote {out}: {rows} rows; stats.json")
     if outcome.skipped_files:

@@ -149,6 +149,16 @@ def test_ranges_of_a_few_kib_give_the_cli_answers(runs: dict[str, Any], capture:
     assert spark_answers(runs["small"], capture) == cli_answers(capture)
 
 
+def test_connection_numbers_come_from_the_scan_or_are_renumbered_after(runs: dict[str, Any]) -> None:
+    """The scan foresees each connection's number from the packet that opens it; where it cannot
+    (a pcapng range that starts in a later section), the tables are renumbered, and the answers
+    above are still the CLI's."""
+    assert runs["small"].outcome.renumbered == [
+        "captures/rabbitmq_stream/pathological/session.pcapng_sections.pcapng"
+    ]
+    assert runs["all"].outcome.renumbered == []
+
+
 def test_a_damaged_file_gives_what_precedes_the_damage_and_the_cli_error(runs: dict[str, Any]) -> None:
     damaged = runs["damaged"]
     spark_side = spark_answers(runs["all"], damaged)

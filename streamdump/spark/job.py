@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from streamdump.core.packet import Segment, parse
 from streamdump.core.pcapng import Section
@@ -42,19 +41,22 @@ from streamdump.core.splits import (
 from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
 from streamdump.spark.tasks import (
     COUNTED,
+    FOUND,
     SEGMENTS,
     Capture,
     Decoding,
     Found,
+    Openings,
+    Parts,
     Settings,
     Work,
     extract,
+    head_blocks,
     notices_of,
     opener,
+    output,
     scan_split,
-    union_schema,
 )
-from streamdump.spec.registry import default_registry
 from streamdump.views.stats import Partial, document
 
 TABLES = ("frames", "messages", "exchanges", "expert", "gaps")
@@ -62,6 +64,9 @@ TABLES = ("frames", "messages", "exchanges", "expert", "gaps")
 MAX_SPLIT = 64 << 20
 MIN_SPLIT = 1 << 20
 SPLITS_PER_CORE = 4
+# Connections are decoded in this many partitions per core: a task's share of the connections
+# varies (they are placed by hash), and more, smaller tasks even out what each core does.
+PARTITIONS_PER_CORE = 4
 # Rows per Arrow batch Spark hands a Python task: a batch of full-size loopback segments
 # (64 KiB each) stays within a few tens of MiB.
 ARROW_BATCH_ROWS = 512
@@ -86,9 +91,12 @@ class Outcome:
     out: str
     rows: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)  # per capture: what `stats --format json` prints
+    partials: dict[str, dict[str, Partial]] = field(default_factory=dict)  # per capture and protocol
     summaries: dict[str, str] = field(default_factory=dict)  # per capture: its loss summary
     errors: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
+    # Captures whose connections the scan could not foresee, renumbered after decoding.
+    renumbered: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- files
@@ -152,27 +160,38 @@ def run(
         split_bytes = max(MIN_SPLIT, min(MAX_SPLIT, total // max(1, cores * SPLITS_PER_CORE) + 1))
     splits = [s for i in inputs for s in plan(i.index, i.path, i.size, i.layout, split_bytes)]
     say(f"scanning {len(splits)} byte ranges of {len(inputs)} capture file{'s' * (len(inputs) != 1)}")
-    works, captures, errors = _scan(spark, inputs, splits)
+    decoders, dissection = settings.dissection()
+    works, captures, foreseen, errors = _scan(spark, inputs, splits, frozenset(dissection.ports))
     outcome = Outcome(out, errors=errors, skipped_files=passed)
-    staging = f"{out.rstrip('/')}/_staging"
-    parts = partitions or max(1, cores * 2)
-    tables = Tables(default_registry().get(name) for name in settings.protocols)
-    union = union_schema(tables)
+    parts = partitions or max(1, cores * PARTITIONS_PER_CORE)
+    tables = Tables(d.protocol for d in decoders.values())
+    _prepare(out, tables)
     files = f"{len(captures)} capture{'s' * (len(captures) != 1)}"
     say(f"decoding the connections of {files} in {parts} partitions")
-    _decode(spark, works, captures, settings, union, parts, staging)
+    found = _decode(spark, works, captures, foreseen, settings, parts, out, tables)
     say("merging what the tasks found; writing the tables")
-    found = _found(spark, staging, captures)
-    numbers = {name: _numbers(items) for name, items in found.items()}
-    extra = _driver_rows(spark, tables, captures, found, numbers, outcome, settings)
-    _write(spark, tables, staging, out, numbers, extra, outcome)
-    _remove(staging)
+    written = _renumbering(captures, foreseen, found)
+    if any(written.values()):  # the scan did not foresee every connection: number them as a read does
+        _renumber(spark, out, tables, written)
+        outcome.renumbered = [name for name, numbers in written.items() if numbers]
+    extra = _driver_rows(tables, captures, found, written, outcome, settings)
+    fs, base = output(out)
+    for table, rows in extra.items():
+        if rows.num_rows:
+            pq.write_table(
+                pa.Table.from_batches([rows]), f"{base}/{table}/part-driver.parquet", filesystem=fs
+            )
+    _fill(out, tables)
+    _exchanges(spark, out, tables)
+    outcome.rows = {table: _count(out, table) for table in TABLES}
     return outcome
 
 
 def _scan(
-    spark: Any, inputs: list[Input], splits: list[Split]
-) -> tuple[list[Work], dict[int, Capture], list[str]]:
+    spark: Any, inputs: list[Input], splits: list[Split], ports: frozenset[int]
+) -> tuple[list[Work], dict[int, Capture], dict[int, dict[int, int]], list[str]]:
+    """Scan every range in parallel; then, per file, chain the ranges, count the packets before
+    each, and foresee the connections' numbers from the packets that open them."""
     sizes = {i.index: i.size for i in inputs}
     whole_files = {i.index for i in inputs if i.layout.kind == "whole"}
 
@@ -181,7 +200,7 @@ def _scan(
             for idx in b.column("id").to_pylist():
                 split = splits[idx]
                 with opener(split.path) as fh:
-                    result = scan_split(fh, split, sizes[split.capture], split.capture in whole_files)
+                    result = scan_split(fh, split, sizes[split.capture], split.capture in whole_files, ports)
                 yield pa.RecordBatch.from_pydict({"id": [idx], "blob": [pickle.dumps(result)]})
 
     rows = (
@@ -194,22 +213,64 @@ def _scan(
     }
     works: list[Work] = []
     captures: dict[int, Capture] = {}
+    foreseen: dict[int, dict[int, int]] = {}
     errors: list[str] = []
     for item in inputs:
         mine = [(n, s) for n, s in enumerate(splits) if s.capture == item.index]
         if item.index in whole_files:
             works, captures = _whole(item, mine[0][1], scanned[mine[0][0]], works, captures, errors)
+            foreseen[item.index] = _foreseen([(0, scanned[mine[0][0]]["openings"])])
             continue
         chained = _chain(item, [(split, scanned[n]["scan"]) for n, split in mine])
         if chained is None:  # damaged somewhere: read whole, as the CLI reads it, to fail as it fails
             whole = Split(item.index, item.path, 0, 0, item.size, Layout("whole"))
-            result = scan_split(None, whole, item.size, True)
+            result = scan_split(None, whole, item.size, True, ports)
             works, captures = _whole(item, whole, result, works, captures, errors)
+            foreseen[item.index] = _foreseen([(0, result["openings"])])
             continue
         new_works, capture = chained
         works += new_works
         captures[item.index] = capture
-    return works, captures, errors
+        # A range the driver rescanned has no openings of its own walk, and a pcapng range read
+        # in the wrong section none at all: the decode renumbers then.
+        pairs = list(zip(new_works, mine, strict=True))
+        rescanned = any(w.first != scanned[n]["scan"].first for w, (n, _) in pairs)
+        unread = any(scanned[n]["openings"] is None for _, (n, _) in pairs)
+        if not rescanned and not unread and _head_only(item, pairs, scanned):
+            foreseen[item.index] = _foreseen([(w.base, scanned[n]["openings"]) for w, (n, _) in pairs])
+    return works, captures, foreseen, errors
+
+
+def _head_only(item: Input, pairs: list[tuple[Work, tuple[int, Split]]], scanned: dict[int, Any]) -> bool:
+    """Whether every range was scanned in the section its file starts with (pcapng: no section
+    or interface block after the file's head, which the scan read later ranges with)."""
+    if item.layout.kind != "pcapng":
+        return True
+    with opener(item.path) as fh:
+        head = {offset for offset, _ in head_blocks(fh)}
+    return all(offset in head for _, (n, _) in pairs for offset, _ in scanned[n]["scan"].described)
+
+
+def _foreseen(per_range: list[tuple[int, Openings]]) -> dict[int, int]:
+    """Connection numbers by the packet that opens each, as a reader numbers them: a connection
+    opens at its first segment that can open it, and again at each client SYN of a new sequence.
+    per_range: each range's openings, numbered within it, and the packets before it."""
+    firsts: dict[tuple[str, int, str, int], int] = {}
+    syns: dict[tuple[str, int, str, int], list[tuple[int, int]]] = {}
+    for base, found in per_range:
+        for key, (first, seen) in found.items():
+            if first is not None and key not in firsts:
+                firsts[key] = base + first
+            syns.setdefault(key, []).extend((base + number, seq) for number, seq in seen)
+    opened: list[int] = []
+    for key, first in firsts.items():
+        opened.append(first)
+        last = next((seq for number, seq in syns[key] if number == first), None)
+        for number, seq in syns[key]:
+            if number > first and seq != last:
+                opened.append(number)
+                last = seq
+    return {packet: n for n, packet in enumerate(sorted(opened), start=1)}
 
 
 def _whole(
@@ -282,33 +343,53 @@ def _last_ts(fh: BinaryIO, walked: list[tuple[Split, Scan, list[tuple[int, bytes
     return 0.0
 
 
+def _prepare(out: str, tables: Tables) -> None:
+    """The output folder with an empty folder per table (a run into it before leaves no rows)."""
+    fs, base = output(out)
+    for table in TABLES:
+        fs.delete_dir_contents(f"{base}/{table}", missing_dir_ok=True)
+        fs.create_dir(f"{base}/{table}")
+
+
 def _decode(
     spark: Any,
     works: list[Work],
     captures: dict[int, Capture],
+    foreseen: dict[int, dict[int, int]],
     settings: Settings,
-    union: pa.Schema,
     parts: int,
-    staging: str,
-) -> None:
+    out: str,
+    tables: Tables,
+) -> dict[str, list[Found]]:
+    numbers = spark.sparkContext.broadcast(foreseen)
+    schemas = tables.schemas
+
     def extract_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for idx in b.column("id").to_pylist():
                 yield from extract(works[idx], opener)
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from Decoding(settings, captures).run(batches)
+        from pyspark import TaskContext
 
-    (
+        task = TaskContext.get()
+        part, attempt = (task.partitionId(), task.attemptNumber()) if task is not None else (0, 0)
+        yield from Decoding(settings, captures, numbers.value, Parts(out, schemas, part, attempt)).run(
+            batches
+        )
+
+    rows = (
         spark.range(len(works), numPartitions=len(works))
         .mapInArrow(extract_batches, spark_schema(SEGMENTS))
         .repartition(parts, "capture", "flow")
         .sortWithinPartitions("capture", "flow", "number")
-        .mapInArrow(decode_batches, spark_schema(union))
-        .write.mode("overwrite")
-        .partitionBy("table")
-        .parquet(staging)
+        .mapInArrow(decode_batches, spark_schema(FOUND))
+        .toArrow()
     )
+    found: dict[str, list[Found]] = {c.name: [] for c in captures.values()}
+    for name, blob in zip(rows["capture"].to_pylist(), rows["blob"].to_pylist(), strict=True):
+        found[name].append(pickle.loads(blob))
+    return found
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -317,39 +398,105 @@ def spark_schema(schema: pa.Schema) -> Any:
     return from_arrow_schema(schema)
 
 
-def _found(spark: Any, staging: str, captures: dict[int, Capture]) -> dict[str, list[Found]]:
-    found: dict[str, list[Found]] = {c.name: [] for c in captures.values()}
-    try:
-        rows = spark.read.parquet(f"{staging}/table=found").select("capture", "blob").toArrow()
-    except Exception as exc:  # pyspark's AnalysisException: no task found anything
-        if "PATH_NOT_FOUND" not in str(exc) and "does not exist" not in str(exc):
-            raise
-        return found
-    for name, blob in zip(rows["capture"].to_pylist(), rows["blob"].to_pylist(), strict=True):
-        found.setdefault(name, []).append(pickle.loads(blob))
-    return found
+def _renumbering(
+    captures: dict[int, Capture], foreseen: dict[int, dict[int, int]], found: dict[str, list[Found]]
+) -> dict[str, dict[int, int]]:
+    """Per capture, the numbers rows were written with that a read of the whole capture does not
+    give (empty when the scan foresaw every connection): written -> right."""
+    out: dict[str, dict[int, int]] = {}
+    for capture in captures.values():
+        items = found.get(capture.name, [])
+        opened = sorted(p for f in items for p in f.opened)
+        expected = foreseen.get(capture.index)
+        if expected is not None and not any(f.unforeseen for f in items) and opened == sorted(expected):
+            out[capture.name] = {}
+            continue
+        right = {packet: n for n, packet in enumerate(opened, start=1)}
+        by_number = {n: packet for packet, n in (expected or {}).items()}
+        written = {-packet: right[packet] for packet in opened}  # provisional numbers
+        written |= {n: right[packet] for n, packet in by_number.items() if packet in right}
+        out[capture.name] = written
+    return out
 
 
-def _numbers(items: list[Found]) -> dict[int, int]:
-    """Connection numbers as a whole read gives them: in the order of the packets that opened them."""
-    return {raw: n for n, raw in enumerate(sorted(r for f in items for r in f.opened), start=1)}
+def _renumber(spark: Any, out: str, tables: Tables, written: dict[str, dict[int, int]]) -> None:
+    """Rewrite the tables' connection numbers where tasks wrote provisional ones."""
+    from pyspark.sql import functions as F
+
+    pairs = [(c, w, r) for c, m in written.items() for w, r in m.items()]
+    mapping = spark.createDataFrame(
+        pa.table(
+            {
+                "map_capture": pa.array([c for c, _, _ in pairs], pa.string()),
+                "written": pa.array([w for _, w, _ in pairs], pa.int64()),
+                "right": pa.array([r for _, _, r in pairs], pa.int64()),
+            }
+        )
+    )
+    fs, base = output(out)
+    for table in ("frames", "messages", "expert"):
+        if not _count(out, table):
+            continue
+        names = tables.schemas[table].names
+        rows = spark.read.parquet(f"{out}/{table}")
+        fixed = (
+            rows.join(
+                F.broadcast(mapping),
+                (rows["capture"] == mapping["map_capture"]) & (rows["connection"] == mapping["written"]),
+                "left",
+            )
+            .withColumn("connection", F.coalesce(F.col("right"), F.col("connection")))
+            .select(*names)
+        )
+        fixed.write.mode("overwrite").parquet(f"{out}/_{table}.renumbered")
+        fs.delete_dir(f"{base}/{table}")
+        fs.move(f"{base}/_{table}.renumbered", f"{base}/{table}")
+
+
+def _exchanges(spark: Any, out: str, tables: Tables) -> None:
+    """Responses paired with their requests, from the frames table, by Spark SQL."""
+    frames = spark.read.parquet(f"{out}/frames")
+    frames.createOrReplaceTempView("frames")
+    roles = ", ".join(_roles(tables))
+    spark.sql(
+        f"SELECT {', '.join(EXCHANGE_COLUMNS)}, {roles} FROM frames WHERE request_in IS NOT NULL"
+    ).write.mode("overwrite").parquet(f"{out}/exchanges")
+
+
+def _fill(out: str, tables: Tables) -> None:
+    """A table no row went to still opens, with its columns: an empty part."""
+    fs, base = output(out)
+    for table in ("frames", "messages", "expert", "gaps"):
+        listed = fs.get_file_info(pafs.FileSelector(f"{base}/{table}"))
+        if not any(i.path.endswith(".parquet") for i in listed):
+            empty = tables.schemas[table].empty_table()
+            pq.write_table(empty, f"{base}/{table}/part-empty.parquet", filesystem=fs)
+
+
+def _count(out: str, table: str) -> int:
+    fs, base = output(out)
+    listed = fs.get_file_info(pafs.FileSelector(f"{base}/{table}"))
+    return sum(
+        pq.ParquetFile(i.path, filesystem=fs).metadata.num_rows
+        for i in listed
+        if i.path.endswith(".parquet") and not i.base_name.startswith((".", "_"))
+    )
 
 
 def _driver_rows(
-    spark: Any,
     tables: Tables,
     captures: dict[int, Capture],
     found: dict[str, list[Found]],
-    numbers: dict[str, dict[int, int]],
+    written: dict[str, dict[int, int]],
     outcome: Outcome,
     settings: Settings,
-) -> dict[str, list[pa.RecordBatch]]:
+) -> dict[str, pa.RecordBatch]:
     """Merge the tasks' findings per capture: the stats, the loss summary, the conversation's
     findings and the notes about packets with no segment, as rows for the expert and gaps tables."""
-    from streamdump.spark.tables import batch, empty
+    from streamdump.spark.tables import batch
 
-    expert = empty(tables.schemas["expert"])
-    gaps = empty(tables.schemas["gaps"])
+    expert: list[tuple[Any, ...]] = []
+    gaps: list[tuple[Any, ...]] = []
     for capture in captures.values():
         items = found.get(capture.name, [])
         merged = {name: Partial(subject=tables.roles[name].subject) for name in settings.protocols}
@@ -364,65 +511,16 @@ def _driver_rows(
             for skip, first in item.first_skipped.items():
                 total.first_skipped[skip] = min(first, total.first_skipped.get(skip, first))
         for partial in merged.values():
-            partial.renumber(numbers[capture.name])
+            partial.renumber(written.get(capture.name, {}))
         outcome.stats[capture.name] = document(merged)
+        outcome.partials[capture.name] = merged
         outcome.summaries[capture.name] = loss_summary(stats)
         for name, partial in merged.items():
             for d in partial.diagnoses:
-                values = (capture.name, d.number, d.conn, name, None, "conversation")
-                values += (d.severity, d.group, d.kind, d.summary, d.message, None)
-                for column, value in zip(tables.schemas["expert"].names, values, strict=True):
-                    expert[column].append(value)
-        for notice in notices_of(total):
-            Tables.gap_row(gaps, capture.name, notice)
-    return {
-        "expert": [batch(tables.schemas["expert"], expert)],
-        "gaps": [batch(tables.schemas["gaps"], gaps)],
-    }
-
-
-def _write(
-    spark: Any,
-    tables: Tables,
-    staging: str,
-    out: str,
-    numbers: dict[str, dict[int, int]],
-    extra: dict[str, list[pa.RecordBatch]],
-    outcome: Outcome,
-) -> None:
-    from pyspark.sql import functions as F
-
-    mapping = spark.createDataFrame(
-        pa.table(
-            {
-                "map_capture": pa.array([c for c, m in numbers.items() for _ in m], pa.string()),
-                "raw": pa.array([r for m in numbers.values() for r in m], pa.int64()),
-                "number": pa.array([n for m in numbers.values() for n in m.values()], pa.int64()),
-            }
-        )
-    )
-    for table in ("frames", "messages", "expert", "gaps"):
-        schema = tables.schemas[table]
-        staged = _staged(spark, staging, table, schema)
-        if "connection" in schema.names:
-            staged = (
-                staged.join(
-                    F.broadcast(mapping),
-                    (staged["capture"] == mapping["map_capture"]) & (staged["connection"] == mapping["raw"]),
-                    "left",
-                )
-                .withColumn("connection", F.col("number"))
-                .select(*schema.names)
-            )
-        for more in extra.get(table, []):
-            if more.num_rows:
-                staged = staged.unionByName(spark.createDataFrame(pa.Table.from_batches([more])))
-        staged.write.mode("overwrite").parquet(f"{out}/{table}")
-        outcome.rows[table] = spark.read.parquet(f"{out}/{table}").count()
-    frames = spark.read.parquet(f"{out}/frames")
-    exchanges = frames.where(F.col("request_in").isNotNull()).select(*EXCHANGE_COLUMNS, *_roles(tables))
-    exchanges.write.mode("overwrite").parquet(f"{out}/exchanges")
-    outcome.rows["exchanges"] = spark.read.parquet(f"{out}/exchanges").count()
+                where = (capture.name, d.number, d.conn, name, None, "conversation")
+                expert.append((*where, d.severity, d.group, d.kind, d.summary, d.message, None))
+        gaps += [Tables.gap_row(capture.name, notice) for notice in notices_of(total)]
+    return {"expert": batch(tables.schemas["expert"], expert), "gaps": batch(tables.schemas["gaps"], gaps)}
 
 
 def _roles(tables: Tables) -> list[str]:
@@ -430,28 +528,8 @@ def _roles(tables: Tables) -> list[str]:
     return sorted(names)
 
 
-def _staged(spark: Any, staging: str, table: str, schema: pa.Schema) -> Any:
-    try:
-        return spark.read.parquet(f"{staging}/table={table}").select(*schema.names)
-    except Exception as exc:  # pyspark's AnalysisException: no task wrote such rows
-        if "PATH_NOT_FOUND" not in str(exc) and "does not exist" not in str(exc):
-            raise
-        return spark.createDataFrame(schema.empty_table())
-
-
-def _remove(path: str) -> None:
-    if "://" not in path:
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    fs, inner = pafs.FileSystem.from_uri(path)
-    fs.delete_dir(inner)
-
-
 def write_stats(outcome: Outcome) -> None:
     text = json.dumps(outcome.stats, ensure_ascii=False, indent=1) + "\n"
-    if "://" not in outcome.out:
-        Path(outcome.out, "stats.json").write_text(text, encoding="utf-8")
-        return
-    fs, inner = pafs.FileSystem.from_uri(outcome.out)
-    with fs.open_output_stream(f"{inner}/stats.json") as fh:
+    fs, base = output(outcome.out)
+    with fs.open_output_stream(f"{base}/stats.json") as fh:
         fh.write(text.encode())

@@ -12,7 +12,7 @@ with no change here. Rows are built as Arrow batches, never one Python row at a 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from streamdump.spec.dissector import MessageRow, dissector_of
 from streamdump.spec.registry import Protocol, flat_fields
 from streamdump.views.render import _json_default
 
+INT64, STRING = pa.int64(), pa.string()
 INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"})
 DIRECTIONS = {True: "to_server", False: "to_client", None: None}
 
@@ -135,6 +136,16 @@ class Tables:
         self.message_extra = tuple((name, pa.string()) for name in subjects) + tuple(
             (name, _arrow(kinds)) for name, kinds in sorted(positions.items()) if name not in subjects
         )
+        # Per protocol, where its messages' extra values go: an empty row of them, the subject's
+        # place, and each declared position's place and whether its column holds integers.
+        columns = [column for column, _ in self.message_extra]
+        self.message_slots: dict[str, tuple[list[Any], int, dict[str, tuple[int, bool]]]] = {}
+        for name, roles in self.roles.items():
+            places = {
+                position: (columns.index(position), self.message_extra[columns.index(position)][1] == INT64)
+                for position, _ in roles.positions
+            }
+            self.message_slots[name] = ([None] * len(columns), columns.index(roles.subject), places)
         self.schemas = {
             "frames": pa.schema([*FRAME_COLUMNS, *self.frame_extra]),
             "messages": pa.schema([*MESSAGE_COLUMNS, *self.message_extra]),
@@ -143,17 +154,24 @@ class Tables:
         }
 
     # ------------------------------------------------------------------ rows
+    # Rows are tuples in their schema's column order; batch() turns a list of them into columns.
 
-    def frame_row(self, out: dict[str, list[Any]], capture: str, frame: Frame) -> None:
+    def frame_row(self, capture: str, frame: Frame) -> tuple[Any, ...]:
         links = frame.links or {}
-        counts = {"note": 0, "warn": 0, "error": 0}
+        notes = warnings = errors = 0
         for e in frame.expert:
-            if e.severity in counts:
-                counts[e.severity] += 1
-        fields = frame.fields
+            if e.severity == "error":
+                errors += 1
+            elif e.severity == "warn":
+                warnings += 1
+            elif e.severity == "note":
+                notes += 1
         response_time = links.get("response_time")
         request_in = links.get("request_in")
-        values = (
+        fields = frame.fields
+        roles = self.roles[frame.protocol]
+        mine = (roles.correlation, roles.status, roles.subject)
+        return (
             capture,
             frame.number,
             frame.ts,
@@ -168,25 +186,23 @@ class Tables:
             frame.version if self.versioned[frame.protocol] else None,
             frame.size,
             frame.incomplete,
-            counts["note"],
-            counts["warn"],
-            counts["error"],
+            notes,
+            warnings,
+            errors,
             request_in if isinstance(request_in, int) else None,
             float(response_time) if isinstance(response_time, int | float) else None,
             _json(links) if links else None,
+            *(
+                _typed(fields.get(name, links.get(name)), kind) if name in mine else None
+                for name, kind in self.frame_extra
+            ),
         )
-        for (name, _), value in zip(FRAME_COLUMNS, values, strict=True):
-            out[name].append(value)
-        roles = self.roles[frame.protocol]
-        mine = (roles.correlation, roles.status, roles.subject)
-        for name, kind in self.frame_extra:
-            value = None
-            if name in mine:
-                value = fields.get(name, links.get(name))
-            out[name].append(_typed(value, kind))
 
-    def message_row(self, out: dict[str, list[Any]], capture: str, frame: Frame, row: MessageRow) -> None:
-        values = (
+    def message_rows(
+        self, out: list[tuple[Any, ...]], capture: str, frame: Frame, rows: Iterable[MessageRow]
+    ) -> int:
+        """Append a row per message; returns how many."""
+        head = (
             capture,
             frame.number,
             frame.ts,
@@ -194,41 +210,45 @@ class Tables:
             DIRECTIONS[frame.from_client],
             frame.protocol,
             frame.command,
-            row.where,
-            row.size,
-            row.text,
-            frame.incomplete if row.tag else None,
         )
-        for (name, _), value in zip(MESSAGE_COLUMNS, values, strict=True):
-            out[name].append(value)
-        at = dict(row.at)
-        subject = self.roles[frame.protocol].subject
-        for name, kind in self.message_extra:
-            value = row.subject if name == subject else at.get(name)
-            out[name].append(_typed(value, kind))
-
-    def expert_rows(self, out: dict[str, list[Any]], capture: str, frame: Frame) -> None:
-        for e in frame.expert:
-            values = (
-                capture,
-                frame.number,
-                frame.conn or None,
-                frame.protocol,
-                frame.command,
-                "frame",
-                e.severity,
-                e.group,
-                None,
-                None,
-                e.message,
-                e.offset,
-            )
-            for (name, _), value in zip(EXPERT_COLUMNS, values, strict=True):
-                out[name].append(value)
+        template, subject_at, positions = self.message_slots[frame.protocol]
+        incomplete = frame.incomplete
+        count = 0
+        for row in rows:
+            extra = template.copy()
+            extra[subject_at] = row.subject
+            for name, value in row.at:
+                slot = positions.get(name)
+                if slot is not None and value is not None:
+                    at, ints = slot
+                    extra[at] = (value if type(value) is int else None) if ints else _typed(value, STRING)
+            out.append((*head, row.where, row.size, row.text, incomplete if row.tag else None, *extra))
+            count += 1
+        return count
 
     @staticmethod
-    def gap_row(out: dict[str, list[Any]], capture: str, notice: Notice) -> None:
-        values = (
+    def expert_rows(out: list[tuple[Any, ...]], capture: str, frame: Frame) -> None:
+        for e in frame.expert:
+            out.append(
+                (
+                    capture,
+                    frame.number,
+                    frame.conn or None,
+                    frame.protocol,
+                    frame.command,
+                    "frame",
+                    e.severity,
+                    e.group,
+                    None,
+                    None,
+                    e.message,
+                    e.offset,
+                )
+            )
+
+    @staticmethod
+    def gap_row(capture: str, notice: Notice) -> tuple[Any, ...]:
+        return (
             capture,
             notice.number,
             notice.kind,
@@ -240,16 +260,14 @@ class Tables:
             notice.end,
             notice.length,
         )
-        for (name, _), value in zip(GAP_COLUMNS, values, strict=True):
-            out[name].append(value)
 
 
-def empty(schema: pa.Schema) -> dict[str, list[Any]]:
-    return {name: [] for name in schema.names}
-
-
-def batch(schema: pa.Schema, columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(dict(columns), schema=schema)
+def batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    """Rows (tuples in the schema's order) as one Arrow batch."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, f.type) for column, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def _field_type(protocol: Protocol, name: str) -> str:

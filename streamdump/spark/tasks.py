@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import struct
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from streamdump.core.capture import CaptureError, Tally, read_segments, read_stream
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.packet import Segment, Skip, parse
-from streamdump.core.pcapng import Section
+from streamdump.core.pcapng import DESCRIBING, PcapngError, Section
 from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats
-from streamdump.core.splits import Split, SplitError, find_first, records, scan
-from streamdump.spark.tables import Tables, batch, empty
+from streamdump.core.reassembly import TCP_ACK, TCP_SYN
+from streamdump.core.splits import Split, SplitError, find_first, records, scan, section_at
+from streamdump.spark.tables import Tables, batch
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import default_registry
@@ -58,6 +62,8 @@ SEGMENTS = pa.schema(
 )
 # Flow of the rows that only count skipped packets: they sort before a capture's segments.
 SKIPPED_FLOW = -1
+# What a task found about a capture, pickled: what decoding tasks hand back to the driver.
+FOUND = pa.schema([("capture", pa.string()), ("blob", pa.binary())])
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,8 @@ class Found:
     first_skipped: dict[Skip, int] = field(default_factory=dict)
     opened: list[int] = field(default_factory=list)  # the packets that opened its connections
     partials: dict[str, Partial] = field(default_factory=dict)
+    # Connections opened where the scan foresaw none: their rows carry provisional numbers.
+    unforeseen: bool = False
 
 
 COUNTED = ("segments_matched", "frames", "incomplete", "gaps", "gap_bytes", "skipped_bytes")
@@ -136,21 +144,91 @@ def whole_segments(path: str, tally: Tally) -> Iterator[Segment]:
 # ---------------------------------------------------------------------- scanning
 
 
-def scan_split(fh: BinaryIO | None, split: Split, size: int, whole: bool) -> dict[str, Any]:
-    """Scan one range (whole: the file, with the CLI's reader: its packets, last segment's time
-    and the error that stops it)."""
+def scan_split(
+    fh: BinaryIO | None, split: Split, size: int, whole: bool, ports: frozenset[int]
+) -> dict[str, Any]:
+    """Scan one range: where its records start and stop, and the packets that open connections
+    in it (whole: the file, with the CLI's reader: its packets, last segment's time and the
+    error that stops it)."""
     if not whole:
         assert fh is not None
-        return {"scan": scan(fh, split, size, find_first(fh, split, size))}
+        found = scan(fh, split, size, find_first(fh, split, size))
+        if found.first is None or not found.packets or found.damaged:
+            return {"scan": found, "openings": {}}
+        # A pcapng range past the file's head is read with the head's interfaces; the driver
+        # keeps what it foresees only if no section or interface block came between.
+        section = head_section(fh) if split.layout.kind == "pcapng" else None
+        try:
+            found_openings = openings(_Numbered(records(fh, split, found.first, section), 0), ports)
+        except (SplitError, PcapngError):
+            found_openings = None
+        return {"scan": found, "openings": found_openings}
     tally = Tally()
     last_ts = 0.0
     error = None
-    try:
+    found_openings: Openings = {}
+
+    def timed() -> Iterator[Segment]:
+        nonlocal last_ts
         for seg in whole_segments(split.path, tally):
             last_ts = seg.ts
+            yield seg
+
+    try:
+        openings(timed(), ports, found_openings)
     except CaptureError as exc:
         error = str(exc)
-    return {"packets": tally.packets, "last_ts": last_ts, "error": error}
+    return {"openings": found_openings, "packets": tally.packets, "last_ts": last_ts, "error": error}
+
+
+Openings = dict[tuple[str, int, str, int], tuple[int | None, list[tuple[int, int]]]]
+
+
+def head_section(fh: BinaryIO) -> Section:
+    """The pcapng section its first blocks describe (the header, then interface blocks)."""
+    return section_at(head_blocks(fh))
+
+
+def head_blocks(fh: BinaryIO) -> list[tuple[int, bytes]]:
+    """The section header and interface blocks a pcapng file starts with, up to its first other block."""
+    blocks: list[tuple[int, bytes]] = []
+    at, order = 0, "<"
+    while True:
+        fh.seek(at)
+        head = fh.read(12)
+        if len(head) < 12:
+            return blocks
+        if head[:4] == b"\x0a\x0d\x0d\x0a":
+            order = ">" if head[8:12] == b"\x1a\x2b\x3c\x4d" else "<"
+        btype, length = struct.unpack(order + "II", head[:8])
+        if btype not in DESCRIBING or length < 12 or length % 4:
+            return blocks
+        fh.seek(at)
+        blocks.append((at, fh.read(length)))
+        at += length
+
+
+def openings(segments: Iterable[Segment], ports: frozenset[int], found: Openings | None = None) -> Openings:
+    """Per connection on a known port (client first): its first segment that can open it (a SYN,
+    or one that carries bytes) and every SYN its client sent, by packet number within the range.
+    A reader opens a connection at the first, and again at a client SYN of a new sequence.
+    found: gathered into (so what came before an error is kept)."""
+    found = {} if found is None else found
+    for seg in segments:
+        if seg.dport in ports:
+            key, from_client = (seg.src, seg.sport, seg.dst, seg.dport), True
+        elif seg.sport in ports:
+            key, from_client = (seg.dst, seg.dport, seg.src, seg.sport), False
+        else:
+            continue
+        first, syns = found.get(key, (None, []))
+        syn = seg.flags & TCP_SYN
+        if first is None and (syn or seg.payload or seg.wire_len):
+            first = seg.number
+        if syn and from_client and not seg.flags & TCP_ACK:
+            syns.append((seg.number, seg.seq))
+        found[key] = (first, syns)
+    return found
 
 
 # ---------------------------------------------------------------------- extraction
@@ -172,16 +250,53 @@ def extract(work: Work, opener: Any) -> Iterator[pa.RecordBatch]:
         return
     else:
         packets = _parsed(opener(split.path), work)
-    out = empty(SEGMENTS)
+    capture = split.capture
+    rows: list[tuple[Any, ...]] = []
     for seg in packets:
-        _segment_row(out, split.capture, seg)
-        if len(out["number"]) >= BATCH_ROWS:
-            yield batch(SEGMENTS, out)
-            out = empty(SEGMENTS)
+        rows.append(
+            (
+                capture,
+                flow_of(seg),
+                seg.number,
+                seg.ts,
+                seg.src,
+                seg.dst,
+                seg.sport,
+                seg.dport,
+                seg.seq,
+                seg.ack,
+                seg.flags,
+                bytes(seg.payload),
+                seg.wire_len,
+                None,
+            )
+        )
+        if len(rows) >= BATCH_ROWS:
+            yield batch(SEGMENTS, rows)
+            rows = []
     for skip, count in packets.skipped.items():
-        _skip_row(out, split.capture, skip, count, packets.first_skipped[skip])
-    if out["number"]:
-        yield batch(SEGMENTS, out)
+        # One row per kind of packet with no segment: its count in flags, the first in number.
+        first = packets.first_skipped[skip]
+        rows.append(
+            (
+                capture,
+                SKIPPED_FLOW,
+                first,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                count,
+                None,
+                None,
+                skip.name,
+            )
+        )
+    if rows:
+        yield batch(SEGMENTS, rows)
 
 
 class _Numbered:
@@ -230,51 +345,33 @@ def _parsed(fh: BinaryIO, work: Work) -> _Numbered:
     return _Numbered(source, work.base)
 
 
-def _segment_row(out: dict[str, list[Any]], capture: int, seg: Segment) -> None:
-    out["capture"].append(capture)
-    out["flow"].append(flow_of(seg))
-    out["number"].append(seg.number)
-    out["ts"].append(seg.ts)
-    out["src"].append(seg.src)
-    out["dst"].append(seg.dst)
-    out["sport"].append(seg.sport)
-    out["dport"].append(seg.dport)
-    out["seq"].append(seg.seq)
-    out["ack"].append(seg.ack)
-    out["flags"].append(seg.flags)
-    out["payload"].append(bytes(seg.payload))
-    out["wire_len"].append(seg.wire_len)
-    out["skip"].append(None)
-
-
-def _skip_row(out: dict[str, list[Any]], capture: int, skip: Skip, count: int, first: int) -> None:
-    for name in SEGMENTS.names:
-        out[name].append(None)
-    out["capture"][-1] = capture
-    out["flow"][-1] = SKIPPED_FLOW
-    out["number"][-1] = first
-    out["flags"][-1] = count
-    out["skip"][-1] = skip.name
-
-
 # ---------------------------------------------------------------------- decoding
 
 
 class Decoding:
-    """One task's decoding of the connections it was given, capture by capture."""
+    """One task's decoding of the connections it was given, capture by capture, its rows
+    written to the tables' folders as Parquet parts of its own."""
 
-    def __init__(self, settings: Settings, captures: dict[int, Capture]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        captures: dict[int, Capture],
+        numbers: dict[int, dict[int, int]],
+        parts: Parts,
+    ) -> None:
         self.decoders, self.dissection = settings.dissection()
         self.captures = captures
+        self.numbers = numbers
+        self.parts = parts
         self.tables = Tables(d.protocol for d in self.decoders.values())
         self.rules = {
             name: dissector_of(d.protocol).messages(d.protocol) for name, d in self.decoders.items()
         }
-        self.union = union_schema(self.tables)
-        self.out = {name: empty(schema) for name, schema in self.tables.schemas.items()}
+        self.out: dict[str, list[tuple[Any, ...]]] = {name: [] for name in self.tables.schemas}
         self.rows = 0
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Decode; yields what was found about each capture (FOUND), once its rows are written."""
         current: _Current | None = None
         flow: int | None = None
         for segments in batches:
@@ -283,7 +380,7 @@ class Decoding:
                 capture = columns["capture"][i]
                 if current is None or current.capture.index != capture:
                     if current is not None:
-                        yield from self._finish(current)
+                        yield self._finish(current)
                     current, flow = _Current(self, self.captures[capture]), None
                 if columns["skip"][i] is not None:
                     skip = Skip[columns["skip"][i]]
@@ -312,29 +409,30 @@ class Decoding:
                 current.stats.packets = seg.number
                 self._frames(current, current.reader.feed(seg))
                 if self.rows >= BATCH_ROWS:
-                    yield from self._flush()
+                    self._flush()
         if current is not None:
-            yield from self._finish(current)
-        yield from self._flush()
+            yield self._finish(current)
+        self._flush()
+        self.parts.close()
 
     def _frames(self, current: _Current, frames: Iterable[Frame]) -> None:
         tables, out, name = self.tables, self.out, current.capture.name
         for frame in frames:
             current.tracker.feed(frame)
             current.statistics[frame.protocol].add(frame)
-            tables.frame_row(out["frames"], name, frame)
-            tables.expert_rows(out["expert"], name, frame)
+            out["frames"].append(tables.frame_row(name, frame))
+            if frame.expert:
+                tables.expert_rows(out["expert"], name, frame)
             rules = self.rules[frame.protocol]
             if rules.carries(frame):
                 self.decoders[frame.protocol].expand(frame)
-                for row in rules.rows(frame):
-                    tables.message_row(out["messages"], name, frame, row)
+                self.rows += tables.message_rows(out["messages"], name, frame, rules.rows(frame))
             self.rows += 1
         for notice in current.stats.notices:
-            tables.gap_row(out["gaps"], name, notice)
+            out["gaps"].append(tables.gap_row(name, notice))
         current.stats.notices.clear()
 
-    def _finish(self, current: _Current) -> Iterator[pa.RecordBatch]:
+    def _finish(self, current: _Current) -> pa.RecordBatch:
         self._frames(current, current.end())
         found = current.found
         stats = current.stats
@@ -342,17 +440,48 @@ class Decoding:
         found.lossy, found.closed = set(stats.lossy), dict(stats.closed)
         current.tracker.finish(stats.lossy, stats.closed)
         found.partials = {name: s.partial() for name, s in current.statistics.items()}
-        self.out["found"] = {"capture": [current.capture.name], "blob": [pickle.dumps(found)]}
-        yield from self._flush()
+        self._flush()
+        return batch(FOUND, [(current.capture.name, pickle.dumps(found))])
 
-    def _flush(self) -> Iterator[pa.RecordBatch]:
-        for table, columns in self.out.items():
-            first = next(iter(columns.values()))
-            if not first:
-                continue
-            yield union_batch(self.union, table, columns)
-        self.out = {name: empty(schema) for name, schema in self.tables.schemas.items()}
+    def _flush(self) -> None:
+        for table, rows in self.out.items():
+            if rows:
+                self.parts.write(table, batch(self.tables.schemas[table], rows))
+        self.out = {name: [] for name in self.tables.schemas}
         self.rows = 0
+
+
+class Parts:
+    """One task's Parquet part of each table, written under a temporary name and renamed once
+    the task's rows are all written, so a failed attempt leaves no part and a retry replaces it."""
+
+    def __init__(self, out: str, schemas: dict[str, pa.Schema], part: int, attempt: int) -> None:
+        self.fs, self.base = output(out)
+        self.schemas = schemas
+        self.name = f"part-{part:05d}.parquet"
+        self.temporary = f".part-{part:05d}-{attempt}.parquet.tmp"
+        self.writers: dict[str, pq.ParquetWriter] = {}
+
+    def write(self, table: str, rows: pa.RecordBatch) -> None:
+        writer = self.writers.get(table)
+        if writer is None:
+            path = f"{self.base}/{table}/{self.temporary}"
+            writer = self.writers[table] = pq.ParquetWriter(path, self.schemas[table], filesystem=self.fs)
+        writer.write_batch(rows)
+
+    def close(self) -> None:
+        for table, writer in self.writers.items():
+            writer.close()
+            self.fs.move(f"{self.base}/{table}/{self.temporary}", f"{self.base}/{table}/{self.name}")
+        self.writers = {}
+
+
+def output(out: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of an output folder (a local path, or a URI pyarrow writes to)."""
+    if "://" in out:
+        fs, inner = pafs.FileSystem.from_uri(out)
+        return fs, inner.rstrip("/")
+    return pafs.LocalFileSystem(), str(Path(out).resolve())
 
 
 class _Current:
@@ -360,6 +489,7 @@ class _Current:
 
     def __init__(self, decoding: Decoding, capture: Capture) -> None:
         self.capture = capture
+        self.foreseen = decoding.numbers.get(capture.index, {})
         self.stats = ReadStats()
         self.found = Found()
         self.reader = Reader(decoding.dissection, None, self.stats, numbering=self._opened)
@@ -369,38 +499,22 @@ class _Current:
         }
 
     def _opened(self) -> int:
-        self.found.opened.append(self.stats.packets)
-        return self.stats.packets
+        """The connection's number as a whole read gives it: foreseen by the scan from the packet
+        that opens it; otherwise (a protocol found by its magic, say) a provisional one, and the
+        driver renumbers."""
+        opened = self.stats.packets
+        self.found.opened.append(opened)
+        number = self.foreseen.get(opened)
+        if number is None:
+            self.found.unforeseen = True
+            return -opened
+        return number
 
     def end(self) -> list[Frame]:
         """Flush the connections still open as the capture's end does (its last packet and time)."""
         self.stats.packets = self.capture.packets
         self.reader.ts = self.capture.last_ts
         return list(self.reader.finish())
-
-
-def union_schema(tables: Tables) -> pa.Schema:
-    """One schema for every table's rows (a `table` column says whose), as staged between jobs."""
-    fields: dict[str, pa.DataType] = {"table": pa.string()}
-    for schema in tables.schemas.values():
-        for f in schema:
-            if fields.setdefault(f.name, f.type) != f.type:
-                raise ValueError(f"column {f.name} has two types: {fields[f.name]} and {f.type}")
-    fields["blob"] = pa.binary()
-    return pa.schema(list(fields.items()))
-
-
-def union_batch(union: pa.Schema, table: str, columns: dict[str, list[Any]]) -> pa.RecordBatch:
-    rows = len(next(iter(columns.values())))
-    arrays = []
-    for f in union:
-        if f.name == "table":
-            arrays.append(pa.array([table] * rows, pa.string()))
-        elif f.name in columns:
-            arrays.append(pa.array(columns[f.name], f.type))
-        else:
-            arrays.append(pa.nulls(rows, f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=union)
 
 
 def notices_of(found: Found) -> list[Notice]:
