@@ -1,19 +1,21 @@
-"""The Spark pipeline's driver: captures in, Parquet tables and the stats out, in three jobs.
+"""The Spark pipeline's driver: captures in, Parquet tables and the stats out.
 
-1. Scan: each byte range of each file (streamdump.core.splits) walks its records in a
-   task; the driver confirms every range starts where the one before it ended and
-   learns how many packets precede each range.
-2. Decode: tasks extract each range's TCP segments (numbered as in the file), Spark
-   repartitions them by connection and sorts them by packet, and each task decodes its
-   connections with the CLI's pipeline, tracker and statistics. Rows of every table,
-   and what each task found, are staged as Parquet.
-3. Write: the driver merges the tasks' findings (the stats, and connection numbers as a
-   whole read gives them); Spark SQL numbers the connections in the staged rows, pairs
-   requests with responses and writes the tables.
+1. Scan (a job): each byte range of each file (streamdump.core.splits) walks its
+   records in a task and notes the packets that open connections; the driver confirms
+   every range starts where the one before it ended, learns how many packets precede
+   each range, and foresees each connection's number as a whole read gives it.
+2. Decode (a job): tasks extract each range's TCP segments (numbered as in the file),
+   Spark repartitions them by connection and sorts them by packet, and each task decodes
+   its connections with the CLI's pipeline, tracker and statistics, writes its rows as
+   Parquet parts of the tables, and hands back what it found.
+3. Finish: the driver merges the tasks' findings into each capture's stats and the
+   conversation's findings; where the scan could not foresee a connection, Spark SQL
+   renumbers the rows; Spark SQL pairs requests with responses into `exchanges`.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import pickle
 from collections.abc import Callable, Iterator
@@ -51,6 +53,7 @@ from streamdump.spark.tasks import (
     Settings,
     Work,
     extract,
+    flow_key,
     head_blocks,
     notices_of,
     opener,
@@ -161,14 +164,15 @@ def run(
     splits = [s for i in inputs for s in plan(i.index, i.path, i.size, i.layout, split_bytes)]
     say(f"scanning {len(splits)} byte ranges of {len(inputs)} capture file{'s' * (len(inputs) != 1)}")
     decoders, dissection = settings.dissection()
-    works, captures, foreseen, errors = _scan(spark, inputs, splits, frozenset(dissection.ports))
+    works, captures, foreseen, sizes, errors = _scan(spark, inputs, splits, frozenset(dissection.ports))
     outcome = Outcome(out, errors=errors, skipped_files=passed)
     parts = partitions or max(1, cores * PARTITIONS_PER_CORE)
+    placed = _placement(spark, sizes, parts)
     tables = Tables(d.protocol for d in decoders.values())
     _prepare(out, tables)
     files = f"{len(captures)} capture{'s' * (len(captures) != 1)}"
     say(f"decoding the connections of {files} in {parts} partitions")
-    found = _decode(spark, works, captures, foreseen, settings, parts, out, tables)
+    found = _decode(spark, works, captures, foreseen, placed, settings, parts, out, tables)
     say("merging what the tasks found; writing the tables")
     written = _renumbering(captures, foreseen, found)
     if any(written.values()):  # the scan did not foresee every connection: number them as a read does
@@ -189,7 +193,7 @@ def run(
 
 def _scan(
     spark: Any, inputs: list[Input], splits: list[Split], ports: frozenset[int]
-) -> tuple[list[Work], dict[int, Capture], dict[int, dict[int, int]], list[str]]:
+) -> tuple[list[Work], dict[int, Capture], dict[int, dict[int, int]], dict[tuple[int, int], int], list[str]]:
     """Scan every range in parallel; then, per file, chain the ranges, count the packets before
     each, and foresee the connections' numbers from the packets that open them."""
     sizes = {i.index: i.size for i in inputs}
@@ -215,6 +219,12 @@ def _scan(
     captures: dict[int, Capture] = {}
     foreseen: dict[int, dict[int, int]] = {}
     errors: list[str] = []
+    # Bytes per connection, (capture, flow) -> bytes, as the scan counted them.
+    sizes: dict[tuple[int, int], int] = {}
+    for n, split in enumerate(splits):
+        for key, (_, _, size) in (scanned[n].get("openings") or {}).items():
+            flow = (split.capture, flow_key(*key))
+            sizes[flow] = sizes.get(flow, 0) + size
     for item in inputs:
         mine = [(n, s) for n, s in enumerate(splits) if s.capture == item.index]
         if item.index in whole_files:
@@ -238,7 +248,7 @@ def _scan(
         unread = any(scanned[n]["openings"] is None for _, (n, _) in pairs)
         if not rescanned and not unread and _head_only(item, pairs, scanned):
             foreseen[item.index] = _foreseen([(w.base, scanned[n]["openings"]) for w, (n, _) in pairs])
-    return works, captures, foreseen, errors
+    return works, captures, foreseen, sizes, errors
 
 
 def _head_only(item: Input, pairs: list[tuple[Work, tuple[int, Split]]], scanned: dict[int, Any]) -> bool:
@@ -258,7 +268,7 @@ def _foreseen(per_range: list[tuple[int, Openings]]) -> dict[int, int]:
     firsts: dict[tuple[str, int, str, int], int] = {}
     syns: dict[tuple[str, int, str, int], list[tuple[int, int]]] = {}
     for base, found in per_range:
-        for key, (first, seen) in found.items():
+        for key, (first, seen, _size) in found.items():
             if first is not None and key not in firsts:
                 firsts[key] = base + first
             syns.setdefault(key, []).extend((base + number, seq) for number, seq in seen)
@@ -343,6 +353,28 @@ def _last_ts(fh: BinaryIO, walked: list[tuple[Split, Scan, list[tuple[int, bytes
     return 0.0
 
 
+def _placement(spark: Any, sizes: dict[tuple[int, int], int], parts: int) -> dict[int, dict[int, int]]:
+    """Connections spread over the partitions by their bytes, largest first onto the least
+    loaded (hashing alone leaves one task with several large connections and another idle):
+    capture -> flow -> a value Spark's hash places in the chosen partition."""
+    from pyspark.sql import functions as F
+
+    if not sizes:
+        return {}
+    lands: dict[int, int] = {}
+    probe = spark.range(parts * 64).select("id", F.expr(f"pmod(hash(id), {parts})").alias("p")).toArrow()
+    for value, part in zip(probe["id"].to_pylist(), probe["p"].to_pylist(), strict=True):
+        lands.setdefault(part, value)
+    loads = [(0, part) for part in sorted(lands)]
+    heapq.heapify(loads)
+    placed: dict[int, dict[int, int]] = {}
+    for (capture, flow), size in sorted(sizes.items(), key=lambda item: -item[1]):
+        load, part = heapq.heappop(loads)
+        placed.setdefault(capture, {})[flow] = lands[part]
+        heapq.heappush(loads, (load + size, part))
+    return placed
+
+
 def _prepare(out: str, tables: Tables) -> None:
     """The output folder with an empty folder per table (a run into it before leaves no rows)."""
     fs, base = output(out)
@@ -356,18 +388,21 @@ def _decode(
     works: list[Work],
     captures: dict[int, Capture],
     foreseen: dict[int, dict[int, int]],
+    placed: dict[int, dict[int, int]],
     settings: Settings,
     parts: int,
     out: str,
     tables: Tables,
 ) -> dict[str, list[Found]]:
     numbers = spark.sparkContext.broadcast(foreseen)
+    places = spark.sparkContext.broadcast(placed)
     schemas = tables.schemas
 
     def extract_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for idx in b.column("id").to_pylist():
-                yield from extract(works[idx], opener)
+                work = works[idx]
+                yield from extract(work, opener, places.value.get(work.split.capture))
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -381,7 +416,7 @@ def _decode(
     rows = (
         spark.range(len(works), numPartitions=len(works))
         .mapInArrow(extract_batches, spark_schema(SEGMENTS))
-        .repartition(parts, "capture", "flow")
+        .repartition(parts, "part")
         .sortWithinPartitions("capture", "flow", "number")
         .mapInArrow(decode_batches, spark_schema(FOUND))
         .toArrow()

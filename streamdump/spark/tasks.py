@@ -44,6 +44,10 @@ BATCH_ROWS = 8192
 
 SEGMENTS = pa.schema(
     [
+        (
+            "part",
+            pa.int64(),
+        ),  # what Spark places the segment's partition by: its flow, or the driver's choice
         ("capture", pa.int32()),
         ("flow", pa.int64()),  # the connection's 4-tuple, hashed: what decoding is partitioned by
         ("number", pa.int64()),
@@ -181,7 +185,9 @@ def scan_split(
     return {"openings": found_openings, "packets": tally.packets, "last_ts": last_ts, "error": error}
 
 
-Openings = dict[tuple[str, int, str, int], tuple[int | None, list[tuple[int, int]]]]
+# Per connection (client first): the packet that can first open it, its client's SYNs
+# (packet, sequence number), and the bytes it carries (what balancing decoding weighs).
+Openings = dict[tuple[str, int, str, int], tuple[int | None, list[tuple[int, int]], int]]
 
 
 def head_section(fh: BinaryIO) -> Section:
@@ -210,7 +216,8 @@ def head_blocks(fh: BinaryIO) -> list[tuple[int, bytes]]:
 
 def openings(segments: Iterable[Segment], ports: frozenset[int], found: Openings | None = None) -> Openings:
     """Per connection on a known port (client first): its first segment that can open it (a SYN,
-    or one that carries bytes) and every SYN its client sent, by packet number within the range.
+    or one that carries bytes), every SYN its client sent, by packet number within the range, and
+    the bytes its segments carry.
     A reader opens a connection at the first, and again at a client SYN of a new sequence.
     found: gathered into (so what came before an error is kept)."""
     found = {} if found is None else found
@@ -221,13 +228,14 @@ def openings(segments: Iterable[Segment], ports: frozenset[int], found: Openings
             key, from_client = (seg.dst, seg.dport, seg.src, seg.sport), False
         else:
             continue
-        first, syns = found.get(key, (None, []))
+        first, syns, size = found.get(key, (None, [], 0))
+        size += len(seg.payload)
         syn = seg.flags & TCP_SYN
         if first is None and (syn or seg.payload or seg.wire_len):
             first = seg.number
         if syn and from_client and not seg.flags & TCP_ACK:
             syns.append((seg.number, seg.seq))
-        found[key] = (first, syns)
+        found[key] = (first, syns, size)
     return found
 
 
@@ -236,13 +244,19 @@ def openings(segments: Iterable[Segment], ports: frozenset[int], found: Openings
 
 def flow_of(seg: Segment) -> int:
     """The connection's 4-tuple as one number, the same from either side."""
-    a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
+    return flow_key(seg.src, seg.sport, seg.dst, seg.dport)
+
+
+def flow_key(src: str, sport: int, dst: str, dport: int) -> int:
+    a, b = (src, sport), (dst, dport)
     low, high = (a, b) if a <= b else (b, a)
     return zlib.crc32(f"{low[0]}|{low[1]}|{high[0]}|{high[1]}".encode())
 
 
-def extract(work: Work, opener: Any) -> Iterator[pa.RecordBatch]:
-    """The TCP segments (and counts of packets without one) of one range, numbered as in the file."""
+def extract(work: Work, opener: Any, placed: dict[int, int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The TCP segments (and counts of packets without one) of one range, numbered as in the file.
+    placed: the partition key the driver chose for a connection (flow), to even out the tasks."""
+    placed = placed or {}
     split = work.split
     if work.whole:
         packets: _Numbered = _WholeFile(split.path)
@@ -253,10 +267,12 @@ def extract(work: Work, opener: Any) -> Iterator[pa.RecordBatch]:
     capture = split.capture
     rows: list[tuple[Any, ...]] = []
     for seg in packets:
+        flow = flow_of(seg)
         rows.append(
             (
+                placed.get(flow, flow),
                 capture,
-                flow_of(seg),
+                flow,
                 seg.number,
                 seg.ts,
                 seg.src,
