@@ -151,12 +151,12 @@ def test_ranges_of_a_few_kib_give_the_cli_answers(runs: dict[str, Any], capture:
 
 def test_connection_numbers_come_from_the_scan_or_are_renumbered_after(runs: dict[str, Any]) -> None:
     """The scan foresees each connection's number from the packet that opens it; where it cannot
-    (a pcapng range that starts in a later section), the tables are renumbered, and the answers
-    above are still the CLI's."""
+    (a pcapng range that starts in a later section, a protocol found by its magic on another
+    port), the tables are renumbered, and the answers above are still the CLI's."""
     assert runs["small"].outcome.renumbered == [
         "captures/rabbitmq_stream/pathological/session.pcapng_sections.pcapng"
     ]
-    assert runs["all"].outcome.renumbered == []
+    assert runs["all"].outcome.renumbered == ["captures/eventmesh/legacy.pcap"]
 
 
 def test_a_damaged_file_gives_what_precedes_the_damage_and_the_cli_error(runs: dict[str, Any]) -> None:
@@ -256,3 +256,25 @@ def test_bad_inputs_are_one_line_before_spark_starts(tmp_path: Path) -> None:
     busy = runner.invoke(app, ["spark", "captures/nats", "--out", str(tmp_path / "busy")])
     assert busy.exit_code == 2
     assert "holds other files" in busy.stderr and "Traceback" not in busy.stderr
+
+
+def test_connection_numbers_are_foreseen_as_a_reader_opens_connections() -> None:
+    """The driver numbers connections from the scan's openings, ranges merged in file order, as
+    the pipeline's Reader opens them: at a connection's first segment that can open it, and again
+    at a client SYN of a new sequence (a reused port), not at a retransmitted SYN."""
+    need(_has_pyarrow(), "pyarrow (pip install 'streamdump[spark]')")
+    from streamdump.spark.job import _foreseen
+
+    a = ("10.0.0.1", 40000, "10.0.0.2", 5552)
+    b = ("10.0.0.3", 40001, "10.0.0.2", 5552)
+    first_range = {a: (3, [(3, 1000), (5, 1000)], 10), b: (None, [], 0)}  # b: only pure ACKs here
+    second_range = {a: (1, [(4, 2000)], 10), b: (2, [], 40)}  # packets counted within the range
+    assert _foreseen([(0, first_range), (10, second_range)]) == {3: 1, 12: 2, 14: 3}
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True

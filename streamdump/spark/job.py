@@ -58,6 +58,7 @@ from streamdump.spark.tasks import (
     notices_of,
     opener,
     output,
+    range_openings,
     scan_split,
 )
 from streamdump.views.stats import Partial, document
@@ -238,27 +239,42 @@ def _scan(
             works, captures = _whole(item, whole, result, works, captures, errors)
             foreseen[item.index] = _foreseen([(0, result["openings"])])
             continue
-        new_works, capture = chained
+        new_works, capture, final = chained
         works += new_works
         captures[item.index] = capture
-        # A range the driver rescanned has no openings of its own walk, and a pcapng range read
-        # in the wrong section none at all: the decode renumbers then.
         pairs = list(zip(new_works, mine, strict=True))
-        rescanned = any(w.first != scanned[n]["scan"].first for w, (n, _) in pairs)
+        with opener(item.path) as fh:
+            for (work, (n, split)), walk in zip(pairs, final, strict=True):
+                if walk.first != scanned[n]["scan"].first and work.first is not None:
+                    # The driver rescanned this range: its openings too, in the range's own section.
+                    section = _copy(work.section)
+                    scanned[n] = {
+                        "scan": walk,
+                        "openings": range_openings(fh, split, work.first, section, ports),
+                    }
+        # A pcapng range a task read in its file's first section, when another came before it,
+        # has no openings to trust: the decode renumbers then.
         unread = any(scanned[n]["openings"] is None for _, (n, _) in pairs)
-        if not rescanned and not unread and _head_only(item, pairs, scanned):
+        if not unread and _head_only(item, pairs, scanned):
             foreseen[item.index] = _foreseen([(w.base, scanned[n]["openings"]) for w, (n, _) in pairs])
     return works, captures, foreseen, sizes, errors
 
 
+def _copy(section: Section | None) -> Section | None:
+    return Section(section.order, list(section.interfaces), section.started) if section else None
+
+
 def _head_only(item: Input, pairs: list[tuple[Work, tuple[int, Split]]], scanned: dict[int, Any]) -> bool:
-    """Whether every range was scanned in the section its file starts with (pcapng: no section
-    or interface block after the file's head, which the scan read later ranges with)."""
+    """Whether every range was scanned in the section it starts in. The scan reads a pcapng range
+    past the first with the interfaces the file starts with; that is right unless a section or
+    interface block past the file's head comes before the range (within a range, the reader
+    follows them)."""
     if item.layout.kind != "pcapng":
         return True
     with opener(item.path) as fh:
         head = {offset for offset, _ in head_blocks(fh)}
-    return all(offset in head for _, (n, _) in pairs for offset, _ in scanned[n]["scan"].described)
+    before_last = pairs[:-1]
+    return all(offset in head for _, (n, _) in before_last for offset, _ in scanned[n]["scan"].described)
 
 
 def _foreseen(per_range: list[tuple[int, Openings]]) -> dict[int, int]:
@@ -299,9 +315,10 @@ def _whole(
     return works, captures
 
 
-def _chain(item: Input, scans: list[tuple[Split, Scan]]) -> tuple[list[Work], Capture] | None:
+def _chain(item: Input, scans: list[tuple[Split, Scan]]) -> tuple[list[Work], Capture, list[Scan]] | None:
     """Each range's first record where the range before it stopped, rescanning the rare range
-    whose own guess differed; None when the file is damaged (or ends mid-record)."""
+    whose own guess differed (the scans as they stand then); None when the file is damaged (or
+    ends mid-record)."""
     works: list[Work] = []
     described: list[tuple[int, bytes]] = []  # pcapng section and interface blocks so far
     expected = scans[0][1].first
@@ -322,7 +339,7 @@ def _chain(item: Input, scans: list[tuple[Split, Scan]]) -> tuple[list[Work], Ca
         if expected != item.size:
             return None
         last_ts = _last_ts(fh, walked)
-    return works, Capture(item.index, item.path, base, last_ts)
+    return works, Capture(item.index, item.path, base, last_ts), [found for _, found, _ in walked]
 
 
 def _last_ts(fh: BinaryIO, walked: list[tuple[Split, Scan, list[tuple[int, bytes]]]]) -> float:

@@ -162,27 +162,33 @@ def scan_split(
         # A pcapng range past the file's head is read with the head's interfaces; the driver
         # keeps what it foresees only if no section or interface block came between.
         section = head_section(fh) if split.layout.kind == "pcapng" else None
-        try:
-            found_openings = openings(_Numbered(records(fh, split, found.first, section), 0), ports)
-        except (SplitError, PcapngError):
-            found_openings = None
-        return {"scan": found, "openings": found_openings}
+        return {"scan": found, "openings": range_openings(fh, split, found.first, section, ports)}
     tally = Tally()
     last_ts = 0.0
     error = None
     found_openings: Openings = {}
 
-    def timed() -> Iterator[Segment]:
+    def tracked() -> Iterator[Segment]:
         nonlocal last_ts
         for seg in whole_segments(split.path, tally):
             last_ts = seg.ts
             yield seg
 
     try:
-        openings(timed(), ports, found_openings)
+        openings(tracked(), ports, found_openings)
     except CaptureError as exc:
         error = str(exc)
     return {"openings": found_openings, "packets": tally.packets, "last_ts": last_ts, "error": error}
+
+
+def range_openings(
+    fh: BinaryIO, split: Split, first: int, section: Section | None, ports: frozenset[int]
+) -> Openings | None:
+    """The openings of a range's records from first (None: they cannot be read in that section)."""
+    try:
+        return openings(_Numbered(records(fh, split, first, section), 0), ports)
+    except (SplitError, PcapngError):
+        return None
 
 
 # Per connection (client first): the packet that can first open it, its client's SYNs
@@ -295,6 +301,7 @@ def extract(work: Work, opener: Any, placed: dict[int, int] | None = None) -> It
         first = packets.first_skipped[skip]
         rows.append(
             (
+                0,
                 capture,
                 SKIPPED_FLOW,
                 first,
