@@ -41,7 +41,7 @@ def split_read(path: Path, split_bytes: int) -> tuple[list, int, float]:
         scans = [(s, scan(fh, s, size, find_first(fh, s, size))) for s in splits]
     chained = _chain(Input(0, str(path), size, layout), scans)
     assert chained is not None, "a clean capture was found damaged"
-    works, capture = chained
+    works, capture, _ = chained
     segments = []
     for work in works:
         if work.first is not None:
@@ -100,7 +100,7 @@ def test_a_wrong_guess_is_corrected_by_where_the_range_before_stopped(tmp_path: 
         assert scans[1][1].first != 24 + len(records[0]) + len(records[1])  # fooled
     chained = _chain(Input(0, str(path), size, layout), scans)
     assert chained is not None
-    works, capture = chained
+    works, capture, _ = chained
     assert capture.packets == 3
     assert works[1].first == 24 + len(records[0]) + len(records[1])
 

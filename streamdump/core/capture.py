@@ -28,7 +28,7 @@ from streamdump.core.packet import Segment, Skip, parse
 from streamdump.core.pcapng import PcapngError
 from streamdump.core.pcapng import read_packets as read_pcapng
 
-__all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_segments"]
+__all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_segments", "segment_of"]
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -282,12 +282,21 @@ def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Ite
                 raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
             tally.packets = number
-            got = parse(linktype, buf, number, ts)
-            if isinstance(got, Skip):
-                tally.skipped[got] += 1
-                tally.first_skipped.setdefault(got, number)
-                continue
-            yield got
+            got = segment_of(linktype, buf, number, ts, tally)
+            if got is not None:
+                yield got
+
+
+def segment_of(
+    linktype: int, buf: bytes | memoryview, number: int, ts: float, tally: Tally
+) -> Segment | None:
+    """The packet's TCP segment; a packet with none is counted in the tally instead, by why."""
+    got = parse(linktype, buf, number, ts)  # type: ignore[arg-type]
+    if isinstance(got, Skip):
+        tally.skipped[got] += 1
+        tally.first_skipped.setdefault(got, number)
+        return None
+    return got
 
 
 def _reason(exc: BaseException) -> str:

@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from streamdump.core.capture import CaptureError, Tally, read_segments, read_stream
+from streamdump.core.capture import CaptureError, Tally, read_segments, read_stream, segment_of
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
-from streamdump.core.packet import Segment, Skip, parse
+from streamdump.core.packet import Segment, Skip
 from streamdump.core.pcapng import DESCRIBING, PcapngError, Section
 from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats
 from streamdump.core.reassembly import TCP_ACK, TCP_SYN
@@ -328,19 +328,23 @@ class _Numbered:
     def __init__(self, source: Iterator[tuple[float, int, bytes]], base: int) -> None:
         self.source = source
         self.base = base
-        self.skipped: Counter[Skip] = Counter()
-        self.first_skipped: dict[Skip, int] = {}
+        self.tally = Tally()
+
+    @property
+    def skipped(self) -> Counter[Skip]:
+        return self.tally.skipped
+
+    @property
+    def first_skipped(self) -> dict[Skip, int]:
+        return self.tally.first_skipped
 
     def __iter__(self) -> Iterator[Segment]:
-        number = self.base
+        number, tally = self.base, self.tally
         for ts, linktype, data in self.source:
             number += 1
-            got = parse(linktype, data, number, ts)
-            if isinstance(got, Skip):
-                self.skipped[got] += 1
-                self.first_skipped.setdefault(got, number)
-                continue
-            yield got
+            got = segment_of(linktype, data, number, ts, tally)
+            if got is not None:
+                yield got
 
 
 class _WholeFile(_Numbered):
@@ -351,10 +355,8 @@ class _WholeFile(_Numbered):
         self.path = path
 
     def __iter__(self) -> Iterator[Segment]:
-        tally = Tally()
         with contextlib.suppress(CaptureError):  # the scan found the same error; the driver tells it
-            yield from whole_segments(self.path, tally)
-        self.skipped, self.first_skipped = tally.skipped, tally.first_skipped
+            yield from whole_segments(self.path, self.tally)
 
 
 def _parsed(fh: BinaryIO, work: Work) -> _Numbered:

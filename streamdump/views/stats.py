@@ -123,6 +123,15 @@ class Volume:
     bytes: int = 0
     latency: Samples | None = None  # replies' request latency, where the protocol pairs them
 
+    def merge(self, other: Volume) -> None:
+        self.frames += other.frames
+        self.messages += other.messages
+        self.bytes += other.bytes
+        if other.latency is not None:
+            if self.latency is None:
+                self.latency = Samples()
+            self.latency.merge(other.latency)
+
 
 @dataclass(slots=True)
 class Statistics:
@@ -223,15 +232,8 @@ class Partial:
                 mine.setdefault(name, Samples()).merge(samples)
         for name, counts in other.codes.items():
             self.codes.setdefault(name, Counter()).update(counts)
-        for key, v in other.volume.items():
-            volume = self.volume.setdefault(key, Volume())
-            volume.frames += v.frames
-            volume.messages += v.messages
-            volume.bytes += v.bytes
-            if v.latency is not None:
-                if volume.latency is None:
-                    volume.latency = Samples()
-                volume.latency.merge(v.latency)
+        for key, volume in other.volume.items():
+            self.volume.setdefault(key, Volume()).merge(volume)
         self.connections += other.connections
         # Findings past the cap stay counted, never listed: which are listed is the cap's to say.
         listed = sorted([*self.diagnoses, *other.diagnoses], key=finding_order)
