@@ -29,7 +29,7 @@ from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.packet import Segment, Skip
 from streamdump.core.pcapng import DESCRIBING, PcapngError, Section
-from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats
+from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
 from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.core.splits import Split, SplitError, find_first, records, scan, section_at
 from streamdump.spark.tables import Tables, batch
@@ -544,8 +544,6 @@ class _Current:
 
 def notices_of(found: Found) -> list[Notice]:
     """The notes a whole read adds at its end, about packets with no segment."""
-    from streamdump.core.pipeline import report_skips
-
     stats = ReadStats()
     stats.skipped, stats.first_skipped = found.skipped, found.first_skipped
     report_skips(stats)
