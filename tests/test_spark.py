@@ -132,8 +132,10 @@ def _frame(row: dict[str, Any], links: dict[str, Any]) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("capture", CAPTURE_FILES)
-def test_every_committed_capture_gives_the_cli_answers(runs: dict[str, Any], capture: str) -> None:
-    os.chdir(ROOT)
+def test_every_committed_capture_gives_the_cli_answers(
+    runs: dict[str, Any], capture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
     spark_side = spark_answers(runs["all"], capture)
     cli_side = cli_answers(capture)
     assert spark_side["frames"] == cli_side["frames"]
@@ -144,8 +146,10 @@ def test_every_committed_capture_gives_the_cli_answers(runs: dict[str, Any], cap
 
 
 @pytest.mark.parametrize("capture", SMALL_SPLITS)
-def test_ranges_of_a_few_kib_give_the_cli_answers(runs: dict[str, Any], capture: str) -> None:
-    os.chdir(ROOT)
+def test_ranges_of_a_few_kib_give_the_cli_answers(
+    runs: dict[str, Any], capture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
     assert spark_answers(runs["small"], capture) == cli_answers(capture)
 
 
