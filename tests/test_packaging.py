@@ -30,6 +30,12 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
         assert f"streamdump/dissectors/{folder.name}/spec.yaml" in shipped
         assert shipped <= names, sorted(shipped - names)
     assert {"streamdump/wireshark/dissector.lua", "streamdump/codecs/amqp.lua"} <= names
+    # The Spark pipeline, its quiet logging for the JVM and spark-submit's entry point.
+    assert {
+        "streamdump/spark/log4j2.properties",
+        "streamdump/spark/submit.py",
+        "streamdump/core/splits.py",
+    } <= names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
