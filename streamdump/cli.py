@@ -653,6 +653,11 @@ def spark_command(
     lacking = pipeline.missing()
     if lacking is not None:
         raise _fail(lacking)
+    if master is not None and not pipeline.MASTER.fullmatch(master):
+        raise _fail(
+            f"--master {master}: Spark takes local, local[N], local[*], spark://HOST:PORT, yarn or k8s://URL",
+            2,
+        )
     setup = _setup(protocol, port, decode_as)
     out_dir = Path(out)
     if (

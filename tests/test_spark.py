@@ -257,6 +257,11 @@ def test_bad_inputs_are_one_line_before_spark_starts(tmp_path: Path) -> None:
     assert empty.stderr.strip() == f"streamdump: error: no capture files in {tmp_path / 'empty'}"
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("mine")
+    bogus = runner.invoke(
+        app, ["spark", "captures/nats", "--out", str(tmp_path / "o"), "--master", "mesos://x"]
+    )
+    assert bogus.exit_code == 2
+    assert bogus.stderr.strip().startswith("streamdump: error: --master mesos://x: Spark takes local")
     busy = runner.invoke(app, ["spark", "captures/nats", "--out", str(tmp_path / "busy")])
     assert busy.exit_code == 2
     assert "holds other files" in busy.stderr and "Traceback" not in busy.stderr

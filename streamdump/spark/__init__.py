@@ -16,6 +16,8 @@ from typing import Any
 
 # PySpark 4 runs on Java 17 and newer.
 JAVA_MAJOR = 17
+# The master URLs Spark 4 takes (it refuses others with a Java stack trace).
+MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+|local-cluster\[\d+,\d+,\d+\]")
 # Spark's own logging, errors only: a run's stderr is streamdump's lines and the progress bar.
 LOG_CONFIG = os.path.join(os.path.dirname(__file__), "log4j2.properties")
 
