@@ -26,6 +26,8 @@ OPT_IF_TSRESOL = 9
 OPT_IF_TSOFFSET = 14
 
 MAX_BLOCK = 256 * 1024 * 1024  # a block this large is damage, not a packet
+# A section header's byte-order magic, as it reads in each order.
+BYTE_ORDERS = {b"\x1a\x2b\x3c\x4d": ">", b"\x4d\x3c\x2b\x1a": "<"}
 
 
 class PcapngError(Exception):
@@ -77,6 +79,10 @@ class Section:
     interfaces: list[Interface] = field(default_factory=list)
     started: bool = False  # a section header has been read
 
+    def copy(self) -> Section:
+        """A section a reader may advance without changing this one."""
+        return Section(self.order, list(self.interfaces), self.started)
+
 
 # Blocks that describe a section rather than carry packets; a reader starting mid-file needs them.
 DESCRIBING = frozenset({SHB, IDB})
@@ -107,12 +113,10 @@ def read_packets(
         if head[:4] == b"\x0a\x0d\x0d\x0a":
             # A section header sets the byte order of everything up to the next one.
             magic = _read(fh, 4, "a section header")
-            if magic == b"\x1a\x2b\x3c\x4d":
-                order = ">"
-            elif magic == b"\x4d\x3c\x2b\x1a":
-                order = "<"
-            else:
+            found = BYTE_ORDERS.get(magic)
+            if found is None:
                 raise PcapngError(f"section header with a bad byte-order magic {magic.hex()}")
+            order = found
             (length,) = struct.unpack(order + "I", head[4:])
             _check_length(length)
             rest = _read(fh, length - 12, "a section header")
@@ -149,8 +153,13 @@ def read_packets(
         pos += length
 
 
+def plausible_length(length: int) -> bool:
+    """Whether a block could be this long: a header and trailer, whole words, not absurd."""
+    return 12 <= length <= MAX_BLOCK and length % 4 == 0
+
+
 def _check_length(length: int) -> None:
-    if length < 12 or length % 4 or length > MAX_BLOCK:
+    if not plausible_length(length):
         raise PcapngError(f"block length {length} is impossible")
 
 

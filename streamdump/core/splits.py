@@ -29,7 +29,17 @@ from streamdump.core.capture import (
     ZSTD_MAGIC,
 )
 from streamdump.core.packet import Segment, parse
-from streamdump.core.pcapng import DESCRIBING, EPB, MAX_BLOCK, PB, SPB, PcapngError, Section, read_packets
+from streamdump.core.pcapng import (
+    BYTE_ORDERS,
+    DESCRIBING,
+    EPB,
+    PB,
+    SPB,
+    PcapngError,
+    Section,
+    plausible_length,
+    read_packets,
+)
 
 PCAP_HEADER = 24
 _RECORD = {"<": struct.Struct("<IIII"), ">": struct.Struct(">IIII")}
@@ -46,7 +56,6 @@ TAIL = 32
 # A record's time may step back this much (clock adjustments, merged interfaces) and still chain.
 BACKSTEP_S = 3600
 PACKET_BLOCKS = frozenset({EPB, SPB, PB})
-BYTE_ORDERS = {b"\x1a\x2b\x3c\x4d": ">", b"\x4d\x3c\x2b\x1a": "<"}
 
 
 class SplitError(Exception):
@@ -139,9 +148,7 @@ def _block_length_plausible(window: bytes, i: int) -> bool:
     head = window[i + 4 : i + 8]
     if len(head) < 4:
         return True  # near the window's end: let the full check decide
-    return any(
-        12 <= n <= MAX_BLOCK and n % 4 == 0 for n in struct.unpack("<I", head) + struct.unpack(">I", head)
-    )
+    return any(map(plausible_length, struct.unpack("<I", head) + struct.unpack(">I", head)))
 
 
 def _pcap_record(layout: Layout, head: bytes) -> tuple[int, int, int] | None:
@@ -203,7 +210,7 @@ def _pcapng_block(fh: BinaryIO, order: str, offset: int, size: int) -> int | Non
     if len(head) < 8:
         return None
     btype, length = _BLOCK[order].unpack(head)
-    if length < 12 or length % 4 or length > MAX_BLOCK or offset + length > size:
+    if not plausible_length(length) or offset + length > size:
         return None
     if btype != 0x0A0D0D0A and btype > 0xFF and btype & 0x7FFFFFFF != 0xBAD:
         return None  # not a standard block type, nor a custom one
@@ -264,7 +271,7 @@ def _scan_pcapng(fh: BinaryIO, split: Split, size: int, first: int) -> Scan:
                 found.damaged = f"a section header at offset {at} has a bad byte-order magic"
                 break
         btype, length = _BLOCK[order].unpack(head[:8])
-        if length < 12 or length % 4 or length > MAX_BLOCK or at + length > size:
+        if not plausible_length(length) or at + length > size:
             found.damaged = f"a block at offset {at} claims {length} bytes"
             break
         if btype in DESCRIBING:
@@ -292,11 +299,12 @@ def section_at(described: list[tuple[int, bytes]]) -> Section:
 def records(
     fh: BinaryIO, split: Split, first: int, section: Section | None = None
 ) -> Iterator[tuple[float, int, bytes]]:
-    """(timestamp, link type, packet bytes) of every record starting in the range, from first."""
+    """(timestamp, link type, packet bytes) of every record starting in the range, from first;
+    section (pcapng): the one the range starts in, left as it is."""
     fh.seek(first)
     if split.layout.kind == "pcapng":
         try:
-            yield from read_packets(fh, section or Section(), first, split.end)
+            yield from read_packets(fh, section.copy() if section else Section(), first, split.end)
         except PcapngError as exc:
             raise SplitError(f"{split.path}: {exc}") from None
         return
@@ -321,3 +329,27 @@ def record_at(fh: BinaryIO, split: Split, offset: int, section: Section | None) 
         got = parse(linktype, data, 0, ts)
         return got if isinstance(got, Segment) else None
     return None
+
+
+def head_blocks(fh: BinaryIO) -> list[tuple[int, bytes]]:
+    """The section header and interface blocks a pcapng file starts with, up to its first other block."""
+    blocks: list[tuple[int, bytes]] = []
+    at, order = 0, "<"
+    while True:
+        fh.seek(at)
+        head = fh.read(12)
+        if len(head) < 12:
+            return blocks
+        if head[:4] == PCAPNG_MAGIC:
+            order = BYTE_ORDERS.get(head[8:12], order)
+        btype, length = _BLOCK[order].unpack(head[:8])
+        if btype not in DESCRIBING or not plausible_length(length):
+            return blocks
+        fh.seek(at)
+        blocks.append((at, fh.read(length)))
+        at += length
+
+
+def head_section(fh: BinaryIO) -> Section:
+    """The pcapng section a file's first blocks describe (the header, then interface blocks)."""
+    return section_at(head_blocks(fh))

@@ -33,6 +33,7 @@ from streamdump.core.splits import (
     Layout,
     Scan,
     Split,
+    head_blocks,
     layout_of,
     plan,
     record_at,
@@ -54,7 +55,6 @@ from streamdump.spark.tasks import (
     Work,
     extract,
     flow_key,
-    head_blocks,
     notices_of,
     opener,
     output,
@@ -229,16 +229,18 @@ def _scan(
     for item in inputs:
         mine = [(n, s) for n, s in enumerate(splits) if s.capture == item.index]
         if item.index in whole_files:
-            works, captures = _whole(item, mine[0][1], scanned[mine[0][0]], works, captures, errors)
-            foreseen[item.index] = _foreseen([(0, scanned[mine[0][0]]["openings"])])
-            continue
-        chained = _chain(item, [(split, scanned[n]["scan"]) for n, split in mine])
-        if chained is None:  # damaged somewhere: read whole, as the CLI reads it, to fail as it fails
-            whole = Split(item.index, item.path, 0, 0, item.size, Layout("whole"))
-            result = scan_split(None, whole, item.size, True, ports)
-            works, captures = _whole(item, whole, result, works, captures, errors)
+            result = scanned[mine[0][0]]
+        else:
+            chained = _chain(item, [(split, scanned[n]["scan"]) for n, split in mine])
+            # Damaged somewhere: read whole, as the CLI reads it, to fail as it fails.
+            result = scan_split(None, _whole(item), item.size, True, ports) if chained is None else None
+        if result is not None:
+            works.append(Work(_whole(item), 0, 0, whole=True))
+            captures[item.index] = Capture(item.index, item.path, result["packets"], result["last_ts"])
+            errors += [result["error"]] if result["error"] else []
             foreseen[item.index] = _foreseen([(0, result["openings"])])
             continue
+        assert chained is not None
         new_works, capture, final = chained
         works += new_works
         captures[item.index] = capture
@@ -247,10 +249,9 @@ def _scan(
             for (work, (n, split)), walk in zip(pairs, final, strict=True):
                 if walk.first != scanned[n]["scan"].first and work.first is not None:
                     # The driver rescanned this range: its openings too, in the range's own section.
-                    section = _copy(work.section)
                     scanned[n] = {
                         "scan": walk,
-                        "openings": range_openings(fh, split, work.first, section, ports),
+                        "openings": range_openings(fh, split, work.first, work.section, ports),
                     }
         # A pcapng range a task read in its file's first section, when another came before it,
         # has no openings to trust: the decode renumbers then.
@@ -258,10 +259,6 @@ def _scan(
         if not unread and _head_only(item, pairs, scanned):
             foreseen[item.index] = _foreseen([(w.base, scanned[n]["openings"]) for w, (n, _) in pairs])
     return works, captures, foreseen, sizes, errors
-
-
-def _copy(section: Section | None) -> Section | None:
-    return Section(section.order, list(section.interfaces), section.started) if section else None
 
 
 def _head_only(item: Input, pairs: list[tuple[Work, tuple[int, Split]]], scanned: dict[int, Any]) -> bool:
@@ -299,20 +296,9 @@ def _foreseen(per_range: list[tuple[int, Openings]]) -> dict[int, int]:
     return {packet: n for n, packet in enumerate(sorted(opened), start=1)}
 
 
-def _whole(
-    item: Input,
-    split: Split,
-    result: dict[str, Any],
-    works: list[Work],
-    captures: dict[int, Capture],
-    errors: list[str],
-) -> tuple[list[Work], dict[int, Capture]]:
-    whole = Split(item.index, item.path, 0, 0, item.size, Layout("whole"))
-    works.append(Work(whole, 0, 0, whole=True))
-    captures[item.index] = Capture(item.index, item.path, result["packets"], result["last_ts"])
-    if result["error"]:
-        errors.append(result["error"])
-    return works, captures
+def _whole(item: Input) -> Split:
+    """The file as one range, read from its start by the CLI's reader."""
+    return Split(item.index, item.path, 0, 0, item.size, Layout("whole"))
 
 
 def _chain(item: Input, scans: list[tuple[Split, Scan]]) -> tuple[list[Work], Capture, list[Scan]] | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-import struct
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -28,10 +27,10 @@ from streamdump.core.capture import CaptureError, Tally, read_segments, read_str
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.packet import Segment, Skip
-from streamdump.core.pcapng import DESCRIBING, PcapngError, Section
+from streamdump.core.pcapng import PcapngError, Section
 from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
 from streamdump.core.reassembly import TCP_ACK, TCP_SYN
-from streamdump.core.splits import Split, SplitError, find_first, records, scan, section_at
+from streamdump.core.splits import Split, SplitError, find_first, head_section, records, scan
 from streamdump.spark.tables import Tables, batch
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
@@ -196,30 +195,6 @@ def range_openings(
 Openings = dict[tuple[str, int, str, int], tuple[int | None, list[tuple[int, int]], int]]
 
 
-def head_section(fh: BinaryIO) -> Section:
-    """The pcapng section its first blocks describe (the header, then interface blocks)."""
-    return section_at(head_blocks(fh))
-
-
-def head_blocks(fh: BinaryIO) -> list[tuple[int, bytes]]:
-    """The section header and interface blocks a pcapng file starts with, up to its first other block."""
-    blocks: list[tuple[int, bytes]] = []
-    at, order = 0, "<"
-    while True:
-        fh.seek(at)
-        head = fh.read(12)
-        if len(head) < 12:
-            return blocks
-        if head[:4] == b"\x0a\x0d\x0d\x0a":
-            order = ">" if head[8:12] == b"\x1a\x2b\x3c\x4d" else "<"
-        btype, length = struct.unpack(order + "II", head[:8])
-        if btype not in DESCRIBING or length < 12 or length % 4:
-            return blocks
-        fh.seek(at)
-        blocks.append((at, fh.read(length)))
-        at += length
-
-
 def openings(segments: Iterable[Segment], ports: frozenset[int], found: Openings | None = None) -> Openings:
     """Per connection on a known port (client first): its first segment that can open it (a SYN,
     or one that carries bytes), every SYN its client sent, by packet number within the range, and
@@ -361,10 +336,8 @@ class _WholeFile(_Numbered):
 
 def _parsed(fh: BinaryIO, work: Work) -> _Numbered:
     assert work.first is not None
-    state = work.section
-    section = Section(state.order, list(state.interfaces), state.started) if state is not None else None
     try:
-        source = records(fh, work.split, work.first, section)
+        source = records(fh, work.split, work.first, work.section)
     except SplitError:
         source = iter(())
     return _Numbered(source, work.base)
