@@ -375,22 +375,12 @@ def stats(
     except CaptureError as exc:
         error = str(exc)
     tracker.finish(read_stats.lossy, read_stats.closed)
-    # The protocols the capture holds; when it holds none, the first asked for (its empty tables).
-    shown = [s for s in statistics.values() if s.tracker.connections] or list(statistics.values())[:1]
+    partials = {name: s.partial() for name, s in statistics.items()}
     with _reader_may_leave():
         if fmt is StatsFormat.json:
-            results = document({name: s.partial() for name, s in statistics.items()})
-            sys.stdout.write(json.dumps(results, ensure_ascii=False, indent=1) + "\n")
+            sys.stdout.write(json.dumps(document(partials), ensure_ascii=False, indent=1) + "\n")
         else:
-            console = _FilterConsole(
-                file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200
-            )
-            for n, statistic in enumerate(shown):
-                if len(shown) > 1:
-                    console.print(("\n" if n else "") + f"== {statistic.protocol.title} ==", style="bold")
-                ack = next(iter(statistic.protocol.conversation.acks.values()), None)
-                acked = ack.send.command if ack is not None else None
-                render_stats(statistic.result(), console, statistic.subject, acked)
+            _print_partials(partials, setup, sys.stdout)
         sys.stdout.flush()
     _print_notices(read_stats)
     _finish_read(setup, read_stats, error)
@@ -457,7 +447,7 @@ def live(
     _print_notices(stats)
     tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)
-    _print_summary(statistics)
+    _print_summary(statistics, setup)
     print(
         f"streamdump: note: {outcome.packets} packets captured on {interface} ({bpf(ports)}); "
         f"{outcome.dropped} dropped by the kernel, {outcome.ifdropped} by the interface",
@@ -479,27 +469,24 @@ def _counted(frames: Iterable[Frame], statistics: Mapping[str, Statistics]) -> I
         yield frame
 
 
-def _print_summary(statistics: Mapping[str, Statistics]) -> None:
+def _print_summary(statistics: Mapping[str, Statistics], setup: Setup) -> None:
     """The stats tables of the protocols that had connections, on stderr: how live and proxy end."""
-    console = _FilterConsole(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200)
-    for statistic in [s for s in statistics.values() if s.tracker.connections]:
-        console.print(f"== {statistic.protocol.title} ==", style="bold")
-        ack = next(iter(statistic.protocol.conversation.acks.values()), None)
-        render_stats(statistic.result(), console, statistic.subject, ack.send.command if ack else None)
+    partials = {name: s.partial() for name, s in statistics.items() if s.tracker.connections}
+    _print_partials(partials, setup, sys.stderr, titled=True)
 
 
-def _print_partials(partials: Mapping[str, Partial], setup: Setup) -> None:
-    """The stats tables of merged statistics, on stdout, as `streamdump stats` prints them."""
+def _print_partials(partials: Mapping[str, Partial], setup: Setup, out: TextIO, titled: bool = False) -> None:
+    """Statistics as `streamdump stats` prints them: the protocols the capture holds (when it
+    holds none, the first asked for, with its empty tables), each titled when more than one is."""
     shown = [name for name, p in partials.items() if p.connections] or list(partials)[:1]
-    console = _FilterConsole(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+    console = _FilterConsole(file=out, highlight=False, width=None if out.isatty() else 200)
     for n, name in enumerate(shown):
         protocol = setup.decoders[name].protocol
-        if len(shown) > 1:
+        if titled or len(shown) > 1:
             console.print(("\n" if n else "") + f"== {protocol.title} ==", style="bold")
         ack = next(iter(protocol.conversation.acks.values()), None)
-        render_stats(
-            partials[name].result(), console, partials[name].subject, ack.send.command if ack else None
-        )
+        acked = ack.send.command if ack is not None else None
+        render_stats(partials[name].result(), console, partials[name].subject, acked)
 
 
 # Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
@@ -604,7 +591,7 @@ def proxy(
     _print_notices(stats)
     tracker.finish(stats.lossy, stats.closed)
     _print_diagnoses(tracker)
-    _print_summary(statistics)
+    _print_summary(statistics, setup)
 
 
 @app.command(name="spark")
@@ -710,7 +697,7 @@ def spark_command(
             + (f"; {summary}" if summary else "")
         )
     if len(outcome.partials) == 1:  # one capture: its stats tables, as `streamdump stats` prints them
-        _print_partials(next(iter(outcome.partials.values())), setup)
+        _print_partials(next(iter(outcome.partials.values())), setup, sys.stdout)
     rows = ", ".join(f"{table} {count}" for table, count in outcome.rows.items())
     print(f"wrote {out}: {rows} rows; stats.json")
     if outcome.skipped_files:
