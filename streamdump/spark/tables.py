@@ -21,7 +21,7 @@ import pyarrow as pa
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Notice
 from streamdump.spec.dissector import MessageRow, dissector_of
-from streamdump.spec.registry import Protocol, flat_fields
+from streamdump.spec.registry import Protocol
 from streamdump.views.render import _json_default
 
 INT64, STRING = pa.int64(), pa.string()
@@ -271,16 +271,9 @@ def batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
 
 
 def _field_type(protocol: Protocol, name: str) -> str:
-    """The registry's type of a field name (a hook's additions are text)."""
-    header = protocol.header_field(name)
-    if header is not None:
-        return "int64" if header.type in INT_TYPES else "string"
-    for command in protocol.commands.values():
-        for layout in command.layouts.values():
-            for spec in flat_fields(layout.fields):
-                if spec.name == name:
-                    return "int64" if spec.type in INT_TYPES else "string"
-    return "string"
+    """The registry's type of a field name, the header's first (a hook's additions are text)."""
+    spec = protocol.header_field(name) or next((f for f in protocol.all_fields() if f.name == name), None)
+    return "int64" if spec is not None and spec.type in INT_TYPES else "string"
 
 
 def _arrow(kinds: set[str]) -> pa.DataType:
