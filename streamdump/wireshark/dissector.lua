@@ -107,7 +107,10 @@ local function read_int(range, t)
   return value
 end
 local function prefix_of(range, spec)
-  return int(range[PREFIX_READ[spec.prefix_signed == true]](range))
+  -- In a local first: Lua 5.4 (Wireshark 4.4) miscompiles an upvalue indexed by a bare
+  -- comparison (`T[a == b]`), and indexes the wrong value.
+  local signed = spec.prefix_signed == true
+  return int(range[PREFIX_READ[signed]](range))
 end
 
 local ACRONYMS = { id = "ID", ids = "IDs", crc = "CRC", sasl = "SASL" }
