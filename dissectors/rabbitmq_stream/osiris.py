@@ -208,7 +208,7 @@ class ChunkHook(Hook):
         siblings["entries"] = entries
         siblings["records"] = records
         # The records say what the raw data said, decoded; JSON need not carry both.
-        siblings.pop("data", None)
+        siblings.pop("chunk_data", None)
 
 
 def entry_records(

@@ -150,6 +150,22 @@ class Message:
     error_offset: int | None = None
     notes: list[str] = field(default_factory=list)
 
+    def section_values(self) -> dict[str, Any]:
+        """Section name -> decoded value, keyed as message_json keys them: a section present
+        several times (data, amqp_sequence) maps to a list with one item per section."""
+        out: dict[str, Any] = {}
+        repeated: set[str] = set()
+        for section in self.sections:
+            name = section.name
+            if name not in out:
+                out[name] = section.value
+            elif name in repeated:
+                out[name].append(section.value)
+            else:
+                out[name] = [out[name], section.value]
+                repeated.add(name)
+        return out
+
 
 class MalformedError(ValueError):
     """The bytes are not a well-formed AMQP value. decode_value raises it; decode_message reports it."""

@@ -1328,6 +1328,10 @@ class _Builder:
         elif type_name in HOOK_OUTPUT_TYPES:
             if not self.in_hook_output:
                 raise self.fail(where, f"type {type_name!r} only describes what a hook adds")
+            if type_name == "amqp" and attrs.get("of") is not None:
+                # An AMQP message whose sections the spec names, so views can reach inside it.
+                kw["struct"] = str(attrs["of"])
+                kw["fields"] = self._struct(kw["struct"], where)
         elif type_name == "hook":
             if "hook" not in attrs:
                 raise self.fail(where, "a hook field needs 'hook: name'")
@@ -1350,8 +1354,8 @@ class _Builder:
             raise self.fail(
                 where, "'size' applies to raw, json, switch, string, words and protobuf fields only"
             )
-        if "of" in attrs and type_name not in ("array", "json", "pairs", "words", "protobuf"):
-            raise self.fail(where, "'of' applies to array, json, pairs, words and protobuf fields only")
+        if "of" in attrs and type_name not in ("array", "json", "pairs", "words", "protobuf", "amqp"):
+            raise self.fail(where, "'of' applies to array, json, pairs, words, protobuf and amqp fields only")
         tag = attrs.get("tag")
         if tag is not None and (not isinstance(tag, int) or isinstance(tag, bool) or not 1 <= tag < 1 << 29):
             raise self.fail(where, "'tag' is a protobuf field number (1 to 2^29 - 1)")

@@ -9,10 +9,11 @@ from the registry, and gathers every value a frame has for a name.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamdump.core.frame import Frame
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
 from streamdump.views.filter import FieldType, Filter, FilterError, compile_filter, nothing
 
@@ -79,6 +80,8 @@ def hook_names(protocol: Protocol) -> frozenset[str]:
     def walk(specs: tuple[FieldSpec, ...]) -> None:
         for spec in specs:
             names.add(spec.name)
+            if spec.type == "map":
+                names.update((f"{spec.name}.key", f"{spec.name}.value"))
             walk(spec.fields)
             if spec.of is not None:
                 walk(spec.of.fields)
@@ -88,13 +91,70 @@ def hook_names(protocol: Protocol) -> frozenset[str]:
     return frozenset(names)
 
 
+def message_names(protocol: Protocol) -> frozenset[str]:
+    """The names inside AMQP messages (and of the messages themselves), as filters use them."""
+    names: set[str] = set()
+    for spec in protocol.all_fields():
+        if spec.type == "amqp":
+            names.add(spec.name)
+            names.update(_flat_names(spec.fields))
+    return frozenset(names)
+
+
+def _flat_names(specs: tuple[FieldSpec, ...]) -> Iterator[str]:
+    """Every flat name a struct's members give filters (a map's entries included)."""
+    for spec in specs:
+        yield spec.name
+        if spec.type == "map":
+            yield f"{spec.name}.key"
+            yield f"{spec.name}.value"
+        yield from _flat_names(spec.fields)
+
+
+def _every(frame: Frame) -> bool:
+    return True
+
+
 def map_names(protocol: Protocol) -> frozenset[str]:
     """Names whose values are maps: their keys are data, not field names."""
     return frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
 
 
+def entry_names(protocol: Protocol) -> dict[str, dict[str, str]]:
+    """Inside AMQP messages, the keys that are not the registry's names: holder -> {key: name}.
+
+    The AMQP codec keys sections and their fields as the AMQP spec names them; where the
+    registry gives one another name (a name the frame already uses for something else),
+    filters must find the value under the registry's name.
+    """
+    out: dict[str, dict[str, str]] = {}
+
+    def walk(holder: str, specs: tuple[FieldSpec, ...]) -> None:
+        for spec in specs:
+            if spec.entry is not None and spec.entry != spec.name:
+                out.setdefault(holder, {})[spec.entry] = spec.name
+            if spec.fields:
+                walk(spec.name, spec.fields)
+
+    for spec in protocol.all_fields():
+        if spec.type == "amqp" and spec.fields:
+            walk(spec.name, spec.fields)
+    return out
+
+
+class Names(NamedTuple):
+    """How a frame's values map to flat names: maps (whose keys are data) and renamed keys."""
+
+    maps: frozenset[str]
+    renames: dict[str, dict[str, str]]
+
+
+def names_of(protocol: Protocol) -> Names:
+    return Names(map_names(protocol), entry_names(protocol))
+
+
 def frame_lookup(
-    frame: Frame, maps: frozenset[str], wanted: frozenset[str] | None = None
+    frame: Frame, maps: frozenset[str] | Names, wanted: frozenset[str] | None = None
 ) -> Callable[[str], list[Any]]:
     """The values a frame has for each name, gathered once on first use.
 
@@ -116,7 +176,7 @@ def frame_lookup(
     return lookup
 
 
-def _frame_items(frame: Frame, maps: frozenset[str], walk: bool = True) -> Iterator[tuple[str, Any]]:
+def _frame_items(frame: Frame, maps: frozenset[str] | Names, walk: bool = True) -> Iterator[tuple[str, Any]]:
     yield "frame", frame.number
     yield "ts", frame.ts
     if frame.src is not None:
@@ -140,31 +200,45 @@ def _frame_items(frame: Frame, maps: frozenset[str], walk: bool = True) -> Itera
         yield "expert", note.message
     if not walk:
         return
-    yield from _items(frame.fields, maps)
+    names = maps if isinstance(maps, Names) else Names(maps, {})
+    yield from _items(frame.fields, names)
     if frame.links:
-        yield from _items(frame.links, maps)
+        yield from _items(frame.links, names)
 
 
-def _items(values: dict[str, Any], maps: frozenset[str]) -> Iterator[tuple[str, Any]]:
+def value_items(key: str, value: Any, names: Names) -> Iterator[tuple[str, Any]]:
+    """Every (flat name, value) a value holds, itself under key: what a filter can name in it."""
+    return _item(key, value, names)
+
+
+def _items(
+    values: dict[str, Any], names: Names, renamed: dict[str, str] | None = None
+) -> Iterator[tuple[str, Any]]:
     for key, value in values.items():
-        yield from _item(key, value, maps)
+        if renamed is not None:
+            key = renamed.get(key, key)
+        yield from _item(key, value, names)
 
 
-def _item(key: str, value: Any, maps: frozenset[str]) -> Iterator[tuple[str, Any]]:
+def _item(key: str, value: Any, names: Names) -> Iterator[tuple[str, Any]]:
     as_json = getattr(value, "as_json", None)
     if as_json is not None:
         value = as_json()
+    else:
+        sections = getattr(value, "section_values", None)
+        if sections is not None:  # an AMQP message: its sections by name, values as decoded
+            value = sections()
     if isinstance(value, dict):
         yield key, value
-        if key not in maps:
-            yield from _items(value, maps)
+        if key not in names.maps:
+            yield from _items(value, names, names.renames.get(key))
             return
         for entry_key, entry_value in value.items():
             yield f"{key}.key", entry_key
             yield f"{key}.value", entry_value
     elif isinstance(value, list):
         for element in value:
-            yield from _item(key, element, maps)
+            yield from _item(key, element, names)
     else:
         yield key, value  # bytes stay views: the filter copies only what it compares
 
@@ -181,7 +255,7 @@ class FrameFilter:
     def __init__(self, decoders: Decoder | Iterable[Decoder], text: str) -> None:
         decoders = [decoders] if isinstance(decoders, Decoder) else list(decoders)
         names = {d.protocol.name: field_types(d.protocol) for d in decoders}
-        self.by_protocol: dict[str, tuple[Decoder, Filter, bool, frozenset[str]]] = {}
+        self.by_protocol: dict[str, tuple[Decoder, Filter, Callable[[Frame], bool] | None, Names]] = {}
         failures: list[FilterError] = []
         for decoder in decoders:
             protocol = decoder.protocol
@@ -191,8 +265,14 @@ class FrameFilter:
             except FilterError as exc:
                 failures.append(exc)
                 compiled = nothing(text)
-            expand = bool(compiled.names & hook_names(protocol))
-            self.by_protocol[protocol.name] = (decoder, compiled, expand, map_names(protocol))
+            expanded = compiled.names & hook_names(protocol)
+            expand: Callable[[Frame], bool] | None = None
+            if expanded and expanded <= message_names(protocol):
+                # Only messages' insides are named: frames that carry none need no records decoded.
+                expand = dissector_of(protocol).messages(protocol).carries
+            elif expanded:
+                expand = _every
+            self.by_protocol[protocol.name] = (decoder, compiled, expand, names_of(protocol))
         if failures and not any(f.native for _, f, _, _ in self.by_protocol.values()):
             # The protocol whose names come closest says what went wrong (it has a "did you mean").
             raise next((f for f in failures if f.suggestions), failures[0])
@@ -202,6 +282,6 @@ class FrameFilter:
         if entry is None:
             return False
         decoder, compiled, expand, maps = entry
-        if expand:
+        if expand is not None and expand(frame):
             decoder.expand(frame)
         return compiled(frame_lookup(frame, maps, compiled.names))
