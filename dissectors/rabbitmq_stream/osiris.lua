@@ -134,6 +134,11 @@ local function entry_bodies(tvb, entry, where, ctx)
   return {}
 end
 
+-- The registry's declaration of a record's AMQP message: the struct naming its sections.
+for _, member in ipairs(SPEC.structs.osiris_record) do
+  if member.name == "message" then AMQPV.record_message = member.struct end
+end
+
 local function show_record(holder, body, record, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child
@@ -151,7 +156,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
     local sections, err = amqp_sections(btvb, pos, len)
     if child then
       for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-      child:add(F.message, btvb(pos, len))
+      AMQPV.show(child:add(F.message, btvb(pos, len)), btvb, sections, AMQPV.record_message)
     end
     if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
     label = label .. ", AMQP 1.0"

@@ -104,3 +104,198 @@ local function amqp_sections(tvb, pos, len)
   if type(err) == "table" and err.amqp then return sections, err.text end
   error(err, 0)
 end
+
+-- Values, for the detail tree only (never on a pass without a tree): what a section holds,
+-- under the field names the registry declares for the message (the spec's amqp `of:`).
+-- A value is {t = kind, v = value, pos = start of its body, len = body length}; kinds:
+-- null, bool, int, float, text, bytes (hex text), list, map, described. One table holds it
+-- all: a Lua chunk has at most 200 locals, and the plugin is one chunk.
+local AMQPV = {}
+
+AMQPV.INTS = {
+  [0x50] = { 1, false }, [0x60] = { 2, false }, [0x70] = { 4, false }, [0x52] = { 1, false },
+  [0x53] = { 1, false }, [0x51] = { 1, true }, [0x61] = { 2, true }, [0x71] = { 4, true },
+  [0x54] = { 1, true }, [0x55] = { 1, true },
+}
+AMQPV.ZERO = { [0x43] = true, [0x44] = true }
+AMQPV.HEX = { [0x74] = 4, [0x84] = 8, [0x94] = 16 }
+
+function AMQPV.hex(tvb, pos, len)
+  if len == 0 then return "" end
+  return tvb(pos, len):bytes():tohex():lower()
+end
+
+function AMQPV.utf8(code)
+  if code < 0x80 then return string.char(code) end
+  if code < 0x800 then return string.char(0xc0 + math.floor(code / 0x40), 0x80 + code % 0x40) end
+  if code < 0x10000 then
+    return string.char(0xe0 + math.floor(code / 0x1000), 0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+  end
+  return string.char(0xf0 + math.floor(code / 0x40000), 0x80 + math.floor(code / 0x1000) % 0x40,
+    0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+end
+
+-- The body of constructor c at pos (after the constructor byte): the value and the position after it.
+function AMQPV.body(tvb, c, pos, stop, depth)
+  local fixed = AMQP_FIXED[c]
+  if fixed ~= nil and stop - pos < fixed then amqp_fail(pos, "a value is cut") end
+  if c == 0x40 then return { t = "null" }, pos end
+  if c == 0x41 or c == 0x42 then return { t = "bool", v = c == 0x41 }, pos end
+  if c == 0x56 then return { t = "bool", v = uint_of(tvb(pos, 1)) == 1 }, pos + 1 end
+  if AMQPV.ZERO[c] then return { t = "int", v = 0 }, pos end
+  local int_of = AMQPV.INTS[c]
+  if int_of then
+    local range = tvb(pos, int_of[1])
+    return { t = "int", v = int(int_of[2] and range:int() or range:uint()), pos = pos, len = int_of[1] }, pos + int_of[1]
+  end
+  if c == 0x80 then return { t = "int", v = tvb(pos, 8):uint64(), pos = pos, len = 8 }, pos + 8 end
+  if c == 0x81 or c == 0x83 then return { t = "int", v = tvb(pos, 8):int64(), pos = pos, len = 8 }, pos + 8 end
+  if c == 0x72 then return { t = "float", v = tvb(pos, 4):float(), pos = pos, len = 4 }, pos + 4 end
+  if c == 0x82 then return { t = "float", v = tvb(pos, 8):float(), pos = pos, len = 8 }, pos + 8 end
+  if AMQPV.HEX[c] then
+    return { t = "text", v = AMQPV.hex(tvb, pos, AMQPV.HEX[c]), pos = pos, len = AMQPV.HEX[c] }, pos + AMQPV.HEX[c]
+  end
+  if c == 0x73 then return { t = "text", v = AMQPV.utf8(int(tvb(pos, 4):uint())), pos = pos, len = 4 }, pos + 4 end
+  if c == 0x98 then
+    local h = AMQPV.hex(tvb, pos, 16)
+    local text = h:sub(1, 8) .. "-" .. h:sub(9, 12) .. "-" .. h:sub(13, 16) .. "-" .. h:sub(17, 20) .. "-" .. h:sub(21)
+    return { t = "text", v = text, pos = pos, len = 16 }, pos + 16
+  end
+  if c == 0x45 then return { t = "list", v = {} }, pos end
+  local width = AMQP_SIZED[c]
+  if width == nil then amqp_fail(pos, string.format("unknown constructor 0x%02x", c)) end
+  if stop - pos < width then amqp_fail(pos, "a size is cut") end
+  local size = uint_of(tvb(pos, width))
+  local start, finish = pos + width, pos + width + size
+  if finish > stop then amqp_fail(pos, "a value is cut") end
+  if c == 0xa0 or c == 0xb0 then return { t = "bytes", v = AMQPV.hex(tvb, start, size), pos = start, len = size }, finish end
+  if c == 0xa1 or c == 0xb1 or c == 0xa3 or c == 0xb3 then
+    return { t = "text", v = tvb:raw(start, size), pos = start, len = size }, finish
+  end
+  if size < width then amqp_fail(pos, "a compound's count is cut") end
+  local count = uint_of(tvb(start, width))
+  local items, at = {}, start + width
+  if c == 0xe0 or c == 0xf0 then
+    -- One constructor for every element, possibly described.
+    local element, descriptor = uint_of(tvb(at, 1)), nil
+    at = at + 1
+    if element == 0x00 then
+      descriptor, at = AMQPV.value(tvb, at, finish, depth + 1)
+      element = uint_of(tvb(at, 1))
+      at = at + 1
+    end
+    for i = 1, count do
+      items[i], at = AMQPV.body(tvb, element, at, finish, depth + 1)
+      if descriptor then items[i] = { t = "described", d = descriptor, v = items[i] } end
+    end
+    return { t = "list", v = items, pos = start, len = size }, finish
+  end
+  for i = 1, count do items[i], at = AMQPV.value(tvb, at, finish, depth + 1) end
+  if at ~= finish then amqp_fail(pos, "a compound's elements do not fill it") end
+  if c == 0xc1 or c == 0xd1 then
+    local pairs_ = {}
+    for i = 1, count - 1, 2 do pairs_[#pairs_ + 1] = { items[i], items[i + 1] } end
+    return { t = "map", v = pairs_, pos = start, len = size }, finish
+  end
+  return { t = "list", v = items, pos = start, len = size }, finish
+end
+
+AMQPV.value = function(tvb, pos, stop, depth)
+  if depth > 64 then amqp_fail(pos, "values nest too deep") end
+  if pos >= stop then amqp_fail(pos, "the message ends inside a value") end
+  local c = uint_of(tvb(pos, 1))
+  if c == 0x00 then
+    local descriptor, after = AMQPV.value(tvb, pos + 1, stop, depth + 1)
+    local value, finish = AMQPV.value(tvb, after, stop, depth + 1)
+    return { t = "described", d = descriptor, v = value, pos = pos, len = finish - pos }, finish
+  end
+  local value, finish = AMQPV.body(tvb, c, pos + 1, stop, depth)
+  if value.pos == nil then value.pos, value.len = pos, finish - pos end
+  return value, finish
+end
+
+-- The shortest text that reads back as the same double, as Python prints floats.
+function AMQPV.float(x)
+  if x ~= x then return "NaN" end
+  if x == math.huge then return "Infinity" end
+  if x == -math.huge then return "-Infinity" end
+  for digits = 1, 17 do
+    local text = string.format("%." .. digits .. "g", x)
+    if tonumber(text) == x then return text end
+  end
+  return string.format("%.17g", x)
+end
+
+-- A value as text, as the JSON output writes it; compounds are named by kind and size.
+function AMQPV.text(value)
+  local t = value.t
+  if t == "null" then return "null" end
+  if t == "bool" then return value.v and "true" or "false" end
+  if t == "int" then return tostring(value.v) end
+  if t == "float" then return AMQPV.float(value.v) end
+  if t == "text" or t == "bytes" then return value.v end
+  if t == "described" then return "described " .. AMQPV.text(value.d) .. ": " .. AMQPV.text(value.v) end
+  return t .. " of " .. #value.v
+end
+
+-- One item of a declared field holding value.
+function AMQPV.item(tree, tvb, spec, value)
+  local range = tvb(value.pos, value.len)
+  local field = F[spec.name]
+  local t = spec.type
+  if value.t == "bytes" and (t == "bytes") then return tree:add(field, range) end
+  if value.t == "int" and spec.width then
+    if spec.type == "int64" then return tree:add(field, range, Int64.new(tostring(value.v))) end
+    if spec.type == "uint64" then return tree:add(field, range, UInt64.new(tostring(value.v))) end
+    return tree:add(field, range, tonumber(tostring(value.v)))
+  end
+  if value.t == "bool" and t == "bool" then return tree:add(field, range, value.v) end
+  if value.t == "text" and t == "string" then return tree:add(field, range, value.v) end
+  if t == "amqp" then return tree:add(field, range, AMQPV.text(value)) end
+  -- The wire's type is not the spec's: the value as text, under no field.
+  return tree:add(range, (NAME_TITLE[spec.name] or spec.name) .. ": " .. AMQPV.text(value))
+end
+
+function AMQPV.map(tree, tvb, spec, value)
+  local holder = tree:add(F[spec.name], tvb(value.pos, value.len))
+  holder:set_text(struct_title(spec.name) .. ": " .. #value.v .. " entries")
+  for _, pair in ipairs(value.v) do
+    local k, v = pair[1], pair[2]
+    local entry = holder:add(tvb(k.pos, v.pos + v.len - k.pos), AMQPV.text(k) .. ": " .. AMQPV.text(v))
+    entry:add(F[spec.name .. ".key"], tvb(k.pos, k.len), AMQPV.text(k))
+    if v.t ~= "null" then entry:add(F[spec.name .. ".value"], tvb(v.pos, v.len), AMQPV.text(v)) end
+  end
+  return holder
+end
+
+-- The values of a message's sections (as amqp_sections found them) under item, by the
+-- registry's declaration of the message (struct: its name in SPEC.structs).
+function AMQPV.show(item, tvb, sections, struct)
+  local by_section = {}
+  for _, member in ipairs(SPEC.structs[struct]) do by_section[member.entry or member.name] = member end
+  for _, s in ipairs(sections) do
+    local spec = by_section[SPEC.enums.amqp_section[s.code]]
+    local ok = pcall(function()
+      local _, after = amqp_section_code(tvb, s.pos + 1, s.pos + s.len)
+      local value = AMQPV.value(tvb, after, s.pos + s.len, 1)
+      if value.t == "null" then return end
+      if spec.type == "map" and value.t == "map" then
+        AMQPV.map(item, tvb, spec, value)
+      elseif spec.struct and value.t == "list" then
+        local holder = item:add(F[spec.name], tvb(s.pos, s.len))
+        holder:set_text(struct_title(spec.name))
+        for i, member in ipairs(SPEC.structs[spec.struct]) do
+          local element = value.v[i]
+          if element ~= nil and element.t ~= "null" then AMQPV.item(holder, tvb, member, element) end
+        end
+      elseif spec.type == "array" and value.t == "list" then
+        for _, element in ipairs(value.v) do
+          if element.t ~= "null" then AMQPV.item(item, tvb, { name = spec.name, type = spec.of.type }, element) end
+        end
+      else
+        AMQPV.item(item, tvb, spec, value)
+      end
+    end)
+    if not ok then item:add(tvb(s.pos, s.len), SPEC.enums.amqp_section[s.code] .. ": values not shown") end
+  end
+end

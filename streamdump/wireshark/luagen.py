@@ -232,6 +232,8 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
             add(spec.name, "none", spec.doc)
         elif spec.type == "json":
             add(spec.name, "string", spec.doc)  # JSON of no declared shape: its text
+        elif spec.type == "amqp" and spec.struct:
+            add(spec.name, "bytes", spec.doc)  # an AMQP message: its bytes, its sections' values below
         else:
             # A field named by two enums (requests' and responses') gets its names per frame.
             enum = None if element.response_enum else element.enum
@@ -253,7 +255,7 @@ def _ftype(spec: FieldSpec) -> str:
         "string": "string",
         "bytes": "bytes",
         "raw": "bytes",
-        "amqp": "bytes",
+        "amqp": "string",  # an AMQP value of the wire's type: its text, as JSON writes it
         "bool": "bool",
         "float": "double",
         "ipv4": "ipv4",
