@@ -49,6 +49,7 @@ from streamdump.spec.registry import SpecError, default_registry
 from streamdump.views.fieldnames import FrameFilter
 from streamdump.views.filter import FilterError
 from streamdump.views.follow import Dialogue
+from streamdump.views.grouping import Grouping, UnknownName, check_names
 from streamdump.views.messages import MessageLines
 from streamdump.views.progress import ReadProgress, wanted
 from streamdump.views.render import Renderer
@@ -114,16 +115,18 @@ def _decoders(protocols: list[str] | None) -> dict[str, Decoder]:
 class Views:
     """Each protocol's views, picked by the frame's protocol."""
 
-    def __init__(self, decoders: Mapping[str, Decoder]) -> None:
+    def __init__(self, decoders: Mapping[str, Decoder], columns: tuple[str, ...] = ()) -> None:
         self.decoders = dict(decoders)
         self.renderers = {name: Renderer(decoder) for name, decoder in decoders.items()}
+        self.columns = columns  # --column: names whose values --messages lines show
 
     def __getitem__(self, frame: Frame) -> Renderer:
         return self.renderers[frame.protocol]
 
     def messages(self) -> MessageLines:
         return MessageLines(
-            {name: dissector_of(d.protocol).messages(d.protocol) for name, d in self.decoders.items()}
+            {name: dissector_of(d.protocol).messages(d.protocol) for name, d in self.decoders.items()},
+            self.columns,
         )
 
 
@@ -241,6 +244,15 @@ DetailOpt = Annotated[bool, typer.Option("--detail", "-V", help="Print the field
 MessagesOpt = Annotated[
     bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
 ]
+ColumnOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--column",
+        "-e",
+        help="With --messages: show this field's values on each line (a filter name: message_id, "
+        "application_properties.value...). Repeatable.",
+    ),
+]
 
 
 PortOpt = Annotated[
@@ -317,20 +329,20 @@ def read(
     ] = False,
     protocol: ProtocolOpt = None,
     decode_as: DecodeAsOpt = None,
+    column: ColumnOpt = None,
 ) -> None:
     """Decode every frame of a capture file."""
-    if messages and (detail or fmt is not Format.text):
-        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     streaming = str(file) == STDIN
     if two_pass and streaming:
         raise _fail("--two-pass reads the capture twice; standard input can be read only once", 2)
     setup = _setup(protocol, port, decode_as)
+    columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=True)
     later = _first_pass(file, setup, show) if two_pass else None
     stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
-    views = Views(setup.decoders)
+    views = Views(setup.decoders, columns)
     error: str | None = None
     with _reader_may_leave():
         try:
@@ -358,13 +370,22 @@ def stats(
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     decode_as: DecodeAsOpt = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Also count messages per value of this field (a filter name: content_type, "
+            "application_properties.value...); decodes every message. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
     setup = _setup(protocol, port, decode_as)
     selection = _selection(setup, filter_text)
+    fields = _field_names(setup, by, "--by")
     read_stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
-    statistics = _statistics(setup, tracker)
+    statistics = _statistics(setup, tracker, fields)
     error: str | None = None
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
@@ -405,14 +426,14 @@ def live(
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     decode_as: DecodeAsOpt = None,
+    column: ColumnOpt = None,
 ) -> None:
     """Capture live traffic on the protocols' ports and decode it as `read` does; Ctrl-C stops,
     then prints the stats summary on stderr."""
-    if messages and (detail or fmt is not Format.text):
-        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     if count < 0 or duration < 0:
         raise _fail("--count and --duration take numbers of 0 or more", 2)
     setup = _setup(protocol, port, decode_as)
+    columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     ports = set(setup.dissection.ports) | set(setup.dissection.guess)
     capture = Capture(interface, ports, count, duration, str(write) if write else None)
@@ -431,7 +452,7 @@ def live(
             if selection is not None:
                 frames = filter(selection, frames)
             write_frames(
-                frames, Views(setup.decoders), fmt, detail, sys.stdout, messages, tracker, flush=True
+                frames, Views(setup.decoders, columns), fmt, detail, sys.stdout, messages, tracker, flush=True
             )
         except CaptureError as exc:
             error = str(exc)
@@ -457,9 +478,36 @@ def live(
         raise _fail(error)
 
 
-def _statistics(setup: Setup, tracker: Conversations) -> dict[str, Statistics]:
-    """One Statistics per protocol of the read, fed by the tracker's findings."""
-    return {name: Statistics(d.protocol, tracker.trackers[name]) for name, d in setup.decoders.items()}
+def _statistics(setup: Setup, tracker: Conversations, by: tuple[str, ...] = ()) -> dict[str, Statistics]:
+    """One Statistics per protocol of the read, fed by the tracker's findings; by: stats --by."""
+    out = {}
+    for name, d in setup.decoders.items():
+        statistics = Statistics(d.protocol, tracker.trackers[name])
+        if by:
+            assert statistics.rules is not None
+            statistics.grouping = Grouping(d, statistics.rules, by)
+        out[name] = statistics
+    return out
+
+
+def _message_columns(
+    setup: Setup, messages: bool, detail: bool, fmt: Format, columns: list[str] | None
+) -> tuple[str, ...]:
+    """The --column names, once the --messages options are checked to go together."""
+    if messages and (detail or fmt is not Format.text):
+        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
+    if columns and not messages:
+        raise _fail("--column names values --messages lines show; add --messages", 2)
+    return _field_names(setup, columns, "--column")
+
+
+def _field_names(setup: Setup, names: list[str] | None, option: str) -> tuple[str, ...]:
+    """Names given to --by or --column, refused in one line when no protocol of the read has them."""
+    try:
+        check_names(setup.decoders.values(), names or (), option)
+    except UnknownName as exc:
+        raise _fail(str(exc), 2) from None
+    return tuple(dict.fromkeys(names or ()))
 
 
 def _counted(frames: Iterable[Frame], statistics: Mapping[str, Statistics]) -> Iterator[Frame]:
@@ -514,13 +562,13 @@ def proxy(
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     decode_as: DecodeAsOpt = None,
+    column: ColumnOpt = None,
 ) -> None:
     """Pass clients' connections through to the real server unchanged and decode every frame on
     the way: no privileges needed. Ctrl-C stops, then prints the stats summary on stderr."""
-    if messages and (detail or fmt is not Format.text):
-        raise _fail("--messages is a text view of its own; it does not combine with --detail or --format", 2)
     here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
     setup = _setup(protocol, [there[1]], decode_as)
+    columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     try:
         saved = write.open("wb") if write is not None else None
@@ -555,7 +603,7 @@ def proxy(
             frames = filter(selection, frames)
         with _reader_may_leave():
             write_frames(
-                frames, Views(setup.decoders), fmt, detail, sys.stdout, messages, tracker, flush=True
+                frames, Views(setup.decoders, columns), fmt, detail, sys.stdout, messages, tracker, flush=True
             )
 
     def tell(line: str) -> None:

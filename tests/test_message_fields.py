@@ -159,3 +159,57 @@ def test_a_filter_on_message_fields_expands_only_frames_that_carry_messages() ->
     assert [f.command for f in kept] == ["Publish", "Deliver"]
     assert expanded and set(expanded) <= {"Publish", "Deliver"}
     assert len(expanded) == sum(f.command in ("Publish", "Deliver") for f in frames)
+
+
+def streamdump(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamdump", *args], capture_output=True, text=True)
+
+
+def every_sent_record() -> list[dict[str, Any]]:
+    return [record for publish in SENT["publishes"] for record in publish["records"]]
+
+
+def test_stats_count_messages_per_content_type_as_the_client_sent_them() -> None:
+    result = streamdump("stats", str(CAPTURE), "--format", "json", "--by", "content_type")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["messages_by"]
+    sent: dict[str, int] = {}
+    for record in every_sent_record():
+        value = (record.get("properties") or {}).get("content_type") or "(none)"
+        sent[value] = sent.get(value, 0) + 1
+    for direction in ("publish", "deliver"):  # every message sent came back
+        got = {r["value"]: r["messages"] for r in rows if r["direction"] == direction}
+        assert got == sent
+    assert {r["field"] for r in rows} == {"content_type"}
+
+
+def test_messages_column_shows_each_messages_value() -> None:
+    result = streamdump("read", str(CAPTURE), "--messages", "--column", "message_id")
+    assert result.returncode == 0, result.stderr
+    shown = [
+        line.split("message_id=", 1)[1].split()[0]
+        for line in result.stdout.splitlines()
+        if " publish " in line
+    ]
+    sent = [str((record.get("properties") or {}).get("message_id") or "-") for record in every_sent_record()]
+    assert shown == sent
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ("stats", "--by", "content_typ"),
+            "--by content_typ: no field of that name (did you mean content_type",
+        ),
+        (
+            ("read", "--messages", "-e", "mesage_id"),
+            "--column mesage_id: no field of that name (did you mean",
+        ),
+        (("read", "-e", "message_id"), "--column names values --messages lines show; add --messages"),
+    ],
+)
+def test_unknown_or_misplaced_names_are_refused_in_one_line(args: tuple[str, ...], error: str) -> None:
+    result = streamdump(args[0], str(CAPTURE), *args[1:])
+    assert result.returncode == 2
+    assert error in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -53,6 +53,7 @@ class PackageMessages(MessageRules):
             message_text(content, named, {}).rstrip(),
             frame.incomplete is not None,
             (("seq", fields.get("seq")),),
+            fields,
         )
 
     def volume(self, frame: Frame) -> Volume | None:

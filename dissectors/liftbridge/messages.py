@@ -40,6 +40,7 @@ class StreamMessages(MessageRules):
             message_text(_bytes(value), named, headers, "headers").rstrip(),
             frame.incomplete is not None,
             (("partition", fields.get("partition")), ("offset", fields.get("offset"))),
+            fields,
         )
 
     def volume(self, frame: Frame) -> Volume | None:

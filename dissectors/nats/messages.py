@@ -56,6 +56,7 @@ class SubjectMessages(MessageRules):
             message_text(content, named, headers, "headers").rstrip(),
             frame.incomplete is not None,
             (("sid", fields.get("sid")), ("js_stream_seq", fields.get("js_stream_seq"))),
+            fields,
         )
 
     def volume(self, frame: Frame) -> Volume | None:

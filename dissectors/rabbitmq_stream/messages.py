@@ -93,15 +93,15 @@ class StreamMessages(MessageRules):
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"
                 for t in record["tracking"]
             ]
-            return MessageRow(stream, where, size, f"tracking: {'; '.join(parts)}", tag, at)
+            return MessageRow(stream, where, size, f"tracking: {'; '.join(parts)}", tag, at, record)
         if "bytes" in record:
             return MessageRow(
-                stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag, at
+                stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag, at, record
             )
         message = record.get("message")
         if message is None:
-            return MessageRow(stream, where, size, "", tag, at)
-        return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at)
+            return MessageRow(stream, where, size, "", tag, at, record)
+        return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at, record)
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""

@@ -49,6 +49,7 @@ class RemotingMessages(MessageRules):
                 self._text(body, fields.get("properties")),
                 tag,
                 (("queue_id", fields.get("queue_id")),),
+                fields,
             )
             return
         if frame.command == BATCH:
@@ -63,6 +64,7 @@ class RemotingMessages(MessageRules):
                     self._text(body, message.get("properties")),
                     tag,
                     (("queue_id", fields.get("queue_id")),),
+                    message,
                 )
             return
         verb = "pull" if frame.command == "PULL_MESSAGE" else (frame.command or "message").lower()
@@ -77,6 +79,7 @@ class RemotingMessages(MessageRules):
                 self._text(body, message.get("properties")),
                 tag,
                 (("queue_id", message.get("queue_id")), ("queue_offset", message.get("queue_offset"))),
+                message,
             )
 
     def _text(self, body: Any, properties: Any) -> str:

@@ -31,6 +31,8 @@ class MessageRow:
     size: None for rows that only say what could not be shown. tag: the row belongs to an
     incomplete frame and says so. at: where the message is, as values (publishing id, offset),
     named as the package's MessageRules.positions declare; tables have a column for each.
+    record: the mapping that holds the message's decoded values (a record, a message or the
+    frame's fields), in which flat names are looked up (stats --by, --column, tables).
     """
 
     subject: str
@@ -39,6 +41,7 @@ class MessageRow:
     text: str = ""
     tag: bool = False
     at: tuple[tuple[str, Any], ...] = ()
+    record: Mapping[str, Any] | None = None
 
 
 def addressed(value: Any) -> str:

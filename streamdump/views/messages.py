@@ -11,13 +11,21 @@ from collections.abc import Iterator
 
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules
+from streamdump.views.fieldnames import Names, names_of
+from streamdump.views.grouping import row_values, value_text
 
 
 class MessageLines:
-    """Turns frames into message lines, each protocol's by its own rules."""
+    """Turns frames into message lines, each protocol's by its own rules.
 
-    def __init__(self, rules: dict[str, MessageRules]) -> None:
+    columns: flat names (--column) whose values each line shows after the size, as
+    name=value (several values joined by ",", "-" when the message has none).
+    """
+
+    def __init__(self, rules: dict[str, MessageRules], columns: tuple[str, ...] = ()) -> None:
         self.rules = rules
+        self.columns = columns
+        self.names = {name: names_of(r.protocol) for name, r in rules.items()} if columns else {}
 
     def carries(self, frame: Frame) -> bool:
         rules = self.rules.get(frame.protocol)
@@ -29,13 +37,22 @@ class MessageLines:
             return
         head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
+        names = self.names.get(frame.protocol)
         for row in rules.rows(frame):
-            yield line(head, row) + (tag if row.tag else "")
+            cells = self._cells(row, names) if names is not None and row.size is not None else ""
+            yield line(head, row, cells) + (tag if row.tag else "")
+
+    def _cells(self, row: MessageRow, names: Names) -> str:
+        cells = []
+        for name in self.columns:
+            values = [value_text(v) for v in row_values(row, name, names) if v is not None]
+            cells.append(f"{name}={','.join(values) or '-'}")
+        return "  ".join(cells)
 
 
-def line(head: str, row: MessageRow) -> str:
+def line(head: str, row: MessageRow, cells: str = "") -> str:
     text = f"{head} {row.subject} {row.where}"
     if row.size is None:
         return f"{text}  {row.text}"
     size = f"{row.size} B"
-    return f"{text} {size:>8}" + (f"  {row.text}" if row.text else "")
+    return f"{text} {size:>8}" + (f"  {cells}" if cells else "") + (f"  {row.text}" if row.text else "")

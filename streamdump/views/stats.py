@@ -23,6 +23,7 @@ from streamdump.core.conversation import MAX_DIAGNOSES, ConnState, Diagnosis, Tr
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import Protocol
+from streamdump.views.grouping import Grouping
 
 # Keys the peers' properties use for who they are, in the order a summary shows them.
 PEER_KEYS = ("product", "version", "platform", "connection_name")
@@ -144,6 +145,7 @@ class Statistics:
     volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
     rules: MessageRules | None = None
+    grouping: Grouping | None = None  # stats --by: messages by a field's values
 
     def __post_init__(self) -> None:
         if self.rules is None:
@@ -178,6 +180,8 @@ class Statistics:
                 if volume.latency is None:
                     volume.latency = Samples()
                 volume.latency.add(moved.latency)
+        if self.grouping is not None:
+            self.grouping.add(frame)
 
     @property
     def subject(self) -> str:
@@ -204,6 +208,8 @@ class Statistics:
             connections=[_connection(conn) for conn in self.tracker.connections.values()],
             diagnoses=list(self.tracker.diagnoses),
             untold=dict(self.tracker.untold),
+            by_fields=self.grouping.fields if self.grouping is not None else (),
+            by={key: list(count) for key, count in self.grouping.counts.items()} if self.grouping else {},
         )
 
 
@@ -223,9 +229,17 @@ class Partial:
     connections: list[dict[str, Any]] = field(default_factory=list)
     diagnoses: list[Diagnosis] = field(default_factory=list)
     untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # stats --by: the fields asked for, and messages and bytes by (field, subject, direction, value).
+    by_fields: tuple[str, ...] = ()
+    by: dict[tuple[str, str, str, str], list[int]] = field(default_factory=dict)
 
     def merge(self, other: Partial) -> None:
         self.frames += other.frames
+        self.by_fields = self.by_fields or other.by_fields
+        for key, (messages, size) in other.by.items():
+            count = self.by.setdefault(key, [0, 0])
+            count[0] += messages
+            count[1] += size
         self.commands.update(other.commands)
         for mine, theirs in ((self.srt, other.srt), (self.confirm, other.confirm)):
             for name, samples in theirs.items():
@@ -298,7 +312,26 @@ class Partial:
             "diagnoses": [d.as_dict() for d in diagnoses],
             # Findings past the listed ones: in the expert summary's counts, not listed one by one.
             "diagnoses_not_listed": sum(count for count, _first in self.untold.values()),
-        }
+        } | (
+            {
+                "messages_by": [
+                    {
+                        "field": name,
+                        self.subject: subject,
+                        "direction": direction,
+                        "value": value,
+                        "messages": n,
+                        "bytes": size,
+                    }
+                    for (name, subject, direction, value), (n, size) in sorted(
+                        self.by.items(),
+                        key=lambda i: (self.by_fields.index(i[0][0]), *i[0][1:3], -i[1][0], i[0][3]),
+                    )
+                ]
+            }
+            if self.by_fields
+            else {}
+        )
 
 
 def document(results: Mapping[str, Partial]) -> dict[str, Any]:
@@ -385,6 +418,18 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
         (subject.capitalize(), "Direction", "Frames", "Messages", "Bytes"),
         [(r[subject], r["direction"], r["frames"], r["messages"], r["bytes"]) for r in result[f"{subject}s"]],
     )
+    by = result.get("messages_by") or []
+    for name in dict.fromkeys(r["field"] for r in by):
+        _table(
+            console,
+            f"Messages per {subject} and {name}",
+            (subject.capitalize(), "Direction", name, "Messages", "Bytes"),
+            [
+                (r[subject], r["direction"], r["value"], r["messages"], r["bytes"])
+                for r in by
+                if r["field"] == name
+            ],
+        )
     timed = [r for r in result[f"{subject}s"] if "latency" in r]
     if timed:
         _table(
