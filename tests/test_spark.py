@@ -287,3 +287,29 @@ def _has_pyarrow() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_messages_carry_the_fields_the_registry_declares_inside_them(runs: dict[str, Any]) -> None:
+    """The compression capture's messages, as its client sent them: AMQP properties as columns,
+    application properties as a map of text, in the CLI's order of messages."""
+    sent = json.loads((ROOT / "captures/rabbitmq_stream/compression.sent.json").read_text())
+    records = [record for publish in sent["publishes"] for record in publish["records"]]
+    rows = [
+        r
+        for r in runs["all"].rows("messages", "captures/rabbitmq_stream/compression.pcap")
+        if r["command"] == "Publish"
+    ]
+    rows.sort(key=lambda r: (r["frame"], r["where"]))
+    assert len(rows) == len(records)
+    for row, record in zip(rows, records, strict=True):
+        properties = record.get("properties") or {}
+        assert row["message_id"] == (
+            None if "message_id" not in properties else str(properties["message_id"])
+        )
+        assert row["content_type"] == properties.get("content_type")
+        assert row["subject"] == properties.get("subject")
+        assert row["creation_time"] == properties.get("creation_time")
+        shown = dict(row["application_properties"] or [])
+        expected = record.get("application_properties") or {}
+        assert set(shown) == set(expected)
+        assert all(shown[k] == (v if isinstance(v, str) else shown[k]) for k, v in expected.items())

@@ -5,8 +5,10 @@ dst, protocol, key, kind, command, version, size, connection), each protocol add
 spec names: the correlation field its conversation pairs by (correlation_id, opaque, seq),
 its status field (response_code, code) and what its messages are addressed to (stream,
 topic, subject); message rows add the positions its MessageRules declare (publishing_id,
-offset, queue_offset). A field added to a spec under one of those roles gets its column
-with no change here. Rows are built as Arrow batches, never one Python row at a time.
+offset, queue_offset), and a column for each field the spec declares inside its messages
+(AMQP properties and header fields; application properties and annotations as maps of
+text). A field added to a spec under one of those roles gets its column with no change
+here. Rows are built as Arrow batches, never one Python row at a time.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import pyarrow as pa
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Notice
 from streamdump.spec.dissector import MessageRow, dissector_of
-from streamdump.spec.registry import Protocol
+from streamdump.spec.registry import FieldSpec, Protocol
+from streamdump.views.fieldnames import Names, field_types, names_of, value_items
+from streamdump.views.grouping import value_text
 from streamdump.views.render import _json_default
 
-INT64, STRING = pa.int64(), pa.string()
+INT64, STRING, BOOL = pa.int64(), pa.string(), pa.bool_()
+TEXT_MAP = pa.map_(pa.string(), pa.string())
 INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"})
 DIRECTIONS = {True: "to_server", False: "to_client", None: None}
 
@@ -115,6 +120,7 @@ class Tables:
     """The tables' schemas for the protocols of a run, and the rows of decoded frames."""
 
     def __init__(self, protocols: Iterable[Protocol]) -> None:
+        protocols = list(protocols)
         self.roles: dict[str, Roles] = {}
         self.versioned: dict[str, bool] = {}
         typed: dict[str, set[str]] = {}
@@ -136,16 +142,36 @@ class Tables:
         self.message_extra = tuple((name, pa.string()) for name in subjects) + tuple(
             (name, _arrow(kinds)) for name, kinds in sorted(positions.items()) if name not in subjects
         )
+        # The fields declared inside each protocol's messages, by the kind of their values.
+        declared: dict[str, dict[str, pa.DataType]] = {}
+        merged: dict[str, set[pa.DataType]] = {}
+        for protocol in protocols:
+            declared[protocol.name] = message_columns(protocol)
+            for name, kind in declared[protocol.name].items():
+                merged.setdefault(name, set()).add(kind)
+        taken = {name for name, _ in self.message_extra}
+        self.message_extra += tuple(
+            (name, kinds.pop() if len(kinds) == 1 else STRING)
+            for name, kinds in sorted(merged.items())
+            if name not in taken
+        )
         # Per protocol, where its messages' extra values go: an empty row of them, the subject's
         # place, and each declared position's place and whether its column holds integers.
         columns = [column for column, _ in self.message_extra]
         self.message_slots: dict[str, tuple[list[Any], int, dict[str, tuple[int, bool]]]] = {}
+        self.message_fields: dict[str, tuple[Names, dict[str, tuple[int, pa.DataType]]]] = {}
         for name, roles in self.roles.items():
             places = {
                 position: (columns.index(position), self.message_extra[columns.index(position)][1] == INT64)
                 for position, _ in roles.positions
             }
             self.message_slots[name] = ([None] * len(columns), columns.index(roles.subject), places)
+            fields = {
+                field: (columns.index(field), self.message_extra[columns.index(field)][1])
+                for field in declared[name]
+            }
+            if fields:
+                self.message_fields[name] = (names_of(next(p for p in protocols if p.name == name)), fields)
         self.schemas = {
             "frames": pa.schema([*FRAME_COLUMNS, *self.frame_extra]),
             "messages": pa.schema([*MESSAGE_COLUMNS, *self.message_extra]),
@@ -212,6 +238,7 @@ class Tables:
             frame.command,
         )
         template, subject_at, positions = self.message_slots[frame.protocol]
+        names, fields = self.message_fields.get(frame.protocol, (None, None))
         incomplete = frame.incomplete
         count = 0
         for row in rows:
@@ -222,6 +249,8 @@ class Tables:
                 if slot is not None and value is not None:
                     at, ints = slot
                     extra[at] = (value if type(value) is int else None) if ints else _typed(value, STRING)
+            if fields and row.record is not None:
+                _message_values(extra, row.record, names, fields)  # type: ignore[arg-type]
             out.append((*head, row.where, row.size, row.text, incomplete if row.tag else None, *extra))
             count += 1
         return count
@@ -260,6 +289,55 @@ class Tables:
             notice.end,
             notice.length,
         )
+
+
+def message_columns(protocol: Protocol) -> dict[str, pa.DataType]:
+    """The fields declared inside a protocol's messages that get columns: scalars by their
+    kind, maps (application properties, annotations) as maps of text. The body (the
+    message's own bytes and lists) stays out: the row's text previews it."""
+    types = field_types(protocol)
+    out: dict[str, pa.DataType] = {}
+
+    def walk(specs: tuple[FieldSpec, ...], top: bool) -> None:
+        for spec in specs:
+            if spec.type == "map":
+                out.setdefault(spec.name, TEXT_MAP)
+            elif spec.fields:
+                walk(spec.fields, False)
+            elif spec.type != "array" and not (top and spec.type in ("bytes", "raw")):
+                kind = types[spec.name].kind
+                out.setdefault(spec.name, INT64 if kind == "int" else BOOL if kind == "bool" else STRING)
+
+    for spec in protocol.all_fields():
+        if spec.type == "amqp" and spec.fields:
+            walk(spec.fields, True)
+    return out
+
+
+def _message_values(
+    extra: list[Any], record: Any, names: Names, fields: dict[str, tuple[int, pa.DataType]]
+) -> None:
+    """Fill a message row's declared fields from its record: each field's first value."""
+    seen: set[str] = set()
+    for key, value in record.items():
+        for name, item in value_items(key, value, names):
+            slot = fields.get(name)
+            if slot is None or name in seen or item is None:
+                continue
+            seen.add(name)
+            at, kind = slot
+            if kind == TEXT_MAP:
+                extra[at] = (
+                    [(value_text(k), value_text(v)) for k, v in item.items()]
+                    if isinstance(item, dict)
+                    else None
+                )
+            elif kind == INT64:
+                extra[at] = item if isinstance(item, int) and not isinstance(item, bool) else None
+            elif kind == BOOL:
+                extra[at] = item if isinstance(item, bool) else None
+            else:
+                extra[at] = value_text(item)
 
 
 def batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:

@@ -95,7 +95,7 @@ def message_names(protocol: Protocol) -> frozenset[str]:
     """The names inside AMQP messages (and of the messages themselves), as filters use them."""
     names: set[str] = set()
     for spec in protocol.all_fields():
-        if spec.type == "amqp":
+        if spec.type == "amqp" and spec.fields:  # a message, not one of its values
             names.add(spec.name)
             names.update(_flat_names(spec.fields))
     return frozenset(names)
