@@ -6,6 +6,7 @@
 local SPEC = {
   name = "nats",
   title = "NATS",
+  short = "NATS",
   ports = { 4222 },
   roles = {},
   order = ">",
@@ -1349,6 +1350,281 @@ local SPEC = {
       },
     },
   },
+  experts = {
+    {
+      name = "malformed",
+      kind = "malformed",
+      severity = "error",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "malformed.warn",
+      kind = "malformed",
+      severity = "warn",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "malformed.note",
+      kind = "malformed",
+      severity = "note",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "undecoded",
+      kind = "undecoded",
+      severity = "note",
+      group = "undecoded",
+      title = "Not decoded by the plugin (no codec in Wireshark's Lua)",
+    },
+    {
+      name = "api_error",
+      kind = "api_error",
+      severity = "warn",
+      group = "response_code",
+      title = "Error answer in a message body",
+    },
+    {
+      name = "error_response",
+      kind = "error_response",
+      severity = "warn",
+      group = "response_code",
+      title = "Request failed",
+    },
+    {
+      name = "setup_refused",
+      kind = "setup_refused",
+      severity = "error",
+      group = "response_code",
+      title = "Connection setup refused",
+    },
+    {
+      name = "auth_failure",
+      kind = "auth_failure",
+      severity = "error",
+      group = "response_code",
+      title = "Authentication failed",
+    },
+    {
+      name = "routine_response",
+      kind = "routine_response",
+      severity = "note",
+      group = "response_code",
+      title = "Routine error answer",
+    },
+    {
+      name = "reply_status",
+      kind = "reply_status",
+      severity = "warn",
+      group = "response_code",
+      title = "Reply with an error status",
+    },
+    {
+      name = "refused_items",
+      kind = "refused_items",
+      severity = "warn",
+      group = "response_code",
+      title = "Published items refused",
+    },
+    {
+      name = "duplicate_correlation",
+      kind = "duplicate_correlation",
+      severity = "warn",
+      group = "sequence",
+      title = "Correlation id reused before its answer",
+    },
+    {
+      name = "mismatched_response",
+      kind = "mismatched_response",
+      severity = "warn",
+      group = "sequence",
+      title = "Response to a request of another command",
+    },
+    {
+      name = "orphan_response",
+      kind = "orphan_response",
+      severity = "warn",
+      group = "sequence",
+      title = "Response without a request",
+    },
+    {
+      name = "orphan_response.note",
+      kind = "orphan_response",
+      severity = "note",
+      group = "sequence",
+      title = "Response without a request",
+    },
+    {
+      name = "unanswered",
+      kind = "unanswered",
+      severity = "warn",
+      group = "sequence",
+      title = "Request never answered",
+    },
+    {
+      name = "unanswered.note",
+      kind = "unanswered",
+      severity = "note",
+      group = "sequence",
+      title = "Request never answered",
+    },
+    {
+      name = "no_reply",
+      kind = "no_reply",
+      severity = "note",
+      group = "sequence",
+      title = "Reply never came",
+    },
+    {
+      name = "unanswered_ping",
+      kind = "unanswered_ping",
+      severity = "warn",
+      group = "sequence",
+      title = "Keepalive never answered",
+    },
+    {
+      name = "unanswered_ping.note",
+      kind = "unanswered_ping",
+      severity = "note",
+      group = "sequence",
+      title = "Keepalive never answered",
+    },
+    {
+      name = "heartbeat",
+      kind = "heartbeat",
+      severity = "warn",
+      group = "sequence",
+      title = "Silence longer than the heartbeat interval",
+    },
+    {
+      name = "heartbeat.note",
+      kind = "heartbeat",
+      severity = "note",
+      group = "sequence",
+      title = "Silence longer than the heartbeat interval",
+    },
+    {
+      name = "heartbeat_stopped",
+      kind = "heartbeat_stopped",
+      severity = "warn",
+      group = "sequence",
+      title = "Heartbeats stopped",
+    },
+    {
+      name = "heartbeat_stopped.note",
+      kind = "heartbeat_stopped",
+      severity = "note",
+      group = "sequence",
+      title = "Heartbeats stopped",
+    },
+    {
+      name = "unknown_session",
+      kind = "unknown_session",
+      severity = "warn",
+      group = "sequence",
+      title = "Frame for a session never opened",
+    },
+    {
+      name = "ended_session",
+      kind = "ended_session",
+      severity = "note",
+      group = "sequence",
+      title = "Frame for a session already ended",
+    },
+    {
+      name = "unconfirmed",
+      kind = "unconfirmed",
+      severity = "warn",
+      group = "sequence",
+      title = "Published items never confirmed",
+    },
+    {
+      name = "unconfirmed.note",
+      kind = "unconfirmed",
+      severity = "note",
+      group = "sequence",
+      title = "Published items never confirmed",
+    },
+    {
+      name = "beyond_credit",
+      kind = "beyond_credit",
+      severity = "warn",
+      group = "sequence",
+      title = "Deliveries beyond the granted credit",
+    },
+    {
+      name = "beyond_credit.note",
+      kind = "beyond_credit",
+      severity = "note",
+      group = "sequence",
+      title = "Deliveries beyond the granted credit",
+    },
+    {
+      name = "credit_exhausted",
+      kind = "credit_exhausted",
+      severity = "warn",
+      group = "sequence",
+      title = "Deliveries stopped with credit exhausted",
+    },
+    {
+      name = "credit_exhausted.note",
+      kind = "credit_exhausted",
+      severity = "note",
+      group = "sequence",
+      title = "Deliveries stopped with credit exhausted",
+    },
+    {
+      name = "server_close",
+      kind = "server_close",
+      severity = "error",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "server_close.warn",
+      kind = "server_close",
+      severity = "warn",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "server_close.note",
+      kind = "server_close",
+      severity = "note",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "announcement",
+      kind = "announcement",
+      severity = "note",
+      group = "protocol",
+      title = "Server announcement",
+    },
+    {
+      name = "version",
+      kind = "version",
+      severity = "warn",
+      group = "protocol",
+      title = "Command version the peer does not support",
+    },
+    {
+      name = "frame_max",
+      kind = "frame_max",
+      severity = "error",
+      group = "protocol",
+      title = "Frame larger than the negotiated frame_max",
+    },
+    {
+      name = "over_limit",
+      kind = "over_limit",
+      severity = "error",
+      group = "protocol",
+      title = "Over a limit the server announced",
+    },
+  },
   carries = {
     data = {
       {
@@ -1432,15 +1708,16 @@ local SEVERITIES = {
   chat = expert.severity.CHAT, note = expert.severity.NOTE,
   warn = expert.severity.WARN, error = expert.severity.ERROR,
 }
+-- One entry per kind of finding and severity, as Wireshark's own dissectors register theirs:
+-- Expert Info groups notes under their kind's title. Kinds and titles come from the registry's
+-- findings table (core/findings.py); a kind's usual severity has the plain name.
 local all_experts = {}
-for group, gvalue in pairs(GROUPS) do
-  E[group] = {}
-  for severity, svalue in pairs(SEVERITIES) do
-    local e = ProtoExpert.new(SPEC.name .. ".expert." .. group .. "." .. severity,
-      SPEC.title .. " " .. group:gsub("_", " ") .. " " .. severity, gvalue, svalue)
-    E[group][severity] = e
-    all_experts[#all_experts + 1] = e
-  end
+for _, entry in ipairs(SPEC.experts) do
+  E[entry.kind] = E[entry.kind] or {}
+  local e = ProtoExpert.new(SPEC.name .. ".expert." .. entry.name, entry.title,
+    GROUPS[entry.group], SEVERITIES[entry.severity])
+  E[entry.kind][entry.severity] = e
+  all_experts[#all_experts + 1] = e
 end
 P.experts = all_experts
 
@@ -1644,8 +1921,9 @@ local function short_message(err)
     err.field, err.need, err.offset, math.max(err.have, 0))
 end
 
-local function note(ctx, severity, group, message)
-  ctx.notes[#ctx.notes + 1] = { severity = severity, group = group, message = message }
+-- kind: a kind of finding of SPEC.experts (the decoder's: malformed, undecoded, api_error).
+local function note(ctx, severity, kind, message)
+  ctx.notes[#ctx.notes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 -- JSON, read leniently as the servers' own clients do (object keys may be bare words or
@@ -3311,9 +3589,10 @@ local function links_of(f)
   return f.links
 end
 
-local function tnote(f, severity, group, message)
+-- kind: the conversation rule's kind of finding, as core/conversation.py files it.
+local function tnote(f, severity, kind, message)
   f.tnotes = f.tnotes or {}
-  f.tnotes[#f.tnotes + 1] = { severity = severity, group = group, message = message }
+  f.tnotes[#f.tnotes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 local function new_conn()
@@ -3366,7 +3645,7 @@ local function credit_refused(conn, f, code, what)
     links_of(grant).response_in = f.number
     where = " (packet " .. grant.number .. ")"
   end
-  tnote(f, "warn", "response_code",
+  tnote(f, "warn", "error_response",
     string.format("%s for subscription %s%s refused: %s", f.command, tostring(sid), where, what))
 end
 
@@ -3380,7 +3659,7 @@ local function status(conn, f, request)
     return
   end
   if ROUTINE[code] then
-    tnote(f, "note", "response_code", asked(request, f) .. " answered " .. what .. " (a routine answer)")
+    tnote(f, "note", "routine_response", asked(request, f) .. " answered " .. what .. " (a routine answer)")
     return
   end
   if f.command == CONV.authenticate then
@@ -3389,7 +3668,7 @@ local function status(conn, f, request)
       local user = conn.user and (", user " .. quoted(conn.user)) or ""
       how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
     end
-    tnote(f, "error", "response_code",
+    tnote(f, "error", "auth_failure",
       "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
     return
   end
@@ -3398,7 +3677,7 @@ local function status(conn, f, request)
   said = (type(said) == "string" and said:find("%S")) and (" " .. quoted(said:match("^%s*(.-)%s*$"))) or ""
   local hint = CONV.hints[f.command or ""] and CONV.hints[f.command][code]
   hint = hint and (": " .. hint) or ""
-  tnote(f, severity, "response_code",
+  tnote(f, severity, SETUP[f.command] and "setup_refused" or "error_response",
     asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
 end
 
@@ -3418,7 +3697,7 @@ local function correlate(conn, f)
   if f.kind == "request" then
     local earlier = conn.pending[key]
     if earlier then
-      tnote(f, "warn", "sequence", string.format(
+      tnote(f, "warn", "duplicate_correlation", string.format(
         "%s request reuses " .. CORR_NAME .. " %s while the %s request of packet %d is still unanswered",
         f.command, corr_text(corr), earlier.command, earlier.number))
     end
@@ -3429,7 +3708,7 @@ local function correlate(conn, f)
   if f.kind ~= "response" then return end
   local request = conn.pending[key]
   if request and request.command ~= f.command then
-    tnote(f, "warn", "sequence", string.format(
+    tnote(f, "warn", "mismatched_response", string.format(
       "%s response with " .. CORR_NAME .. " %s answers a %s request (packet %d)",
       f.command, corr_text(corr), request.command, request.number))
     request = nil
@@ -3492,14 +3771,14 @@ local function negotiation(conn, f)
           before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
           version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
-      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "protocol",
+      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
         "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
   end
   local theirs = conn.versions[side_key(not f.from_client)]
   local range = theirs and theirs[f.key]
   if range and (f.version < range[1] or f.version > range[2]) then
-    tnote(f, "warn", "protocol", string.format(
+    tnote(f, "warn", "version", string.format(
       "%s version %d is outside the versions the peer announced (%d..%d)", f.command, f.version, range[1], range[2]))
   end
 end
@@ -3551,10 +3830,10 @@ local function sessions(conn, f)
         elseif spec.unknown and conn.setup_seen then
           local name = f.command
           if conn.ended[key] then
-            tnote(f, "note", "sequence", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
+            tnote(f, "note", "ended_session", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
               name, role.name, spec.id, tostring(sid), conn.ended[key], server_of(conn), spec.close))
           else
-            tnote(f, "warn", "sequence", string.format("%s for %s %s %s, which no %s in the capture opened",
+            tnote(f, "warn", "unknown_session", string.format("%s for %s %s %s, which no %s in the capture opened",
               name, role.name, spec.id, tostring(sid), spec.open))
           end
         end
@@ -3608,7 +3887,7 @@ local function acks(conn, f)
     local gone = announced(conn, session and session.values)
     for _, code in ipairs(codes) do
       local count = counts[code]
-      tnote(f, "warn", "response_code", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
+      tnote(f, "warn", "refused_items", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
         count ~= 1 and "s" or "", where, named(FAIL_ENUMS[ack.name], code), gone))
     end
   end
@@ -3644,7 +3923,7 @@ local function announcement(conn, f)
   if not is_number(code) or type(subject) ~= "string" or OK[code] then return end
   local what = named(ANNOUNCE_ENUM, code)
   conn.announced[subject] = { f.number, what }
-  tnote(f, "note", "protocol", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
+  tnote(f, "note", "announcement", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
     quoted(subject), what))
 end
 
@@ -3677,7 +3956,7 @@ local function replies(conn, f)
       local status = spec.status and f.fields[spec.status]
       local meaning = is_number(status) and spec.statuses[status]
       if meaning then
-        tnote(f, "warn", "response_code", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+        tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
           server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
       end
       request.pending = nil
@@ -3719,7 +3998,7 @@ local function limits(conn, f)
     end
     local found, value = conn.limits[i], f.fields[bounds]
     if found and is_number(value) and value > found[1] then
-      tnote(f, "error", "protocol", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
+      tnote(f, "error", "over_limit", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
         f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
         found[3], found[1], server_of(conn), found[2]))
     end
@@ -3728,7 +4007,7 @@ end
 
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
-    tnote(f, "error", "protocol", string.format(
+    tnote(f, "error", "frame_max", string.format(
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end
@@ -3899,7 +4178,7 @@ local function nats_api_error(raw, out, item, range, ctx)
   end
   local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
   local said = type(description) == "string" and (": " .. description) or ""
-  note(ctx, "warn", "response_code", string.format("JetStream API error %d%s%s", code, which, said))
+  note(ctx, "warn", "api_error", string.format("JetStream API error %d%s%s", code, which, said))
 end
 
 local function nats_printable(text)
@@ -4031,7 +4310,9 @@ end
 local function show_notes(tree, notes)
   if tree == nil or notes == nil then return end
   for _, n in ipairs(notes) do
-    tree:add_proto_expert_info(E[n.group][n.severity], n.message)
+    local entry = E[n.kind] and E[n.kind][n.severity]
+    if entry == nil then error("no expert entry for a " .. tostring(n.kind) .. " " .. n.severity .. " note") end
+    tree:add_proto_expert_info(entry, n.message)
   end
 end
 
@@ -4097,14 +4378,8 @@ local function dissect_pdu(tvb, pinfo, root)
     show_notes(tree, frame.notes)
     if f then show_notes(tree, f.tnotes) end
   end
-  pinfo.cols.protocol = SPEC.title
-  local worst = nil
-  for _, list in ipairs({ frame.notes, f and f.tnotes or {} }) do
-    for _, n in ipairs(list) do
-      if n.severity == "error" or (n.severity == "warn" and worst == nil) then worst = n end
-    end
-  end
-  if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
+  -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
+  pinfo.cols.protocol = SPEC.short
   if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
     pinfo.cols.info:append("; " .. text)
   else

@@ -6,6 +6,7 @@
 local SPEC = {
   name = "rabbitmq_stream",
   title = "RabbitMQ Streams",
+  short = "RMQS",
   ports = { 5552 },
   roles = {},
   order = ">",
@@ -258,7 +259,7 @@ local SPEC = {
         size = 3,
       },
       {
-        name = "data",
+        name = "chunk_data",
         type = "raw",
         hook = "osiris_chunk",
         size = "data_length",
@@ -373,6 +374,7 @@ local SPEC = {
       {
         name = "message",
         type = "amqp",
+        struct = "amqp_message",
       },
       {
         name = "bytes",
@@ -391,6 +393,210 @@ local SPEC = {
         },
         prefix = "int32",
         prefix_width = 4,
+        prefix_signed = true,
+      },
+    },
+    amqp_message = {
+      {
+        name = "header",
+        type = "struct",
+        struct = "amqp_header",
+      },
+      {
+        name = "delivery_annotations",
+        type = "map",
+        key = {
+          name = "key",
+          type = "amqp",
+        },
+        value = {
+          name = "value",
+          type = "amqp",
+        },
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "message_annotations",
+        type = "map",
+        key = {
+          name = "key",
+          type = "amqp",
+        },
+        value = {
+          name = "value",
+          type = "amqp",
+        },
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "message_properties",
+        type = "struct",
+        struct = "amqp_properties",
+        entry = "properties",
+      },
+      {
+        name = "application_properties",
+        type = "map",
+        key = {
+          name = "key",
+          type = "amqp",
+        },
+        value = {
+          name = "value",
+          type = "amqp",
+        },
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "data",
+        type = "bytes",
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "amqp_sequence",
+        type = "array",
+        of = {
+          name = "amqp_sequence",
+          type = "amqp",
+        },
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "amqp_value",
+        type = "amqp",
+      },
+      {
+        name = "footer",
+        type = "map",
+        key = {
+          name = "key",
+          type = "amqp",
+        },
+        value = {
+          name = "value",
+          type = "amqp",
+        },
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+    },
+    amqp_header = {
+      {
+        name = "durable",
+        type = "bool",
+      },
+      {
+        name = "priority",
+        type = "uint8",
+        width = 1,
+      },
+      {
+        name = "ttl",
+        type = "uint32",
+        width = 4,
+      },
+      {
+        name = "first_acquirer",
+        type = "bool",
+      },
+      {
+        name = "delivery_count",
+        type = "uint32",
+        width = 4,
+      },
+    },
+    amqp_properties = {
+      {
+        name = "message_id",
+        type = "amqp",
+      },
+      {
+        name = "user_id",
+        type = "bytes",
+        prefix = "int32",
+        prefix_width = 4,
+        prefix_signed = true,
+      },
+      {
+        name = "to",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "subject",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "reply_to",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "message_correlation_id",
+        type = "amqp",
+        entry = "correlation_id",
+      },
+      {
+        name = "content_type",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "content_encoding",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "absolute_expiry_time",
+        type = "int64",
+        display = "time_ms",
+        width = 8,
+      },
+      {
+        name = "creation_time",
+        type = "int64",
+        display = "time_ms",
+        width = 8,
+      },
+      {
+        name = "group_id",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "group_sequence",
+        type = "uint32",
+        width = 4,
+      },
+      {
+        name = "reply_to_group_id",
+        type = "string",
+        prefix = "int16",
+        prefix_width = 2,
         prefix_signed = true,
       },
     },
@@ -2039,10 +2245,44 @@ local SPEC = {
   hook_info = {},
   names = {
     {
+      name = "absolute_expiry_time",
+      ftype = "int64",
+      title = "Absolute Expiry Time",
+      display = "time_ms",
+    },
+    {
       name = "active",
       ftype = "uint8",
       title = "Active",
       enum = "boolean",
+    },
+    {
+      name = "amqp_sequence",
+      ftype = "string",
+      title = "Amqp Sequence",
+      doc = "A body of AMQP lists",
+    },
+    {
+      name = "amqp_value",
+      ftype = "string",
+      title = "Amqp Value",
+      doc = "A body that is one AMQP value",
+    },
+    {
+      name = "application_properties",
+      ftype = "none",
+      title = "Application Properties",
+      doc = "The application's own headers",
+    },
+    {
+      name = "application_properties.key",
+      ftype = "string",
+      title = "Application Properties Key",
+    },
+    {
+      name = "application_properties.value",
+      ftype = "string",
+      title = "Application Properties Value",
     },
     {
       name = "arguments",
@@ -2090,6 +2330,12 @@ local SPEC = {
       name = "chunk",
       ftype = "none",
       title = "Chunk",
+    },
+    {
+      name = "chunk_data",
+      ftype = "bytes",
+      title = "Chunk Data",
+      doc = "Entries (simple and sub-batch); replaced by entries and records when expanded",
     },
     {
       name = "chunk_id",
@@ -2171,6 +2417,18 @@ local SPEC = {
       title = "Connection Properties Value",
     },
     {
+      name = "content_encoding",
+      ftype = "string",
+      title = "Content Encoding",
+      doc = "An AMQP symbol",
+    },
+    {
+      name = "content_type",
+      ftype = "string",
+      title = "Content Type",
+      doc = "A MIME type (an AMQP symbol)",
+    },
+    {
       name = "correlation_id",
       ftype = "uint32",
       title = "Correlation ID",
@@ -2189,6 +2447,12 @@ local SPEC = {
       doc = "Whether the data's CRC-32 matches the header",
     },
     {
+      name = "creation_time",
+      ftype = "int64",
+      title = "Creation Time",
+      display = "time_ms",
+    },
+    {
       name = "credit",
       ftype = "uint16",
       title = "Credit",
@@ -2203,12 +2467,38 @@ local SPEC = {
       name = "data",
       ftype = "bytes",
       title = "Data",
-      doc = "Entries (simple and sub-batch); replaced by entries and records when expanded",
+      doc = "A body part; a message may hold several",
     },
     {
       name = "data_length",
       ftype = "uint32",
       title = "Data Length",
+    },
+    {
+      name = "delivery_annotations",
+      ftype = "none",
+      title = "Delivery Annotations",
+      doc = "For the next hop only",
+    },
+    {
+      name = "delivery_annotations.key",
+      ftype = "string",
+      title = "Delivery Annotations Key",
+    },
+    {
+      name = "delivery_annotations.value",
+      ftype = "string",
+      title = "Delivery Annotations Value",
+    },
+    {
+      name = "delivery_count",
+      ftype = "uint32",
+      title = "Delivery Count",
+    },
+    {
+      name = "durable",
+      ftype = "bool",
+      title = "Durable",
     },
     {
       name = "entries",
@@ -2250,6 +2540,27 @@ local SPEC = {
       doc = "Value the broker's stream filter matches on",
     },
     {
+      name = "first_acquirer",
+      ftype = "bool",
+      title = "First Acquirer",
+    },
+    {
+      name = "footer",
+      ftype = "none",
+      title = "Footer",
+      doc = "Checksums and signatures after the body",
+    },
+    {
+      name = "footer.key",
+      ftype = "string",
+      title = "Footer Key",
+    },
+    {
+      name = "footer.value",
+      ftype = "string",
+      title = "Footer Value",
+    },
+    {
       name = "frame_max",
       ftype = "uint32",
       title = "Frame Max",
@@ -2260,6 +2571,21 @@ local SPEC = {
       ftype = "string",
       title = "Framing",
       doc = "Which framing of the codec matched, e.g. snappy framed; sub-batches only",
+    },
+    {
+      name = "group_id",
+      ftype = "string",
+      title = "Group ID",
+    },
+    {
+      name = "group_sequence",
+      ftype = "uint32",
+      title = "Group Sequence",
+    },
+    {
+      name = "header",
+      ftype = "none",
+      title = "Header",
     },
     {
       name = "heartbeat",
@@ -2339,6 +2665,39 @@ local SPEC = {
       doc = "The AMQP 1.0 bare message, section by section",
     },
     {
+      name = "message_annotations",
+      ftype = "none",
+      title = "Message Annotations",
+      doc = "Set by brokers (x-stream-offset, x-routing-key...)",
+    },
+    {
+      name = "message_annotations.key",
+      ftype = "string",
+      title = "Message Annotations Key",
+    },
+    {
+      name = "message_annotations.value",
+      ftype = "string",
+      title = "Message Annotations Value",
+    },
+    {
+      name = "message_correlation_id",
+      ftype = "string",
+      title = "Message Correlation ID",
+      doc = "A ulong, uuid, binary or string",
+    },
+    {
+      name = "message_id",
+      ftype = "string",
+      title = "Message ID",
+      doc = "A ulong, uuid, binary or string",
+    },
+    {
+      name = "message_properties",
+      ftype = "none",
+      title = "Message Properties",
+    },
+    {
       name = "messages",
       ftype = "none",
       title = "Messages",
@@ -2392,6 +2751,11 @@ local SPEC = {
       name = "port",
       ftype = "uint32",
       title = "Port",
+    },
+    {
+      name = "priority",
+      ftype = "uint8",
+      title = "Priority",
     },
     {
       name = "properties",
@@ -2458,6 +2822,16 @@ local SPEC = {
       name = "replicas_references",
       ftype = "uint16",
       title = "Replicas References",
+    },
+    {
+      name = "reply_to",
+      ftype = "string",
+      title = "Reply To",
+    },
+    {
+      name = "reply_to_group_id",
+      ftype = "string",
+      title = "Reply To Group ID",
     },
     {
       name = "request_in",
@@ -2549,6 +2923,11 @@ local SPEC = {
       title = "Streams",
     },
     {
+      name = "subject",
+      ftype = "string",
+      title = "Subject",
+    },
+    {
       name = "subscription_id",
       ftype = "uint8",
       title = "Subscription ID",
@@ -2563,6 +2942,11 @@ local SPEC = {
       ftype = "int64",
       title = "Timestamp",
       display = "time_ms",
+    },
+    {
+      name = "to",
+      ftype = "string",
+      title = "To",
     },
     {
       name = "tracking",
@@ -2600,10 +2984,21 @@ local SPEC = {
       doc = "Bytes after the last field of the layout",
     },
     {
+      name = "ttl",
+      ftype = "uint32",
+      title = "Ttl",
+      doc = "Time to live in milliseconds",
+    },
+    {
       name = "uncompressed_length",
       ftype = "uint32",
       title = "Uncompressed Length",
       doc = "Sub-batches only",
+    },
+    {
+      name = "user_id",
+      ftype = "bytes",
+      title = "User ID",
     },
     {
       name = "value",
@@ -2726,6 +3121,281 @@ local SPEC = {
       refusal = "Credit",
     },
   },
+  experts = {
+    {
+      name = "malformed",
+      kind = "malformed",
+      severity = "error",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "malformed.warn",
+      kind = "malformed",
+      severity = "warn",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "malformed.note",
+      kind = "malformed",
+      severity = "note",
+      group = "malformed",
+      title = "Malformed or unexpected bytes",
+    },
+    {
+      name = "undecoded",
+      kind = "undecoded",
+      severity = "note",
+      group = "undecoded",
+      title = "Not decoded by the plugin (no codec in Wireshark's Lua)",
+    },
+    {
+      name = "api_error",
+      kind = "api_error",
+      severity = "warn",
+      group = "response_code",
+      title = "Error answer in a message body",
+    },
+    {
+      name = "error_response",
+      kind = "error_response",
+      severity = "warn",
+      group = "response_code",
+      title = "Request failed",
+    },
+    {
+      name = "setup_refused",
+      kind = "setup_refused",
+      severity = "error",
+      group = "response_code",
+      title = "Connection setup refused",
+    },
+    {
+      name = "auth_failure",
+      kind = "auth_failure",
+      severity = "error",
+      group = "response_code",
+      title = "Authentication failed",
+    },
+    {
+      name = "routine_response",
+      kind = "routine_response",
+      severity = "note",
+      group = "response_code",
+      title = "Routine error answer",
+    },
+    {
+      name = "reply_status",
+      kind = "reply_status",
+      severity = "warn",
+      group = "response_code",
+      title = "Reply with an error status",
+    },
+    {
+      name = "refused_items",
+      kind = "refused_items",
+      severity = "warn",
+      group = "response_code",
+      title = "Published items refused",
+    },
+    {
+      name = "duplicate_correlation",
+      kind = "duplicate_correlation",
+      severity = "warn",
+      group = "sequence",
+      title = "Correlation id reused before its answer",
+    },
+    {
+      name = "mismatched_response",
+      kind = "mismatched_response",
+      severity = "warn",
+      group = "sequence",
+      title = "Response to a request of another command",
+    },
+    {
+      name = "orphan_response",
+      kind = "orphan_response",
+      severity = "warn",
+      group = "sequence",
+      title = "Response without a request",
+    },
+    {
+      name = "orphan_response.note",
+      kind = "orphan_response",
+      severity = "note",
+      group = "sequence",
+      title = "Response without a request",
+    },
+    {
+      name = "unanswered",
+      kind = "unanswered",
+      severity = "warn",
+      group = "sequence",
+      title = "Request never answered",
+    },
+    {
+      name = "unanswered.note",
+      kind = "unanswered",
+      severity = "note",
+      group = "sequence",
+      title = "Request never answered",
+    },
+    {
+      name = "no_reply",
+      kind = "no_reply",
+      severity = "note",
+      group = "sequence",
+      title = "Reply never came",
+    },
+    {
+      name = "unanswered_ping",
+      kind = "unanswered_ping",
+      severity = "warn",
+      group = "sequence",
+      title = "Keepalive never answered",
+    },
+    {
+      name = "unanswered_ping.note",
+      kind = "unanswered_ping",
+      severity = "note",
+      group = "sequence",
+      title = "Keepalive never answered",
+    },
+    {
+      name = "heartbeat",
+      kind = "heartbeat",
+      severity = "warn",
+      group = "sequence",
+      title = "Silence longer than the heartbeat interval",
+    },
+    {
+      name = "heartbeat.note",
+      kind = "heartbeat",
+      severity = "note",
+      group = "sequence",
+      title = "Silence longer than the heartbeat interval",
+    },
+    {
+      name = "heartbeat_stopped",
+      kind = "heartbeat_stopped",
+      severity = "warn",
+      group = "sequence",
+      title = "Heartbeats stopped",
+    },
+    {
+      name = "heartbeat_stopped.note",
+      kind = "heartbeat_stopped",
+      severity = "note",
+      group = "sequence",
+      title = "Heartbeats stopped",
+    },
+    {
+      name = "unknown_session",
+      kind = "unknown_session",
+      severity = "warn",
+      group = "sequence",
+      title = "Frame for a session never opened",
+    },
+    {
+      name = "ended_session",
+      kind = "ended_session",
+      severity = "note",
+      group = "sequence",
+      title = "Frame for a session already ended",
+    },
+    {
+      name = "unconfirmed",
+      kind = "unconfirmed",
+      severity = "warn",
+      group = "sequence",
+      title = "Published items never confirmed",
+    },
+    {
+      name = "unconfirmed.note",
+      kind = "unconfirmed",
+      severity = "note",
+      group = "sequence",
+      title = "Published items never confirmed",
+    },
+    {
+      name = "beyond_credit",
+      kind = "beyond_credit",
+      severity = "warn",
+      group = "sequence",
+      title = "Deliveries beyond the granted credit",
+    },
+    {
+      name = "beyond_credit.note",
+      kind = "beyond_credit",
+      severity = "note",
+      group = "sequence",
+      title = "Deliveries beyond the granted credit",
+    },
+    {
+      name = "credit_exhausted",
+      kind = "credit_exhausted",
+      severity = "warn",
+      group = "sequence",
+      title = "Deliveries stopped with credit exhausted",
+    },
+    {
+      name = "credit_exhausted.note",
+      kind = "credit_exhausted",
+      severity = "note",
+      group = "sequence",
+      title = "Deliveries stopped with credit exhausted",
+    },
+    {
+      name = "server_close",
+      kind = "server_close",
+      severity = "error",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "server_close.warn",
+      kind = "server_close",
+      severity = "warn",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "server_close.note",
+      kind = "server_close",
+      severity = "note",
+      group = "protocol",
+      title = "Server closed the connection",
+    },
+    {
+      name = "announcement",
+      kind = "announcement",
+      severity = "note",
+      group = "protocol",
+      title = "Server announcement",
+    },
+    {
+      name = "version",
+      kind = "version",
+      severity = "warn",
+      group = "protocol",
+      title = "Command version the peer does not support",
+    },
+    {
+      name = "frame_max",
+      kind = "frame_max",
+      severity = "error",
+      group = "protocol",
+      title = "Frame larger than the negotiated frame_max",
+    },
+    {
+      name = "over_limit",
+      kind = "over_limit",
+      severity = "error",
+      group = "protocol",
+      title = "Over a limit the server announced",
+    },
+  },
   carries = {},
 }
 
@@ -2800,15 +3470,16 @@ local SEVERITIES = {
   chat = expert.severity.CHAT, note = expert.severity.NOTE,
   warn = expert.severity.WARN, error = expert.severity.ERROR,
 }
+-- One entry per kind of finding and severity, as Wireshark's own dissectors register theirs:
+-- Expert Info groups notes under their kind's title. Kinds and titles come from the registry's
+-- findings table (core/findings.py); a kind's usual severity has the plain name.
 local all_experts = {}
-for group, gvalue in pairs(GROUPS) do
-  E[group] = {}
-  for severity, svalue in pairs(SEVERITIES) do
-    local e = ProtoExpert.new(SPEC.name .. ".expert." .. group .. "." .. severity,
-      SPEC.title .. " " .. group:gsub("_", " ") .. " " .. severity, gvalue, svalue)
-    E[group][severity] = e
-    all_experts[#all_experts + 1] = e
-  end
+for _, entry in ipairs(SPEC.experts) do
+  E[entry.kind] = E[entry.kind] or {}
+  local e = ProtoExpert.new(SPEC.name .. ".expert." .. entry.name, entry.title,
+    GROUPS[entry.group], SEVERITIES[entry.severity])
+  E[entry.kind][entry.severity] = e
+  all_experts[#all_experts + 1] = e
 end
 P.experts = all_experts
 
@@ -3012,8 +3683,9 @@ local function short_message(err)
     err.field, err.need, err.offset, math.max(err.have, 0))
 end
 
-local function note(ctx, severity, group, message)
-  ctx.notes[#ctx.notes + 1] = { severity = severity, group = group, message = message }
+-- kind: a kind of finding of SPEC.experts (the decoder's: malformed, undecoded, api_error).
+local function note(ctx, severity, kind, message)
+  ctx.notes[#ctx.notes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 -- JSON, read leniently as the servers' own clients do (object keys may be bare words or
@@ -4679,9 +5351,10 @@ local function links_of(f)
   return f.links
 end
 
-local function tnote(f, severity, group, message)
+-- kind: the conversation rule's kind of finding, as core/conversation.py files it.
+local function tnote(f, severity, kind, message)
   f.tnotes = f.tnotes or {}
-  f.tnotes[#f.tnotes + 1] = { severity = severity, group = group, message = message }
+  f.tnotes[#f.tnotes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 local function new_conn()
@@ -4734,7 +5407,7 @@ local function credit_refused(conn, f, code, what)
     links_of(grant).response_in = f.number
     where = " (packet " .. grant.number .. ")"
   end
-  tnote(f, "warn", "response_code",
+  tnote(f, "warn", "error_response",
     string.format("%s for subscription %s%s refused: %s", f.command, tostring(sid), where, what))
 end
 
@@ -4748,7 +5421,7 @@ local function status(conn, f, request)
     return
   end
   if ROUTINE[code] then
-    tnote(f, "note", "response_code", asked(request, f) .. " answered " .. what .. " (a routine answer)")
+    tnote(f, "note", "routine_response", asked(request, f) .. " answered " .. what .. " (a routine answer)")
     return
   end
   if f.command == CONV.authenticate then
@@ -4757,7 +5430,7 @@ local function status(conn, f, request)
       local user = conn.user and (", user " .. quoted(conn.user)) or ""
       how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
     end
-    tnote(f, "error", "response_code",
+    tnote(f, "error", "auth_failure",
       "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
     return
   end
@@ -4766,7 +5439,7 @@ local function status(conn, f, request)
   said = (type(said) == "string" and said:find("%S")) and (" " .. quoted(said:match("^%s*(.-)%s*$"))) or ""
   local hint = CONV.hints[f.command or ""] and CONV.hints[f.command][code]
   hint = hint and (": " .. hint) or ""
-  tnote(f, severity, "response_code",
+  tnote(f, severity, SETUP[f.command] and "setup_refused" or "error_response",
     asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
 end
 
@@ -4786,7 +5459,7 @@ local function correlate(conn, f)
   if f.kind == "request" then
     local earlier = conn.pending[key]
     if earlier then
-      tnote(f, "warn", "sequence", string.format(
+      tnote(f, "warn", "duplicate_correlation", string.format(
         "%s request reuses " .. CORR_NAME .. " %s while the %s request of packet %d is still unanswered",
         f.command, corr_text(corr), earlier.command, earlier.number))
     end
@@ -4797,7 +5470,7 @@ local function correlate(conn, f)
   if f.kind ~= "response" then return end
   local request = conn.pending[key]
   if request and request.command ~= f.command then
-    tnote(f, "warn", "sequence", string.format(
+    tnote(f, "warn", "mismatched_response", string.format(
       "%s response with " .. CORR_NAME .. " %s answers a %s request (packet %d)",
       f.command, corr_text(corr), request.command, request.number))
     request = nil
@@ -4860,14 +5533,14 @@ local function negotiation(conn, f)
           before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
           version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
-      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "protocol",
+      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
         "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
   end
   local theirs = conn.versions[side_key(not f.from_client)]
   local range = theirs and theirs[f.key]
   if range and (f.version < range[1] or f.version > range[2]) then
-    tnote(f, "warn", "protocol", string.format(
+    tnote(f, "warn", "version", string.format(
       "%s version %d is outside the versions the peer announced (%d..%d)", f.command, f.version, range[1], range[2]))
   end
 end
@@ -4919,10 +5592,10 @@ local function sessions(conn, f)
         elseif spec.unknown and conn.setup_seen then
           local name = f.command
           if conn.ended[key] then
-            tnote(f, "note", "sequence", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
+            tnote(f, "note", "ended_session", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
               name, role.name, spec.id, tostring(sid), conn.ended[key], server_of(conn), spec.close))
           else
-            tnote(f, "warn", "sequence", string.format("%s for %s %s %s, which no %s in the capture opened",
+            tnote(f, "warn", "unknown_session", string.format("%s for %s %s %s, which no %s in the capture opened",
               name, role.name, spec.id, tostring(sid), spec.open))
           end
         end
@@ -4976,7 +5649,7 @@ local function acks(conn, f)
     local gone = announced(conn, session and session.values)
     for _, code in ipairs(codes) do
       local count = counts[code]
-      tnote(f, "warn", "response_code", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
+      tnote(f, "warn", "refused_items", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
         count ~= 1 and "s" or "", where, named(FAIL_ENUMS[ack.name], code), gone))
     end
   end
@@ -5012,7 +5685,7 @@ local function announcement(conn, f)
   if not is_number(code) or type(subject) ~= "string" or OK[code] then return end
   local what = named(ANNOUNCE_ENUM, code)
   conn.announced[subject] = { f.number, what }
-  tnote(f, "note", "protocol", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
+  tnote(f, "note", "announcement", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
     quoted(subject), what))
 end
 
@@ -5045,7 +5718,7 @@ local function replies(conn, f)
       local status = spec.status and f.fields[spec.status]
       local meaning = is_number(status) and spec.statuses[status]
       if meaning then
-        tnote(f, "warn", "response_code", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+        tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
           server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
       end
       request.pending = nil
@@ -5087,7 +5760,7 @@ local function limits(conn, f)
     end
     local found, value = conn.limits[i], f.fields[bounds]
     if found and is_number(value) and value > found[1] then
-      tnote(f, "error", "protocol", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
+      tnote(f, "error", "over_limit", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
         f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
         found[3], found[1], server_of(conn), found[2]))
     end
@@ -5096,7 +5769,7 @@ end
 
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
-    tnote(f, "error", "protocol", string.format(
+    tnote(f, "error", "frame_max", string.format(
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end
@@ -5315,6 +5988,201 @@ local function amqp_sections(tvb, pos, len)
   error(err, 0)
 end
 
+-- Values, for the detail tree only (never on a pass without a tree): what a section holds,
+-- under the field names the registry declares for the message (the spec's amqp `of:`).
+-- A value is {t = kind, v = value, pos = start of its body, len = body length}; kinds:
+-- null, bool, int, float, text, bytes (hex text), list, map, described. One table holds it
+-- all: a Lua chunk has at most 200 locals, and the plugin is one chunk.
+local AMQPV = {}
+
+AMQPV.INTS = {
+  [0x50] = { 1, false }, [0x60] = { 2, false }, [0x70] = { 4, false }, [0x52] = { 1, false },
+  [0x53] = { 1, false }, [0x51] = { 1, true }, [0x61] = { 2, true }, [0x71] = { 4, true },
+  [0x54] = { 1, true }, [0x55] = { 1, true },
+}
+AMQPV.ZERO = { [0x43] = true, [0x44] = true }
+AMQPV.HEX = { [0x74] = 4, [0x84] = 8, [0x94] = 16 }
+
+function AMQPV.hex(tvb, pos, len)
+  if len == 0 then return "" end
+  return tvb(pos, len):bytes():tohex():lower()
+end
+
+function AMQPV.utf8(code)
+  if code < 0x80 then return string.char(code) end
+  if code < 0x800 then return string.char(0xc0 + math.floor(code / 0x40), 0x80 + code % 0x40) end
+  if code < 0x10000 then
+    return string.char(0xe0 + math.floor(code / 0x1000), 0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+  end
+  return string.char(0xf0 + math.floor(code / 0x40000), 0x80 + math.floor(code / 0x1000) % 0x40,
+    0x80 + math.floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+end
+
+-- The body of constructor c at pos (after the constructor byte): the value and the position after it.
+function AMQPV.body(tvb, c, pos, stop, depth)
+  local fixed = AMQP_FIXED[c]
+  if fixed ~= nil and stop - pos < fixed then amqp_fail(pos, "a value is cut") end
+  if c == 0x40 then return { t = "null" }, pos end
+  if c == 0x41 or c == 0x42 then return { t = "bool", v = c == 0x41 }, pos end
+  if c == 0x56 then return { t = "bool", v = uint_of(tvb(pos, 1)) == 1 }, pos + 1 end
+  if AMQPV.ZERO[c] then return { t = "int", v = 0 }, pos end
+  local int_of = AMQPV.INTS[c]
+  if int_of then
+    local range = tvb(pos, int_of[1])
+    return { t = "int", v = int(int_of[2] and range:int() or range:uint()), pos = pos, len = int_of[1] }, pos + int_of[1]
+  end
+  if c == 0x80 then return { t = "int", v = tvb(pos, 8):uint64(), pos = pos, len = 8 }, pos + 8 end
+  if c == 0x81 or c == 0x83 then return { t = "int", v = tvb(pos, 8):int64(), pos = pos, len = 8 }, pos + 8 end
+  if c == 0x72 then return { t = "float", v = tvb(pos, 4):float(), pos = pos, len = 4 }, pos + 4 end
+  if c == 0x82 then return { t = "float", v = tvb(pos, 8):float(), pos = pos, len = 8 }, pos + 8 end
+  if AMQPV.HEX[c] then
+    return { t = "text", v = AMQPV.hex(tvb, pos, AMQPV.HEX[c]), pos = pos, len = AMQPV.HEX[c] }, pos + AMQPV.HEX[c]
+  end
+  if c == 0x73 then return { t = "text", v = AMQPV.utf8(int(tvb(pos, 4):uint())), pos = pos, len = 4 }, pos + 4 end
+  if c == 0x98 then
+    local h = AMQPV.hex(tvb, pos, 16)
+    local text = h:sub(1, 8) .. "-" .. h:sub(9, 12) .. "-" .. h:sub(13, 16) .. "-" .. h:sub(17, 20) .. "-" .. h:sub(21)
+    return { t = "text", v = text, pos = pos, len = 16 }, pos + 16
+  end
+  if c == 0x45 then return { t = "list", v = {} }, pos end
+  local width = AMQP_SIZED[c]
+  if width == nil then amqp_fail(pos, string.format("unknown constructor 0x%02x", c)) end
+  if stop - pos < width then amqp_fail(pos, "a size is cut") end
+  local size = uint_of(tvb(pos, width))
+  local start, finish = pos + width, pos + width + size
+  if finish > stop then amqp_fail(pos, "a value is cut") end
+  if c == 0xa0 or c == 0xb0 then return { t = "bytes", v = AMQPV.hex(tvb, start, size), pos = start, len = size }, finish end
+  if c == 0xa1 or c == 0xb1 or c == 0xa3 or c == 0xb3 then
+    return { t = "text", v = tvb:raw(start, size), pos = start, len = size }, finish
+  end
+  if size < width then amqp_fail(pos, "a compound's count is cut") end
+  local count = uint_of(tvb(start, width))
+  local items, at = {}, start + width
+  if c == 0xe0 or c == 0xf0 then
+    -- One constructor for every element, possibly described.
+    local element, descriptor = uint_of(tvb(at, 1)), nil
+    at = at + 1
+    if element == 0x00 then
+      descriptor, at = AMQPV.value(tvb, at, finish, depth + 1)
+      element = uint_of(tvb(at, 1))
+      at = at + 1
+    end
+    for i = 1, count do
+      items[i], at = AMQPV.body(tvb, element, at, finish, depth + 1)
+      if descriptor then items[i] = { t = "described", d = descriptor, v = items[i] } end
+    end
+    return { t = "list", v = items, pos = start, len = size }, finish
+  end
+  for i = 1, count do items[i], at = AMQPV.value(tvb, at, finish, depth + 1) end
+  if at ~= finish then amqp_fail(pos, "a compound's elements do not fill it") end
+  if c == 0xc1 or c == 0xd1 then
+    local pairs_ = {}
+    for i = 1, count - 1, 2 do pairs_[#pairs_ + 1] = { items[i], items[i + 1] } end
+    return { t = "map", v = pairs_, pos = start, len = size }, finish
+  end
+  return { t = "list", v = items, pos = start, len = size }, finish
+end
+
+AMQPV.value = function(tvb, pos, stop, depth)
+  if depth > 64 then amqp_fail(pos, "values nest too deep") end
+  if pos >= stop then amqp_fail(pos, "the message ends inside a value") end
+  local c = uint_of(tvb(pos, 1))
+  if c == 0x00 then
+    local descriptor, after = AMQPV.value(tvb, pos + 1, stop, depth + 1)
+    local value, finish = AMQPV.value(tvb, after, stop, depth + 1)
+    return { t = "described", d = descriptor, v = value, pos = pos, len = finish - pos }, finish
+  end
+  local value, finish = AMQPV.body(tvb, c, pos + 1, stop, depth)
+  if value.pos == nil then value.pos, value.len = pos, finish - pos end
+  return value, finish
+end
+
+-- The shortest text that reads back as the same double, as Python prints floats.
+function AMQPV.float(x)
+  if x ~= x then return "NaN" end
+  if x == math.huge then return "Infinity" end
+  if x == -math.huge then return "-Infinity" end
+  for digits = 1, 17 do
+    local text = string.format("%." .. digits .. "g", x)
+    if tonumber(text) == x then return text end
+  end
+  return string.format("%.17g", x)
+end
+
+-- A value as text, as the JSON output writes it; compounds are named by kind and size.
+function AMQPV.text(value)
+  local t = value.t
+  if t == "null" then return "null" end
+  if t == "bool" then return value.v and "true" or "false" end
+  if t == "int" then return tostring(value.v) end
+  if t == "float" then return AMQPV.float(value.v) end
+  if t == "text" or t == "bytes" then return value.v end
+  if t == "described" then return "described " .. AMQPV.text(value.d) .. ": " .. AMQPV.text(value.v) end
+  return t .. " of " .. #value.v
+end
+
+-- One item of a declared field holding value.
+function AMQPV.item(tree, tvb, spec, value)
+  local range = tvb(value.pos, value.len)
+  local field = F[spec.name]
+  local t = spec.type
+  if value.t == "bytes" and (t == "bytes") then return tree:add(field, range) end
+  if value.t == "int" and spec.width then
+    if spec.type == "int64" then return tree:add(field, range, Int64.new(tostring(value.v))) end
+    if spec.type == "uint64" then return tree:add(field, range, UInt64.new(tostring(value.v))) end
+    return tree:add(field, range, tonumber(tostring(value.v)))
+  end
+  if value.t == "bool" and t == "bool" then return tree:add(field, range, value.v) end
+  if value.t == "text" and t == "string" then return tree:add(field, range, value.v) end
+  if t == "amqp" then return tree:add(field, range, AMQPV.text(value)) end
+  -- The wire's type is not the spec's: the value as text, under no field.
+  return tree:add(range, (NAME_TITLE[spec.name] or spec.name) .. ": " .. AMQPV.text(value))
+end
+
+function AMQPV.map(tree, tvb, spec, value)
+  local holder = tree:add(F[spec.name], tvb(value.pos, value.len))
+  holder:set_text(struct_title(spec.name) .. ": " .. #value.v .. " entries")
+  for _, pair in ipairs(value.v) do
+    local k, v = pair[1], pair[2]
+    local entry = holder:add(tvb(k.pos, v.pos + v.len - k.pos), AMQPV.text(k) .. ": " .. AMQPV.text(v))
+    entry:add(F[spec.name .. ".key"], tvb(k.pos, k.len), AMQPV.text(k))
+    if v.t ~= "null" then entry:add(F[spec.name .. ".value"], tvb(v.pos, v.len), AMQPV.text(v)) end
+  end
+  return holder
+end
+
+-- The values of a message's sections (as amqp_sections found them) under item, by the
+-- registry's declaration of the message (struct: its name in SPEC.structs).
+function AMQPV.show(item, tvb, sections, struct)
+  local by_section = {}
+  for _, member in ipairs(SPEC.structs[struct]) do by_section[member.entry or member.name] = member end
+  for _, s in ipairs(sections) do
+    local spec = by_section[SPEC.enums.amqp_section[s.code]]
+    local ok = pcall(function()
+      local _, after = amqp_section_code(tvb, s.pos + 1, s.pos + s.len)
+      local value = AMQPV.value(tvb, after, s.pos + s.len, 1)
+      if value.t == "null" then return end
+      if spec.type == "map" and value.t == "map" then
+        AMQPV.map(item, tvb, spec, value)
+      elseif spec.struct and value.t == "list" then
+        local holder = item:add(F[spec.name], tvb(s.pos, s.len))
+        holder:set_text(struct_title(spec.name))
+        for i, member in ipairs(SPEC.structs[spec.struct]) do
+          local element = value.v[i]
+          if element ~= nil and element.t ~= "null" then AMQPV.item(holder, tvb, member, element) end
+        end
+      elseif spec.type == "array" and value.t == "list" then
+        for _, element in ipairs(value.v) do
+          if element.t ~= "null" then AMQPV.item(item, tvb, { name = spec.name, type = spec.of.type }, element) end
+        end
+      else
+        AMQPV.item(item, tvb, spec, value)
+      end
+    end)
+    if not ok then item:add(tvb(s.pos, s.len), SPEC.enums.amqp_section[s.code] .. ": values not shown") end
+  end
+end
+
 -- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
 -- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
 -- inflate), records with their offsets, tracking entries, and AMQP section names.
@@ -5451,6 +6319,11 @@ local function entry_bodies(tvb, entry, where, ctx)
   return {}
 end
 
+-- The registry's declaration of a record's AMQP message: the struct naming its sections.
+for _, member in ipairs(SPEC.structs.osiris_record) do
+  if member.name == "message" then AMQPV.record_message = member.struct end
+end
+
 local function show_record(holder, body, record, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child
@@ -5468,7 +6341,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
     local sections, err = amqp_sections(btvb, pos, len)
     if child then
       for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-      child:add(F.message, btvb(pos, len))
+      AMQPV.show(child:add(F.message, btvb(pos, len)), btvb, sections, AMQPV.record_message)
     end
     if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
     label = label .. ", AMQP 1.0"
@@ -5700,7 +6573,9 @@ end
 local function show_notes(tree, notes)
   if tree == nil or notes == nil then return end
   for _, n in ipairs(notes) do
-    tree:add_proto_expert_info(E[n.group][n.severity], n.message)
+    local entry = E[n.kind] and E[n.kind][n.severity]
+    if entry == nil then error("no expert entry for a " .. tostring(n.kind) .. " " .. n.severity .. " note") end
+    tree:add_proto_expert_info(entry, n.message)
   end
 end
 
@@ -5766,14 +6641,8 @@ local function dissect_pdu(tvb, pinfo, root)
     show_notes(tree, frame.notes)
     if f then show_notes(tree, f.tnotes) end
   end
-  pinfo.cols.protocol = SPEC.title
-  local worst = nil
-  for _, list in ipairs({ frame.notes, f and f.tnotes or {} }) do
-    for _, n in ipairs(list) do
-      if n.severity == "error" or (n.severity == "warn" and worst == nil) then worst = n end
-    end
-  end
-  if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
+  -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
+  pinfo.cols.protocol = SPEC.short
   if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
     pinfo.cols.info:append("; " .. text)
   else

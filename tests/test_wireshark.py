@@ -39,6 +39,7 @@ import pytest
 import zstandard
 from streamdump.dissectors.rabbitmq_stream import osiris
 
+from streamdump.core.findings import expert_entries
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
 from streamdump.wireshark import luagen
@@ -162,6 +163,13 @@ class Flat:
         return out
 
 
+# Each expert entry's abbreviation tail -> (group, severity), and Wireshark's codes of them.
+EXPERTS = {name: (finding.group, severity) for name, _, finding, severity in expert_entries()}
+WS_GROUPS = {0x02000000: "sequence", 0x03000000: "response_code", 0x05000000: "undecoded"}
+WS_GROUPS |= {0x07000000: "malformed", 0x09000000: "protocol"}
+WS_SEVERITIES = {0x00200000: "chat", 0x00400000: "note", 0x00600000: "warn", 0x00800000: "error"}
+
+
 def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
     flat = Flat()
     prefix = f"{name}."
@@ -171,7 +179,12 @@ def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
             if key == "_ws.expert":
                 notes = dict(value)
                 abbr = next(k for k, _ in value if k.startswith(prefix + "expert."))
-                group, severity = abbr[len(prefix + "expert.") :].rsplit(".", 1)
+                # One entry per kind of finding and severity: what it says of both must be
+                # what Wireshark recorded of the note.
+                group, severity = EXPERTS[abbr[len(prefix + "expert.") :]]
+                group_code, severity_code = int(notes["_ws.expert.group"]), int(notes["_ws.expert.severity"])
+                said = WS_GROUPS[group_code], WS_SEVERITIES[severity_code]
+                assert said == (group, severity), f"{abbr} is {group} {severity}; Wireshark says {said}"
                 flat.expert.append((group, severity, notes["_ws.expert.message"]))
             elif "lua" in key and "error" in key.lower():
                 raise AssertionError(f"Lua error in tshark: {value}")
@@ -527,8 +540,8 @@ def test_tshark_and_streamdump_agree_on_damage(tmp_path: Path, protocol: Protoco
         [_tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(path), "-Y", f"frame.number == {shared[0]}"],
         capture_output=True, text=True, env=dict(os.environ, HOME=str(tmp_path)),
     ).stdout  # fmt: skip
-    joined = "Unknown(0x0077) [warn: unknown command key 0x0077]; Publish response [warn: Publish has no"
-    assert joined in lines
+    # Both frames in Info, their notes in Expert Info only (Info repeats no expert text).
+    assert "RMQS 74 Unknown(0x0077); Publish response\n" in lines
     assert len(tracking) == 2 and any(f["fields"]["chunk"].get("trailer_tracking") for f in frames[:1])
 
 

@@ -125,7 +125,7 @@ local function nats_api_error(raw, out, item, range, ctx)
   end
   local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
   local said = type(description) == "string" and (": " .. description) or ""
-  note(ctx, "warn", "response_code", string.format("JetStream API error %d%s%s", code, which, said))
+  note(ctx, "warn", "api_error", string.format("JetStream API error %d%s%s", code, which, said))
 end
 
 local function nats_printable(text)

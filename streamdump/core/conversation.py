@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.core.paths import path_values
 from streamdump.spec.dissector import dissector_of
@@ -411,7 +412,6 @@ class Tracker:
                     conn,
                     frame,
                     "warn",
-                    "sequence",
                     "duplicate_correlation",
                     f"{self.corr_name} reused while a request with it is unanswered",
                     f"{frame.command} request reuses {self.corr_name} {corr} while the "
@@ -432,7 +432,6 @@ class Tracker:
                 conn,
                 frame,
                 "warn",
-                "sequence",
                 "mismatched_response",
                 "response to a request of another command",
                 f"{frame.command} response with {self.corr_name} {corr} answers a "
@@ -472,7 +471,6 @@ class Tracker:
                         conn,
                         frame,
                         "warn",
-                        "response_code",
                         "reply_status",
                         f"request answered with status {status}",
                         f"the {self.server(conn)} answered the {request.name} to "
@@ -493,7 +491,6 @@ class Tracker:
             conn,
             frame,
             "note",
-            "sequence",
             "no_reply",
             f"{frame.name} asked for a reply that never came",
             f"{frame.name}{f' to {to}' if to else ''} (packet {frame.number}) asked for a reply on "
@@ -526,7 +523,6 @@ class Tracker:
             conn,
             ping,
             "warn" if late and not conn.lossy else "note",
-            "sequence",
             "unanswered_ping",
             f"{ask} never answered",
             f"the {who}'s {ask} (packet {ping.number}) got no {answer}{after}"
@@ -546,7 +542,6 @@ class Tracker:
                     conn,
                     frame,
                     "error",
-                    "protocol",
                     "over_limit",
                     f"{bounds} over the {announced} the {self.server(conn)} announced",
                     f"{frame.name} {bounds} {value} exceeds the {announced} of {limit} the "
@@ -568,7 +563,6 @@ class Tracker:
             conn,
             frame,
             "warn" if began else "note",
-            "sequence",
             "orphan_response",
             "response without a request",
             f"{frame.name} response with {self.corr_name} {corr} answers no request in the capture"
@@ -591,7 +585,6 @@ class Tracker:
                 conn,
                 frame,
                 "note",
-                "response_code",
                 "routine_response",
                 f"{frame.command}: {what}",
                 f"{self._asked(request, frame)} answered {what} (a routine answer)",
@@ -605,7 +598,6 @@ class Tracker:
                 conn,
                 frame,
                 "error",
-                "response_code",
                 "auth_failure",
                 f"authentication failed: {what}",
                 f"authentication failed: the {self.server(conn)} answered {frame.command}{how} with {what}",
@@ -621,7 +613,6 @@ class Tracker:
             conn,
             frame,
             "error" if setup else "warn",
-            "response_code",
             "setup_refused" if setup else "error_response",
             f"{frame.name}: {what}",
             f"{self._asked(request, frame)} failed: {what}{said}{hint}{gone}",
@@ -652,7 +643,6 @@ class Tracker:
             conn,
             frame,
             "note",
-            "protocol",
             "announcement",
             f"{frame.command}: {what}",
             f"the {self.server(conn)} announced {spec.announcement_about} {subject!r}: {what}",
@@ -707,7 +697,6 @@ class Tracker:
             conn,
             frame,
             "note" if conn.lossy or ended or waiting else "warn",
-            "sequence",
             "unanswered",
             f"{frame.command} request never answered",
             f"{self._asked(frame, frame)} with {self.corr_name} {request.corr} was never answered{after}",
@@ -753,7 +742,6 @@ class Tracker:
                     conn,
                     frame,
                     "warn",
-                    "protocol",
                     "version",
                     f"{frame.command} in a version the peer does not support",
                     f"{frame.command} version {frame.version} is outside the versions the peer "
@@ -788,7 +776,6 @@ class Tracker:
             conn,
             frame,
             close.severity if code is None else "note" if ok else "error",
-            "protocol",
             "server_close",
             f"the {self.server(conn)} {close.says}{what}",
             f"the {self.server(conn)} {close.says}{what}{said}{last}",
@@ -804,7 +791,6 @@ class Tracker:
                 conn,
                 frame,
                 "error",
-                "protocol",
                 "frame_max",
                 "frame larger than the negotiated frame_max",
                 f"{frame.name} frame of {length} bytes exceeds the frame_max of {limit} bytes "
@@ -832,7 +818,6 @@ class Tracker:
             conn,
             last,
             "warn",
-            "sequence",
             "heartbeat",
             "silence longer than the heartbeat interval",
             f"no frame from {who} for {quiet:.3f} s {until}, while the negotiated heartbeat is {heartbeat} s",
@@ -872,7 +857,6 @@ class Tracker:
             conn,
             beats.last,
             "note" if conn.lossy else "warn",
-            "sequence",
             "heartbeat_stopped",
             f"{spec.command} requests stopped",
             f"{who} stopped sending {spec.command} requests: {beats.count} sent ({pace}), the last at packet "
@@ -925,7 +909,6 @@ class Tracker:
                 conn,
                 frame,
                 "note",
-                "sequence",
                 "ended_session",
                 f"{frame.name} for a {spec.name} already ended",
                 f"{frame.name} for {spec.name} {spec.id} {sid} after packet {ended} ended it "
@@ -936,7 +919,6 @@ class Tracker:
             conn,
             frame,
             "warn",
-            "sequence",
             "unknown_session",
             f"{frame.name} for a {spec.name} never opened",
             f"{frame.name} for {spec.name} {spec.id} {sid}, which no {spec.open} in the capture opened",
@@ -1018,7 +1000,6 @@ class Tracker:
                     conn,
                     frame,
                     "warn",
-                    "response_code",
                     "refused_items",
                     f"{command}: {what}",
                     f"{count} {ack.noun}{'s' * (count != 1)} of {where} refused: {what}{gone}",
@@ -1066,7 +1047,7 @@ class Tracker:
         self._add(
             Diagnosis(
                 "note" if conn.lossy or ended else "warn",
-                "sequence",
+                FINDINGS["unconfirmed"].group,
                 "unconfirmed",
                 f"{spec.noun}s never confirmed",
                 f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
@@ -1126,7 +1107,6 @@ class Tracker:
             conn,
             first,
             "note" if conn.lossy else "warn",
-            "sequence",
             "beyond_credit",
             f"{spend} beyond the granted credit",
             f"{count} {spend} frame{'s' * (count != 1)} to subscription {sid} while it had no credit "
@@ -1150,7 +1130,6 @@ class Tracker:
             conn,
             zero_at,
             "warn" if resumed is not None else "note",
-            "sequence",
             "credit_exhausted",
             "deliveries stopped with credit exhausted",
             f"{where} ran out of credit at packet {zero_at}; no delivery could follow for "
@@ -1172,7 +1151,6 @@ class Tracker:
             conn,
             zero_at,
             "note",
-            "sequence",
             "credit_exhausted",
             "credit exhausted and never granted again",
             f"{where} ran out of credit at packet {zero_at} and was never granted more "
@@ -1193,7 +1171,6 @@ class Tracker:
             conn,
             frame,
             "warn",
-            "response_code",
             "error_response",
             f"{frame.command}: {what}",
             f"{frame.command} for subscription {sid}{asked} refused: {what}",
@@ -1202,28 +1179,21 @@ class Tracker:
     # ------------------------------------------------------------------ reporting
 
     def _note(
-        self, conn: ConnState, frame: Frame, severity: str, group: str, kind: str, summary: str, message: str
+        self, conn: ConnState, frame: Frame, severity: str, kind: str, summary: str, message: str
     ) -> None:
         """A finding about this frame: on the frame itself, and in the diagnoses."""
-        frame.expert.append(Expert(severity, message, None, group=group))
-        self._diagnose(conn, frame, severity, group, kind, summary, message)
+        frame.expert.append(Expert(severity, message, None, group=FINDINGS[kind].group))
+        self._diagnose(conn, frame, severity, kind, summary, message)
 
     def _diagnose(
-        self,
-        conn: ConnState,
-        frame: Frame | Seen,
-        severity: str,
-        group: str,
-        kind: str,
-        summary: str,
-        message: str,
+        self, conn: ConnState, frame: Frame | Seen, severity: str, kind: str, summary: str, message: str
     ) -> None:
-        self._diagnose_at(conn, frame.number, severity, group, kind, summary, message)
+        self._diagnose_at(conn, frame.number, severity, kind, summary, message)
 
     def _diagnose_at(
-        self, conn: ConnState, number: int, severity: str, group: str, kind: str, summary: str, message: str
+        self, conn: ConnState, number: int, severity: str, kind: str, summary: str, message: str
     ) -> None:
-        self._add(Diagnosis(severity, group, kind, summary, message, number, conn.number))
+        self._add(Diagnosis(severity, FINDINGS[kind].group, kind, summary, message, number, conn.number))
 
     def _add(self, diagnosis: Diagnosis) -> None:
         """Keep the finding, or past MAX_DIAGNOSES only count it: a capture of any length fits."""

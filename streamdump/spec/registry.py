@@ -83,9 +83,11 @@ FIELD_ATTRS = {
     "tag",
 }
 TOP_ATTRS = {
-    "protocol", "title", "reference", "byte_order", "wiring", "header", "frame",
+    "protocol", "title", "short", "reference", "byte_order", "wiring", "header", "frame",
     "enums", "structs", "hooks", "hook_structs", "conversation", "commands",
 }  # fmt: skip
+# Wireshark's Protocol column is about as wide as its own title, "Protocol": a longer name is cut.
+SHORT_MAX = 10
 FRAME_ATTRS = {"key", "response", "oneway", "response_key", "entries", "layout_versions", "key_case"}
 FRAMING_ATTRS = {"length", "counts", "max_size", "rule"}
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
@@ -442,6 +444,8 @@ class Protocol:
     answers: Mapping[int | str, int | str] = field(default_factory=dict)
     conversation: Conversation = field(default_factory=Conversation)
     order: str = ">"  # struct byte order: ">" big endian, "<" little
+    # A name short enough for Wireshark's Protocol column (the title when none is given).
+    short: str = ""
 
     def layout(self, key: int | str | None, response: bool) -> Layout | None:
         """The layout of a command key in one direction, or None when the registry has none."""
@@ -560,6 +564,12 @@ class _Builder:
         if unknown:
             raise self.fail(where, f"unknown attribute(s) {sorted(unknown)}")
 
+    def _short(self, doc: Mapping[str, Any]) -> str:
+        short = doc.get("short", doc["title"])
+        if not isinstance(short, str) or not short.strip() or len(short) > SHORT_MAX:
+            raise self.fail("short", f"must be a name of 1 to {SHORT_MAX} characters for the Protocol column")
+        return short
+
     def fail(self, where: str, message: str) -> SpecError:
         return SpecError(f"{self.source}: {where}: {message}")
 
@@ -637,6 +647,7 @@ class _Builder:
         return Protocol(
             name=name,
             title=str(doc["title"]),
+            short=self._short(doc),
             source=self.source,
             package=self.package,
             wiring=self._wiring(doc["wiring"], header),

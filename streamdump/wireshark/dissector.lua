@@ -69,15 +69,16 @@ local SEVERITIES = {
   chat = expert.severity.CHAT, note = expert.severity.NOTE,
   warn = expert.severity.WARN, error = expert.severity.ERROR,
 }
+-- One entry per kind of finding and severity, as Wireshark's own dissectors register theirs:
+-- Expert Info groups notes under their kind's title. Kinds and titles come from the registry's
+-- findings table (core/findings.py); a kind's usual severity has the plain name.
 local all_experts = {}
-for group, gvalue in pairs(GROUPS) do
-  E[group] = {}
-  for severity, svalue in pairs(SEVERITIES) do
-    local e = ProtoExpert.new(SPEC.name .. ".expert." .. group .. "." .. severity,
-      SPEC.title .. " " .. group:gsub("_", " ") .. " " .. severity, gvalue, svalue)
-    E[group][severity] = e
-    all_experts[#all_experts + 1] = e
-  end
+for _, entry in ipairs(SPEC.experts) do
+  E[entry.kind] = E[entry.kind] or {}
+  local e = ProtoExpert.new(SPEC.name .. ".expert." .. entry.name, entry.title,
+    GROUPS[entry.group], SEVERITIES[entry.severity])
+  E[entry.kind][entry.severity] = e
+  all_experts[#all_experts + 1] = e
 end
 P.experts = all_experts
 
@@ -281,8 +282,9 @@ local function short_message(err)
     err.field, err.need, err.offset, math.max(err.have, 0))
 end
 
-local function note(ctx, severity, group, message)
-  ctx.notes[#ctx.notes + 1] = { severity = severity, group = group, message = message }
+-- kind: a kind of finding of SPEC.experts (the decoder's: malformed, undecoded, api_error).
+local function note(ctx, severity, kind, message)
+  ctx.notes[#ctx.notes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 -- JSON, read leniently as the servers' own clients do (object keys may be bare words or
@@ -1948,9 +1950,10 @@ local function links_of(f)
   return f.links
 end
 
-local function tnote(f, severity, group, message)
+-- kind: the conversation rule's kind of finding, as core/conversation.py files it.
+local function tnote(f, severity, kind, message)
   f.tnotes = f.tnotes or {}
-  f.tnotes[#f.tnotes + 1] = { severity = severity, group = group, message = message }
+  f.tnotes[#f.tnotes + 1] = { severity = severity, kind = kind, message = message }
 end
 
 local function new_conn()
@@ -2003,7 +2006,7 @@ local function credit_refused(conn, f, code, what)
     links_of(grant).response_in = f.number
     where = " (packet " .. grant.number .. ")"
   end
-  tnote(f, "warn", "response_code",
+  tnote(f, "warn", "error_response",
     string.format("%s for subscription %s%s refused: %s", f.command, tostring(sid), where, what))
 end
 
@@ -2017,7 +2020,7 @@ local function status(conn, f, request)
     return
   end
   if ROUTINE[code] then
-    tnote(f, "note", "response_code", asked(request, f) .. " answered " .. what .. " (a routine answer)")
+    tnote(f, "note", "routine_response", asked(request, f) .. " answered " .. what .. " (a routine answer)")
     return
   end
   if f.command == CONV.authenticate then
@@ -2026,7 +2029,7 @@ local function status(conn, f, request)
       local user = conn.user and (", user " .. quoted(conn.user)) or ""
       how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
     end
-    tnote(f, "error", "response_code",
+    tnote(f, "error", "auth_failure",
       "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
     return
   end
@@ -2035,7 +2038,7 @@ local function status(conn, f, request)
   said = (type(said) == "string" and said:find("%S")) and (" " .. quoted(said:match("^%s*(.-)%s*$"))) or ""
   local hint = CONV.hints[f.command or ""] and CONV.hints[f.command][code]
   hint = hint and (": " .. hint) or ""
-  tnote(f, severity, "response_code",
+  tnote(f, severity, SETUP[f.command] and "setup_refused" or "error_response",
     asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
 end
 
@@ -2055,7 +2058,7 @@ local function correlate(conn, f)
   if f.kind == "request" then
     local earlier = conn.pending[key]
     if earlier then
-      tnote(f, "warn", "sequence", string.format(
+      tnote(f, "warn", "duplicate_correlation", string.format(
         "%s request reuses " .. CORR_NAME .. " %s while the %s request of packet %d is still unanswered",
         f.command, corr_text(corr), earlier.command, earlier.number))
     end
@@ -2066,7 +2069,7 @@ local function correlate(conn, f)
   if f.kind ~= "response" then return end
   local request = conn.pending[key]
   if request and request.command ~= f.command then
-    tnote(f, "warn", "sequence", string.format(
+    tnote(f, "warn", "mismatched_response", string.format(
       "%s response with " .. CORR_NAME .. " %s answers a %s request (packet %d)",
       f.command, corr_text(corr), request.command, request.number))
     request = nil
@@ -2129,14 +2132,14 @@ local function negotiation(conn, f)
           before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
           version, before.length, before.number) .. (hint and (": " .. hint) or "")
       end
-      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "protocol",
+      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
         "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
   end
   local theirs = conn.versions[side_key(not f.from_client)]
   local range = theirs and theirs[f.key]
   if range and (f.version < range[1] or f.version > range[2]) then
-    tnote(f, "warn", "protocol", string.format(
+    tnote(f, "warn", "version", string.format(
       "%s version %d is outside the versions the peer announced (%d..%d)", f.command, f.version, range[1], range[2]))
   end
 end
@@ -2188,10 +2191,10 @@ local function sessions(conn, f)
         elseif spec.unknown and conn.setup_seen then
           local name = f.command
           if conn.ended[key] then
-            tnote(f, "note", "sequence", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
+            tnote(f, "note", "ended_session", string.format("%s for %s %s %s after packet %d ended it (sent before the %s read the %s)",
               name, role.name, spec.id, tostring(sid), conn.ended[key], server_of(conn), spec.close))
           else
-            tnote(f, "warn", "sequence", string.format("%s for %s %s %s, which no %s in the capture opened",
+            tnote(f, "warn", "unknown_session", string.format("%s for %s %s %s, which no %s in the capture opened",
               name, role.name, spec.id, tostring(sid), spec.open))
           end
         end
@@ -2245,7 +2248,7 @@ local function acks(conn, f)
     local gone = announced(conn, session and session.values)
     for _, code in ipairs(codes) do
       local count = counts[code]
-      tnote(f, "warn", "response_code", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
+      tnote(f, "warn", "refused_items", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
         count ~= 1 and "s" or "", where, named(FAIL_ENUMS[ack.name], code), gone))
     end
   end
@@ -2281,7 +2284,7 @@ local function announcement(conn, f)
   if not is_number(code) or type(subject) ~= "string" or OK[code] then return end
   local what = named(ANNOUNCE_ENUM, code)
   conn.announced[subject] = { f.number, what }
-  tnote(f, "note", "protocol", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
+  tnote(f, "note", "announcement", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
     quoted(subject), what))
 end
 
@@ -2314,7 +2317,7 @@ local function replies(conn, f)
       local status = spec.status and f.fields[spec.status]
       local meaning = is_number(status) and spec.statuses[status]
       if meaning then
-        tnote(f, "warn", "response_code", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+        tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
           server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
       end
       request.pending = nil
@@ -2356,7 +2359,7 @@ local function limits(conn, f)
     end
     local found, value = conn.limits[i], f.fields[bounds]
     if found and is_number(value) and value > found[1] then
-      tnote(f, "error", "protocol", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
+      tnote(f, "error", "over_limit", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
         f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
         found[3], found[1], server_of(conn), found[2]))
     end
@@ -2365,7 +2368,7 @@ end
 
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
-    tnote(f, "error", "protocol", string.format(
+    tnote(f, "error", "frame_max", string.format(
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
   end

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
+from streamdump.core.findings import expert_entries
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
@@ -139,6 +140,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
     return {
         "name": protocol.name,
         "title": protocol.title,
+        "short": protocol.short,
         "ports": list(wiring.ports),
         "roles": dict(wiring.roles),
         "order": protocol.order,
@@ -189,6 +191,11 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS},
         "conversation": _conversation(protocol),
+        # One expert entry per kind of finding and severity (core/findings.py).
+        "experts": [
+            {"name": name, "kind": kind, "severity": severity, "group": finding.group, "title": finding.title}
+            for name, kind, finding, severity in expert_entries()
+        ],
     }
 
 

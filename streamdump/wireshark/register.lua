@@ -83,7 +83,9 @@ end
 local function show_notes(tree, notes)
   if tree == nil or notes == nil then return end
   for _, n in ipairs(notes) do
-    tree:add_proto_expert_info(E[n.group][n.severity], n.message)
+    local entry = E[n.kind] and E[n.kind][n.severity]
+    if entry == nil then error("no expert entry for a " .. tostring(n.kind) .. " " .. n.severity .. " note") end
+    tree:add_proto_expert_info(entry, n.message)
   end
 end
 
@@ -149,14 +151,8 @@ local function dissect_pdu(tvb, pinfo, root)
     show_notes(tree, frame.notes)
     if f then show_notes(tree, f.tnotes) end
   end
-  pinfo.cols.protocol = SPEC.title
-  local worst = nil
-  for _, list in ipairs({ frame.notes, f and f.tnotes or {} }) do
-    for _, n in ipairs(list) do
-      if n.severity == "error" or (n.severity == "warn" and worst == nil) then worst = n end
-    end
-  end
-  if worst then text = text .. " [" .. worst.severity .. ": " .. worst.message .. "]" end
+  -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
+  pinfo.cols.protocol = SPEC.short
   if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
     pinfo.cols.info:append("; " .. text)
   else

@@ -1,0 +1,74 @@
+"""The kinds of expert finding: each one's title, Wireshark expert group and severities.
+
+Every note streamdump makes about a frame or a connection is of one kind: the decoder's
+(bytes that are malformed, or that the plugin's Lua cannot decode) or one of the
+conversation tracker's rules (a request that failed, a response without a request...). The
+tracker files its findings by kind, and its expert group comes from here; the generated
+Wireshark plugin registers one expert entry per kind and severity from this table, as
+Wireshark's own dissectors register theirs, so Expert Info groups findings by what they are
+and a display filter names one kind: `rabbitmq_stream.expert.error_response`. A kind
+seen at another severity than its usual one (a warning that a capture which lost bytes
+makes only a note) has its own entry, the severity added: `...expert.unanswered.note`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One kind of finding."""
+
+    group: str  # Wireshark's expert group: malformed, undecoded, response_code, sequence, protocol
+    title: str  # what Expert Info calls the kind
+    severities: tuple[str, ...]  # every severity it takes, its usual one first
+
+
+FINDINGS: dict[str, Finding] = {
+    # The decoder's notes about the bytes.
+    "malformed": Finding("malformed", "Malformed or unexpected bytes", ("error", "warn", "note")),
+    "undecoded": Finding("undecoded", "Not decoded by the plugin (no codec in Wireshark's Lua)", ("note",)),
+    "api_error": Finding("response_code", "Error answer in a message body", ("warn",)),
+    # The conversation tracker's findings.
+    "error_response": Finding("response_code", "Request failed", ("warn",)),
+    "setup_refused": Finding("response_code", "Connection setup refused", ("error",)),
+    "auth_failure": Finding("response_code", "Authentication failed", ("error",)),
+    "routine_response": Finding("response_code", "Routine error answer", ("note",)),
+    "reply_status": Finding("response_code", "Reply with an error status", ("warn",)),
+    "refused_items": Finding("response_code", "Published items refused", ("warn",)),
+    "duplicate_correlation": Finding("sequence", "Correlation id reused before its answer", ("warn",)),
+    "mismatched_response": Finding("sequence", "Response to a request of another command", ("warn",)),
+    "orphan_response": Finding("sequence", "Response without a request", ("warn", "note")),
+    "unanswered": Finding("sequence", "Request never answered", ("warn", "note")),
+    "no_reply": Finding("sequence", "Reply never came", ("note",)),
+    "unanswered_ping": Finding("sequence", "Keepalive never answered", ("warn", "note")),
+    "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note")),
+    "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note")),
+    "unknown_session": Finding("sequence", "Frame for a session never opened", ("warn",)),
+    "ended_session": Finding("sequence", "Frame for a session already ended", ("note",)),
+    "unconfirmed": Finding("sequence", "Published items never confirmed", ("warn", "note")),
+    "beyond_credit": Finding("sequence", "Deliveries beyond the granted credit", ("warn", "note")),
+    "credit_exhausted": Finding("sequence", "Deliveries stopped with credit exhausted", ("warn", "note")),
+    "server_close": Finding("protocol", "Server closed the connection", ("error", "warn", "note")),
+    "announcement": Finding("protocol", "Server announcement", ("note",)),
+    "version": Finding("protocol", "Command version the peer does not support", ("warn",)),
+    "frame_max": Finding("protocol", "Frame larger than the negotiated frame_max", ("error",)),
+    "over_limit": Finding("protocol", "Over a limit the server announced", ("error",)),
+}
+
+
+def expert_name(kind: str, severity: str) -> str:
+    """The tail of a finding's expert abbreviation: its kind, and its severity if not the usual one."""
+    finding = FINDINGS[kind]
+    if severity not in finding.severities:
+        raise ValueError(f"a {kind} finding is never {severity}")
+    return kind if severity == finding.severities[0] else f"{kind}.{severity}"
+
+
+def expert_entries() -> Iterator[tuple[str, str, Finding, str]]:
+    """(abbreviation tail, kind, finding, severity) of every expert entry, in a stable order."""
+    for kind, finding in FINDINGS.items():
+        for severity in finding.severities:
+            yield expert_name(kind, severity), kind, finding, severity
