@@ -9259,6 +9259,134 @@ min_size = function(spec, version)
   if t == "struct" then return fields_min(SPEC.structs[spec.struct], version) end
   return 0
 end
+-- Arrays of plain structs without a tree -----------------------------------------------
+-- With no tree kept (ctx.lite) an array of structs whose members are plain integers, or hooks
+-- that can step over their bytes (skip), is read from one copy of its bytes: no TvbRange per
+-- value. Anything else about an element (bytes ending inside it, a 64-bit value of 2^46 or
+-- more, a hook that cannot step over it) leaves it and the rest to the general reader, which
+-- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
+-- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
+local LITE = { plans = {} }
+
+-- An element's plan at a version: { name, width, signed }, { name, prefix, signed } (a string)
+-- and { name, skip } steps of a struct, one nameless step for a plain integer; or false.
+LITE.step = function(m)
+  local plain = not (m.mask_off or m.bits or m.const ~= nil or m.when or m.optional or m.entry
+    or m.length_of or m.inline or m.hook or m.secret)
+  if m.width and plain and (m.width == 1 or m.width == 2 or m.width == 4 or m.width == 8) then
+    return { name = m.name, width = m.width, signed = m.type:sub(1, 1) == "i" }
+  elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
+    return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
+  elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
+    return { name = m.name, skip = HOOKS[m.hook].skip }
+  end
+  return nil
+end
+
+LITE.plan = function(element, version)
+  local by_version = LITE.plans[element] or {}
+  LITE.plans[element] = by_version
+  local plan = by_version[version]
+  if plan ~= nil then return plan end
+  plan = {}
+  if element.type == "struct" then
+    for _, m in ipairs(SPEC.structs[element.struct]) do
+      if (m.since or 1) <= version then
+        local step = LITE.step(m)
+        if step == nil then
+          plan = false
+          break
+        end
+        plan[#plan + 1] = step
+      end
+    end
+  else
+    local step = element.width and LITE.step(element)
+    if step then step.name = 1 end
+    plan = step and { step, scalar = true } or false
+  end
+  by_version[version] = plan
+  return plan
+end
+
+-- A value as the tracker keys it: the same for a 64-bit value read with a tree (UInt64) or
+-- without (a number below 10^12), so a pass that meets both still pairs them.
+LITE.key = function(item)
+  if type(item) == "number" then return item end
+  local text = tostring(item)
+  if type(item) == "userdata" and #text <= 12 and text:find("^%d+$") then return tonumber(text) end
+  return text
+end
+
+-- Elements from [pos, limit) into items while they are plain: how many, and where they end.
+-- (Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them integers.)
+LITE.read_array = function(plan, tvb, pos, limit, count, items)
+  local n = limit - pos
+  if n <= 0 then return 0, pos end
+  local s = tvb:raw(pos, n)
+  local byte, little, steps, scalar = string.byte, LITTLE, #plan, plan.scalar
+  local i, index = 1, 0
+  while (count == nil and i <= n) or (count ~= nil and index < count) do
+    local value, at = nil, i
+    if not scalar then value = {} end
+    for k = 1, steps do
+      local step = plan[k]
+      local width, v = step.width, nil
+      if width == 8 then
+        if at + 7 > n then return index, pos + i - 1 end
+        local a, b, c, d, e, f, g, h = byte(s, at, at + 7)
+        if little then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
+        if a ~= 0 or b ~= 0 or c >= 64 then return index, pos + i - 1 end  -- 2^46 or more, or negative
+        v = ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+        if v >= 1000000000000 then return index, pos + i - 1 end  -- kept below 10^12: see LITE.key
+        at = at + 8
+      elseif width == 4 or step.prefix == 4 then
+        if at + 3 > n then return index, pos + i - 1 end
+        local a, b, c, d = byte(s, at, at + 3)
+        if little then a, b, c, d = d, c, b, a end
+        v = ((a * 256 + b) * 256 + c) * 256 + d
+        if step.signed and a >= 128 then v = v - 4294967296 end
+        at = at + 4
+      elseif width == 2 or step.prefix == 2 then
+        if at + 1 > n then return index, pos + i - 1 end
+        local a, b = byte(s, at, at + 1)
+        if little then a, b = b, a end
+        v = a * 256 + b
+        if step.signed and a >= 128 then v = v - 65536 end
+        at = at + 2
+      elseif width == 1 then
+        if at > n then return index, pos + i - 1 end
+        v = byte(s, at)
+        if step.signed and v >= 128 then v = v - 256 end
+        at = at + 1
+      end
+      if step.prefix then
+        -- v is the string's length: -1 a null where the prefix is signed
+        if v >= 0 then
+          if at + v - 1 > n then return index, pos + i - 1 end
+          local text = s:sub(at, at + v - 1)
+          if not utf8_valid(text) then return index, pos + i - 1 end
+          at, v = at + v, text
+        elseif v == -1 and step.signed then
+          v = nil
+        else
+          return index, pos + i - 1
+        end
+      elseif step.skip then
+        local after
+        v, after = step.skip(s, at, n, value)
+        if v == nil then return index, pos + i - 1 end
+        at = after
+      end
+      if scalar then value = v else value[step.name] = v end
+    end
+    index = index + 1
+    items[index] = value
+    i = at
+  end
+  return index, pos + i - 1
+end
+
 -- Field decoding ---------------------------------------------------------------------
 
 local read_value, decode_fields
@@ -9430,6 +9558,8 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     end
     local items, start, index = {}, pos - prefix, 0
     local limit = span_end or stop
+    local plan = ctx.lite and holder == nil and LITE.plan(element, version)
+    if plan then index, pos = LITE.read_array(plan, tvb, pos, limit, count, items) end
     local ok, err = pcall(function()
       while (count ~= nil and index < count) or (count == nil and pos < limit) do
         if element.type == "struct" then
@@ -10235,8 +10365,9 @@ end
 -- Decodes the frame in tvb (header included) under tree; returns what the tracker and the
 -- Info column need. Never raises for bad input: problems become notes. key: the command a
 -- response's request named, for protocols whose responses carry a status in its place.
-local function decode_frame(tvb, tree, lookup)
-  local ctx = { notes = {} }
+-- lite: no tree is kept, so hooks skip what only the tree shows (records, message bodies).
+local function decode_frame(tvb, tree, lookup, lite)
+  local ctx = { notes = {}, lite = lite }
   local frame = { fields = {}, notes = ctx.notes, kind = "unknown" }
   local avail = int(tvb:len())
   local partial = avail < int(tvb:reported_len())
@@ -10267,7 +10398,8 @@ local function decode_frame(tvb, tree, lookup)
   -- The header, once without items to learn the command (and which entries its layout
   -- names), then with them.
   local probe = {}
-  local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, { notes = {} })
+  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite }
+  local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, probe_ctx)
   if not ok then
     if type(result) == "table" and (result.short or result.bad) then
       local what = result.short and short_message(result) or result.text
@@ -10326,7 +10458,17 @@ local function decode_frame(tvb, tree, lookup)
     end
     ctx.taken_entries, ctx.entries_field = taken, FRAME.entries
   end
-  local pos = decode_fields(SPEC.header, 1, tvb, 0, stop, frame.fields, tree, ctx)
+  local pos
+  if lite then
+    -- No items to add: the probe's reading is the header's (its notes and state carried over).
+    frame.fields, pos = probe, result
+    for k, v in pairs(probe_ctx) do
+      if k ~= "notes" then ctx[k] = v end
+    end
+    for _, n in ipairs(probe_ctx.notes) do ctx.notes[#ctx.notes + 1] = n end
+  else
+    pos = decode_fields(SPEC.header, 1, tvb, 0, stop, frame.fields, tree, ctx)
+  end
   for name in pairs(FRAME_OWN) do
     if HEADER_NAMES[name] then frame.fields[name] = nil end
   end
@@ -10509,11 +10651,18 @@ local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
   local value = fields[path[index]]
   if type(value) == "table" and value.pos == nil and #value > 0 then
+    -- a member of each element, the commonest path (messages.publishing_id), taken directly
+    local leaf = index + 1 == #path and path[#path] or nil
     for _, item in ipairs(value) do
       if index == #path then
         if type(item) ~= "table" or getmetatable(item) ~= nil then out[#out + 1] = item end
       elseif type(item) == "table" then
-        path_values(item, path, index + 1, out)
+        local v = leaf and item[leaf]
+        if leaf == nil or (type(v) == "table" and v.pos == nil and #v > 0) then
+          path_values(item, path, index + 1, out)
+        elseif v ~= nil and (type(v) ~= "table" or getmetatable(v) ~= nil) then
+          out[#out + 1] = v
+        end
       end
     end
   elseif index == #path then
@@ -10791,8 +10940,9 @@ local function acks(conn, f)
     local key = ack.name .. ":" .. sid
     conn.in_flight[key] = conn.in_flight[key] or {}
     local flight = conn.in_flight[key]
+    local sent = { f.number, f.ts }  -- one for all of the frame's items: read, never changed
     for _, item in ipairs(path_values(f.fields, ack.send.path)) do
-      flight[tostring(item)] = { f.number, f.ts }
+      flight[LITE.key(item)] = sent
     end
     return
   end
@@ -10804,11 +10954,18 @@ local function acks(conn, f)
   local ref = failing and ack.fail or ack.confirm
   local flight = conn.in_flight[ack.name .. ":" .. sid] or {}
   local sent_in, waited, any = {}, {}, false
+  local waits = {}  -- the wait since each sending frame, worked out once
   for index, item in ipairs(path_values(f.fields, ref.path)) do
-    local sent = flight[tostring(item)]
-    flight[tostring(item)] = nil
+    local id = LITE.key(item)
+    local sent = flight[id]
+    flight[id] = nil
     if sent then
-      sent_in[index], waited[index], any = sent[1], round6(f.ts - sent[2]), true
+      local wait = waits[sent]
+      if wait == nil then
+        wait = round6(f.ts - sent[2])
+        waits[sent] = wait
+      end
+      sent_in[index], waited[index], any = sent[1], wait, true
     end
   end
   if any then
@@ -11222,8 +11379,10 @@ local function conn_of(pinfo, key)
 end
 
 local function dissect_pdu(tvb, pinfo, root)
+  -- Where Wireshark keeps no tree (see P.dissector) the frame is decoded only as far as Info,
+  -- the links and the expert checks need (lite); its notes go to the empty item, which reports them.
   local tree = nil
-  if root then tree = root:add(P, tvb()) end
+  if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
   local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
   local from_client = to_server(pinfo)
@@ -11243,7 +11402,7 @@ local function dissect_pdu(tvb, pinfo, root)
     return found
   end
   PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
-  local frame = decode_frame(tvb, tree, lookup)
+  local frame = decode_frame(tvb, tree, lookup, tree == nil)
   local carried_now = PDU_CONTEXT.carried
   PDU_CONTEXT.pinfo = nil
   if not pinfo.visited and f == nil then
@@ -11270,6 +11429,9 @@ local function dissect_pdu(tvb, pinfo, root)
     if f then show_links(tree, tvb, f) end
     show_notes(tree, frame.notes)
     if f then show_notes(tree, f.tnotes) end
+  elseif root then
+    show_notes(root, frame.notes)
+    if f then show_notes(root, f.tnotes) end
   end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   pinfo.cols.protocol = SPEC.short
@@ -11302,6 +11464,10 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
+  -- Where Wireshark keeps no tree (tshark without -V or filters, a first pass), Lua still gets
+  -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
+  -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
+  PDU_CONTEXT.no_tree = not (tree ~= nil and tree.hidden)
   if SPEC.carried_by then
     -- Its carrier gives one whole frame.
     dissect_pdu(tvb, pinfo, tree)

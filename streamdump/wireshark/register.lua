@@ -102,8 +102,10 @@ local function conn_of(pinfo, key)
 end
 
 local function dissect_pdu(tvb, pinfo, root)
+  -- Where Wireshark keeps no tree (see P.dissector) the frame is decoded only as far as Info,
+  -- the links and the expert checks need (lite); its notes go to the empty item, which reports them.
   local tree = nil
-  if root then tree = root:add(P, tvb()) end
+  if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
   local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
   local f = memo[pdu]
   local from_client = to_server(pinfo)
@@ -123,7 +125,7 @@ local function dissect_pdu(tvb, pinfo, root)
     return found
   end
   PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
-  local frame = decode_frame(tvb, tree, lookup)
+  local frame = decode_frame(tvb, tree, lookup, tree == nil)
   local carried_now = PDU_CONTEXT.carried
   PDU_CONTEXT.pinfo = nil
   if not pinfo.visited and f == nil then
@@ -150,6 +152,9 @@ local function dissect_pdu(tvb, pinfo, root)
     if f then show_links(tree, tvb, f) end
     show_notes(tree, frame.notes)
     if f then show_notes(tree, f.tnotes) end
+  elseif root then
+    show_notes(root, frame.notes)
+    if f then show_notes(root, f.tnotes) end
   end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   pinfo.cols.protocol = SPEC.short
@@ -182,6 +187,10 @@ local function pdu_length(tvb, pinfo, offset)
 end
 
 function P.dissector(tvb, pinfo, tree)
+  -- Where Wireshark keeps no tree (tshark without -V or filters, a first pass), Lua still gets
+  -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
+  -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
+  PDU_CONTEXT.no_tree = not (tree ~= nil and tree.hidden)
   if SPEC.carried_by then
     -- Its carrier gives one whole frame.
     dissect_pdu(tvb, pinfo, tree)
