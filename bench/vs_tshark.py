@@ -5,7 +5,8 @@ thrown away (stdout to /dev/null), and the runner records the child's wall time
 (perf_counter around start and wait4) and its peak resident size (ru_maxrss from wait4).
 The modes, and what tshark does for each:
 
-    one-line   streamdump read F             tshark summary lines
+    one-line   streamdump read F             tshark summary lines (no tree: Wireshark's first pass)
+    detail     streamdump read F -V          tshark -V (every frame's tree)
     json       streamdump read F -T jsonl    tshark -T json -J rabbitmq_stream
     messages   streamdump read F --messages  tshark -T fields: publishing id/offset/sections of every record
     stats      streamdump stats F            tshark -q -z io,stat,0,rabbitmq_stream -z expert,rabbitmq_stream
@@ -14,7 +15,9 @@ There are two references. "tshark+plugin" is tshark with the Lua dissector this 
 generates (lua/rabbitmq_stream.lua), decoding what streamdump decodes. "framing-only" is
 tshark with a Lua dissector of a dozen lines, written to a temp dir by this script, that
 only reassembles and splits the frames and reads the key: a floor for any Lua dissector
-under tshark, so a win over it is not a win over slow Lua. It is run for one-line and json.
+under tshark, so a win over it is not a win over slow Lua. It is run for one-line, detail and
+json. Each capture ends with the plugin's own ratios to it: without a tree (one-line) and with
+-V (detail), against the issue's targets of 3x and 10x.
 tshark runs with -n and HOME set to an empty temp dir, so no personal plugin or
 preference takes part. The capture is read once before timing (streamdump stats, which
 also gives the frame count), so every timed run reads it from the page cache.
@@ -22,8 +25,8 @@ also gives the frame count), so every timed run reads it from the page cache.
 Reproduce (the captures need root and a running RabbitMQ; about 250 MB each):
 
     sudo python bench/make_captures.py
-    python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,json] [--no-plugin]
-                              [--json-out figures.json]
+    python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,detail] [--no-plugin]
+                              [--no-streamdump] [--json-out figures.json]
 
 tshark+plugin takes minutes on the 250 MB captures; --no-plugin leaves it out. No test
 asserts these times: they depend on the machine, and are for reading, not for CI.
@@ -48,11 +51,14 @@ import make_captures
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "lua" / "rabbitmq_stream.lua"
-MODES = ("one-line", "json", "messages", "stats")
+MODES = ("one-line", "detail", "json", "messages", "stats")
+# The plugin against the framing-only dissector, and the issue's target for each.
+PLUGIN_TARGETS = {"one-line": 3.0, "detail": 10.0}
 STREAMDUMP = [sys.executable, "-m", "streamdump"]
 
 STREAMDUMP_ARGS = {
     "one-line": ["read", "{capture}"],
+    "detail": ["read", "{capture}", "-V"],
     "json": ["read", "{capture}", "-T", "jsonl"],
     "messages": ["read", "{capture}", "--messages"],
     "stats": ["stats", "{capture}"],
@@ -61,6 +67,7 @@ STREAMDUMP_ARGS = {
 # and print them, as streamdump --messages does; occurrence=a keeps all of a frame's.
 PLUGIN_ARGS = {
     "one-line": [],
+    "detail": ["-V"],
     "json": ["-T", "json", "-J", "rabbitmq_stream"],
     "messages": [
         "-T",
@@ -80,7 +87,7 @@ PLUGIN_ARGS = {
 }
 
 FRAMING_PROTO = "rmqs_framing"
-FRAMING_ARGS = {"one-line": [], "json": ["-T", "json", "-J", FRAMING_PROTO]}
+FRAMING_ARGS = {"one-line": [], "detail": ["-V"], "json": ["-T", "json", "-J", FRAMING_PROTO]}
 FRAMING_LUA = f"""\
 -- Framing only: reassemble, split on the 4-byte size, read the key. Written by bench/vs_tshark.py.
 local p = Proto("{FRAMING_PROTO}", "RabbitMQ Streams framing only")
@@ -184,10 +191,13 @@ def tshark_argv(tshark: str, capture: Path, lua: Path, extra: list[str]) -> list
     return [*base, "-o", "tcp.reassemble_out_of_order:TRUE", *extra]
 
 
-def commands(capture: Path, mode: str, tshark: str, framing_lua: Path, plugin: bool) -> dict[str, list[str]]:
+def commands(
+    capture: Path, mode: str, tshark: str, framing_lua: Path, plugin: bool, streamdump: bool = True
+) -> dict[str, list[str]]:
     """The command lines measured for one mode, by column name."""
-    sd = [*STREAMDUMP, *(a.format(capture=capture) for a in STREAMDUMP_ARGS[mode])]
-    cmds = {"streamdump": sd}
+    cmds = {}
+    if streamdump:
+        cmds["streamdump"] = [*STREAMDUMP, *(a.format(capture=capture) for a in STREAMDUMP_ARGS[mode])]
     if plugin:
         cmds["tshark_plugin"] = tshark_argv(tshark, capture, PLUGIN, PLUGIN_ARGS[mode])
     if mode in FRAMING_ARGS:
@@ -236,13 +246,35 @@ HEADER = (
 
 
 def table_row(mode: str, runs: dict[str, Run], size: int, frames: int) -> str:
-    sd = runs["streamdump"]
+    sd = runs.get("streamdump")
     plugin, framing = runs.get("tshark_plugin"), runs.get("tshark_framing")
+    if sd is None:
+        head = f"{mode:<9} {'-':>12} {'-':>7} {'-':>10} {'-':>8}"
+        return f"{head} {seconds(plugin):>15} {'-':>13} {seconds(framing):>14} {'-':>13}"
     rate = f"{size / 1e6 / sd.seconds:7.1f} {frames / sd.seconds:10,.0f}" if sd.ok else f"{'-':>7} {'-':>10}"
     return (
         f"{mode:<9} {seconds(sd):>12} {rate} {sd.rss_mib:8.1f}"
         f" {seconds(plugin):>15} {ratio(plugin, sd):>13} {seconds(framing):>14} {ratio(framing, sd):>13}"
     )
+
+
+def plugin_ratios(result: dict) -> list[str]:
+    """The plugin's time over the framing-only dissector's, per mode that has both, with the target."""
+    lines = []
+    for mode, target in PLUGIN_TARGETS.items():
+        columns = result["modes"].get(mode, {})
+        plugin, framing = columns.get("tshark_plugin"), columns.get("tshark_framing")
+        if not (plugin and framing and plugin["exit_code"] == 0 and framing["exit_code"] == 0):
+            continue
+        times = plugin["seconds"] / framing["seconds"]
+        verdict = "within" if times <= target else "over"
+        what = "no tree" if mode == "one-line" else "-V"
+        lines.append(
+            f"  plugin/framing-only, {what} ({mode}): {plugin['seconds']:.2f} s / {framing['seconds']:.2f} s"
+            f" = {times:.1f}x ({verdict} the {target:g}x target)"
+        )
+        result.setdefault("plugin_ratios", {})[mode] = round(times, 2)
+    return lines
 
 
 def bench_capture(
@@ -258,7 +290,8 @@ def bench_capture(
     result: dict = {"capture": str(capture), "bytes": size, "frames": frames, "modes": {}}
     rows = []
     for mode in modes:
-        cmds = commands(capture, mode, args.tshark, framing_lua, plugin=not args.no_plugin)
+        plugin, streamdump = not args.no_plugin, not args.no_streamdump
+        cmds = commands(capture, mode, args.tshark, framing_lua, plugin=plugin, streamdump=streamdump)
         runs: dict[str, Run] = {}
         for column, argv in cmds.items():
             print(f"  {mode:<9} {column:<15} ...", end="", flush=True)
@@ -276,6 +309,7 @@ def bench_capture(
     print(f"\n{capture.name} ({size / 1e6:.1f} MB, {frames:,} frames, best of {args.repeat})")
     print(HEADER)
     print("\n".join(rows))
+    print("\n".join(plugin_ratios(result)))
     return result
 
 
@@ -297,6 +331,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="runs per command; the best time is kept")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     parser.add_argument("--no-plugin", action="store_true", help="skip the slow tshark+plugin reference")
+    parser.add_argument(
+        "--no-streamdump", action="store_true", help="time tshark only (the plugin's ratios to framing-only)"
+    )
     parser.add_argument("--json-out", type=Path, help="also write every figure to this JSON file")
     parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark", help="tshark binary")
     args = parser.parse_args(argv)
