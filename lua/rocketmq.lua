@@ -9732,7 +9732,7 @@ local function pb_scalar(member_type, wire, raw, i, tvb, base)
     if member_type == "bool" then return v ~= UInt64(0), i, v == UInt64(0) end
     if member_type == "uint64" then return v, i, v == UInt64(0) end
     if member_type == "int64" then return Int64(v:lower(), v:higher()), i, v == UInt64(0) end
-    local low = v:lower()
+    local low = int(v:lower())  -- a float under Lua 5.4, which Info would show as "2.0"
     if member_type == "int32" and low >= 2147483648 then low = low - 4294967296 end
     return low, i, low == 0
   end
