@@ -160,6 +160,12 @@ def write_frames(
     t0: float | None = None
     console = None
     lines = views.messages() if messages else None
+    # JSON lines go to the bytes under a UTF-8 text stream as orjson makes them, once what
+    # the text layer holds is out; a stream without such bytes (a StringIO) gets text.
+    binary = None
+    if fmt is Format.jsonl and lines is None and _utf8(out):
+        out.flush()
+        binary = out.buffer  # type: ignore[attr-defined]
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
@@ -174,6 +180,10 @@ def write_frames(
                 renderer.decoder.expand(frame)
             for line in lines.lines(frame, t0):
                 out.write(line + "\n")
+        elif binary is not None:
+            text = renderer.json_text(frame)
+            binary.write(text if isinstance(text, bytes) else text.encode(out.encoding, out.errors))
+            binary.write(b"\n")
         elif fmt is Format.jsonl:
             out.write(renderer.json_line(frame) + "\n")
         elif console is not None:
@@ -181,8 +191,13 @@ def write_frames(
         else:
             out.write(renderer.line(frame, t0) + "\n")
         if flush:
-            out.flush()
+            (binary or out).flush()
     return count
+
+
+def _utf8(out: TextIO) -> bool:
+    encoding = getattr(out, "encoding", None)
+    return hasattr(out, "buffer") and isinstance(encoding, str) and encoding.lower() in ("utf-8", "utf8")
 
 
 def analysed(

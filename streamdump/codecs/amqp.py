@@ -774,6 +774,20 @@ def decode_message(data: bytes | bytearray | memoryview, base: int = 0) -> Messa
     """Decode a bare message; never raises on bad bytes. Offsets in the result are base + offset in data."""
     mv = _view(data)
     end = len(mv)
+    plain = _plain_message(mv, end, base)
+    if plain is not None:
+        return plain
+    return _general_message(mv, end, base)
+
+
+def plain_message(data: bytes | memoryview, base: int = 0) -> Message | None:
+    """decode_message's result for a message of the shape clients send (see _plain_message),
+    None for any other: the caller's fast path, before looks_like_amqp and decode_message."""
+    mv = data if type(data) is memoryview and data.format == "B" and data.ndim == 1 else _view(data)
+    return _plain_message(mv, len(mv), base)
+
+
+def _general_message(mv: memoryview, end: int, base: int) -> Message:
     message = Message()
     sections = message.sections
     pos = 0
@@ -795,6 +809,50 @@ def decode_message(data: bytes | bytearray | memoryview, base: int = 0) -> Messa
         message.error_offset = e.offset + base
     _check_order(message)
     return message
+
+
+def _plain_message(mv: memoryview, end: int, base: int) -> Message | None:
+    """The shape clients send, decoded without the general loop's checks: sections with ulong
+    descriptors (0x53), each of header, annotations, properties and application properties at
+    most once and in the spec's order, then one data section running to the end. Such a
+    message has no error and no note. None for any other shape; decode_message then decodes
+    it from the start."""
+    # A data section alone, the commonest message of all, before any loop.
+    if end >= 5 and mv[0] == 0x00 and mv[1] == 0x53 and mv[2] == 0x75 and mv[3] == 0xA0 and mv[4] == end - 5:
+        return Message([Section(0x75, "data", base, end, mv[5:].tobytes())], None, None, [])
+    sections: list[Section] = []
+    pos = 0
+    last = -1
+    try:
+        while end - pos >= 4 and mv[pos] == 0x00 and mv[pos + 1] == 0x53:
+            code = mv[pos + 2]
+            if code == 0x75:
+                constructor = mv[pos + 3]
+                if constructor == 0xA0 and end - pos >= 5:
+                    start, size = pos + 5, mv[pos + 4]
+                elif constructor == 0xB0 and end - pos >= 8:
+                    start, size = pos + 8, _U32.unpack_from(mv, pos + 4)[0]
+                else:
+                    return None
+                if start + size != end:
+                    return None
+                sections.append(Section(0x75, "data", base + pos, end - pos, mv[start:end].tobytes()))
+                return Message(sections, None, None, [])
+            if not last < code < 0x75 or code < 0x70:
+                return None
+            value, after = _value(mv, pos + 3, end, 1)
+            if not isinstance(value, _EXPECTED[code][0]):
+                return None
+            names = _FIELD_NAMES.get(code)
+            if names is not None:
+                if len(value) > len(names):
+                    return None
+                value = dict(zip(names, value, strict=False))
+            sections.append(Section(code, SECTION_NAMES[code], base + pos, after - pos, value))
+            last, pos = code, after
+    except MalformedError:
+        return None
+    return None
 
 
 def _check_order(message: Message) -> None:
@@ -828,37 +886,65 @@ def _check_order(message: Message) -> None:
 
 def to_json(value: Any) -> Any:
     """A JSON-safe form of a decoded value (see the module docstring for the mapping)."""
-    if value is None or isinstance(value, bool):
+    return _json(value, _json_float)
+
+
+def _json_float(value: float) -> Any:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _plain_json_float(value: float) -> Any:
+    """As _json_float, refusing a float that Python writes with an exponent (1e-05), which
+    JSON writers other than json.dumps write otherwise."""
+    out = _json_float(value)
+    if type(out) is float and out != 0.0 and not 1e-4 <= abs(out) < 1e16:
+        raise ValueError(f"{out!r} has an exponent")
+    return out
+
+
+def _json(value: Any, on_float: Callable[[float], Any]) -> Any:
+    # Exact types first, the commonest first: a data body's bytes, strings, ints, maps.
+    kind = type(value)
+    if kind is bytes:
+        return value.hex()
+    if kind is str or kind is int or kind is bool or value is None:
         return value
+    if kind is dict:
+        return {k if type(k) is str else _json_key(k): _json(v, on_float) for k, v in value.items()}
+    if kind is list:
+        return [_json(v, on_float) for v in value]
+    if kind is float:
+        return on_float(value)
+    # Subclasses (Symbol, Char, Timestamp) and the AMQP types.
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
+        return on_float(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, dict):
-        return {_json_key(k): to_json(v) for k, v in value.items()}
+        return {_json_key(k): _json(v, on_float) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [to_json(v) for v in value]
+        return [_json(v, on_float) for v in value]
     if isinstance(value, Array):
         if value.descriptor is None:
-            return [to_json(v) for v in value.items]
-        descriptor = to_json(value.descriptor)
-        return [{"descriptor": descriptor, "value": to_json(v)} for v in value.items]
+            return [_json(v, on_float) for v in value.items]
+        descriptor = _json(value.descriptor, on_float)
+        return [{"descriptor": descriptor, "value": _json(v, on_float)} for v in value.items]
     if isinstance(value, Described):
-        return {"descriptor": to_json(value.descriptor), "value": to_json(value.value)}
+        return {"descriptor": _json(value.descriptor, on_float), "value": _json(value.value, on_float)}
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, Decimal):
         return value.raw.hex()
     if isinstance(value, Typed):
-        return to_json(value.value)
+        return _json(value.value, on_float)
     return str(value)
 
 
@@ -871,14 +957,24 @@ def _json_key(key: Any) -> str:
     return json.dumps(converted, separators=(",", ":"), ensure_ascii=False)
 
 
-def message_json(message: Message) -> dict[str, Any]:
-    """Section name -> JSON value; a section present several times maps to a list, one item each."""
+def message_json(message: Message, plain_floats: bool = False) -> dict[str, Any]:
+    """Section name -> JSON value; a section present several times maps to a list, one item each.
+
+    plain_floats: raise ValueError at a float Python writes with an exponent, for a caller
+    whose JSON writer would write it otherwise (orjson: 0.00001 for 1e-05).
+    """
+    on_float = _plain_json_float if plain_floats else _json_float
+    sections = message.sections
+    if len(sections) == 1:  # the commonest message: one data section
+        section = sections[0]
+        value = section.value
+        return {section.name: value.hex() if type(value) is bytes else _json(value, on_float)}
     counts: dict[str, int] = {}
-    for section in message.sections:
+    for section in sections:
         counts[section.name] = counts.get(section.name, 0) + 1
     out: dict[str, Any] = {}
-    for section in message.sections:
-        value = to_json(section.value)
+    for section in sections:
+        value = _json(section.value, on_float)
         if counts[section.name] > 1:
             out.setdefault(section.name, []).append(value)
         else:

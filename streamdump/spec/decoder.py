@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamdump.core.frame import Expert, Frame, Node
-from streamdump.spec.hooks import build_hooks
+from streamdump.spec.hooks import Hook, build_hooks
 from streamdump.spec.keyed import Keyed
 from streamdump.spec.layout import (
     BadValue,
@@ -49,6 +49,41 @@ def _has_hook(specs: tuple[FieldSpec, ...], version: int) -> bool:
         )
         for s in specs
     )
+
+
+def _hooks_below(spec: FieldSpec) -> bool:
+    """Whether a hook sits on the field or anywhere inside it (members, items, cases)."""
+    inner = (spec.of, spec.key, spec.value, spec.default, *spec.cases.values())
+    return (
+        spec.hook is not None
+        or any(_hooks_below(s) for s in spec.fields)
+        or any(s is not None and _hooks_below(s) for s in inner)
+    )
+
+
+def _in_place(specs: tuple[FieldSpec, ...], hooks: Mapping[str, Hook]) -> bool:
+    """Whether expanding decoded values gives what decoding again with expand on would.
+
+    Every hook must expand in place and be the last of its fields (what it adds then lands
+    where a decode puts it, so keys keep their order), reached through plain structs and
+    arrays of structs only, as _expand_values walks them.
+    """
+    for index, spec in enumerate(specs):
+        if spec.hook is not None:
+            hook = hooks.get(spec.hook)
+            if hook is None or not hook.expands_in_place or spec.inline or index != len(specs) - 1:
+                return False
+        elif not _hooks_below(spec):
+            continue
+        elif spec.type == "struct" and not spec.inline:
+            if not _in_place(spec.fields, hooks):
+                return False
+        elif spec.type == "array" and spec.of is not None and spec.of.type == "struct":
+            if spec.of.inline or spec.of.hook is not None or not _in_place(spec.of.fields, hooks):
+                return False
+        else:
+            return False
+    return True
 
 
 def _merge_notes(decoded: list[Expert], before: list[Expert]) -> list[Expert]:
@@ -149,6 +184,14 @@ class Decoder:
             (key, response)
             for (key, response, version), (layout, _) in self.compiled.items()
             if _has_hook(layout.fields, version)
+        }
+        self._hooked_specs: dict[int, tuple[tuple[FieldSpec, ...], tuple[FieldSpec, ...]]] = {}
+        # Of those, the layouts whose hooks expand the values a decode gave (Publish's
+        # entries): a complete frame of them is expanded without a second decode.
+        self.in_place = {
+            (layout.key, layout.kind == "response")
+            for layout, _ in self.compiled.values()
+            if (layout.key, layout.kind == "response") in self.hooked and _in_place(layout.fields, self.hooks)
         }
 
     # ------------------------------------------------------------------ framing helpers
@@ -424,12 +467,28 @@ class Decoder:
         """The frame with everything below its headers decoded (records, sections), in place.
 
         Decoding is pure, so decoding again with the expand step on gives the same
-        fields plus what the hooks add, and the same expert notes plus theirs.
+        fields plus what the hooks add, and the same expert notes plus theirs. Where the
+        hooks can expand the values the decode gave (Decoder.in_place), that gives the same
+        without a second decode.
         """
         if frame.expanded:
             return frame
         if (frame.key, frame.kind == "response") not in self.hooked:
             frame.expanded = True  # nothing below its headers: decoding again would add nothing
+            return frame
+        layout = self.protocol.layout(frame.key, frame.kind == "response")
+        # Notes the decode made would interleave with the hooks' in a second decode: only a
+        # frame without them is expanded where it stands.
+        if (
+            frame.incomplete is None
+            and layout is not None
+            and (frame.key, frame.kind == "response") in self.in_place
+            and not any(e.group == "malformed" for e in frame.expert)
+        ):
+            notes: list[Expert] = []
+            self._expand_values(layout.fields, frame.fields, Ctx(notes, expand=True), guarded=True)
+            frame.expert = _merge_notes(notes, frame.expert)
+            frame.expanded = True
             return frame
         if frame.incomplete is None:
             full = self.decode(frame.data, expand=True, key=frame.key)
@@ -438,25 +497,62 @@ class Decoder:
             return frame
         # An incomplete frame may hold elements recovered after a gap, which decoding its
         # bytes again would not find: expand the values it has instead.
-        layout = self.protocol.layout(frame.key, frame.kind == "response")
         if layout is not None:
             self._expand_values(layout.fields, frame.fields, Ctx(frame.expert, expand=True))
         frame.expanded = True
         return frame
 
-    def _expand_values(self, specs: tuple[FieldSpec, ...], values: dict[str, Any], ctx: Ctx) -> None:
-        for spec in specs:
+    def _with_hooks(self, specs: tuple[FieldSpec, ...]) -> tuple[FieldSpec, ...]:
+        """Those of specs with a hook on or below them: all that expanding values visits."""
+        found = self._hooked_specs.get(id(specs))
+        if found is None:
+            # Kept with the specs, so their id names them while the entry lives.
+            found = self._hooked_specs[id(specs)] = (specs, tuple(s for s in specs if _hooks_below(s)))
+        return found[1]
+
+    def _expand_values(
+        self, specs: tuple[FieldSpec, ...], values: dict[str, Any], ctx: Ctx, guarded: bool = False
+    ) -> None:
+        """The hooks' expand step on decoded values. guarded: a hook that raises becomes the
+        note a decode would make of it (run_hook's), for a frame that must come out as a
+        second decode would give it."""
+        for spec in self._with_hooks(specs):
             value = values.get(spec.name)
             if value is None:
                 continue
             if spec.hook is not None:
-                self.hooks[spec.hook].expand(value, values, getattr(value, "pos", 0), ctx, None)
+                self._expand_hooked(spec, [values], ctx, guarded)
             elif spec.type == "struct" and isinstance(value, dict):
-                self._expand_values(spec.fields, value, ctx)
+                self._expand_values(spec.fields, value, ctx, guarded)
             elif spec.of is not None and spec.of.type == "struct" and isinstance(value, list):
+                inner = self._with_hooks(spec.of.fields)
+                if len(inner) == 1 and inner[0].hook is not None:
+                    # Items whose one hooked member is the hook's own (a Publish frame's
+                    # messages, hundreds of them): one loop, not a walk of each item.
+                    self._expand_hooked(inner[0], value, ctx, guarded)
+                    continue
                 for item in value:
                     if isinstance(item, dict):
-                        self._expand_values(spec.of.fields, item, ctx)
+                        self._expand_values(spec.of.fields, item, ctx, guarded)
+
+    def _expand_hooked(self, spec: FieldSpec, holders: list[Any], ctx: Ctx, guarded: bool) -> None:
+        """The expand step of the hook on spec, for its value in each of holders (dicts)."""
+        hook = self.hooks[spec.hook]  # type: ignore[index]
+        name = spec.name
+        for values in holders:
+            value = values.get(name) if isinstance(values, dict) else None
+            if value is None:
+                continue
+            pos = getattr(value, "pos", 0)
+            if not guarded:
+                hook.expand(value, values, pos, ctx, None)
+                continue
+            try:
+                hook.expand(value, values, pos, ctx, None)
+            except Exception as exc:  # as run_hook: decoding never raises
+                ctx.expert.append(
+                    Expert("error", f"hook {hook.name} failed: {type(exc).__name__}: {exc}", pos)
+                )
 
     def tree(self, frame: Frame) -> list[Node]:
         """The detail tree of a frame, built on demand by decoding it again with nodes on.

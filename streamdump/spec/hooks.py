@@ -28,6 +28,10 @@ class Hook:
 
     name = ""
     min_size = 0
+    # The value `read` returns knows where it was read (a `pos` attribute), and `expand` needs
+    # only that value and its siblings: Decoder.expand then works on the values a decode
+    # already gave instead of decoding the frame again. Such a hook's `check` notes are malformed.
+    expands_in_place = False
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 from typing import Any
 
+import orjson
 from rich.text import Text
 from rich.tree import Tree
 
@@ -36,6 +37,18 @@ class Renderer:
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
         # A protocol whose header has no version: JSON says none was on the wire.
         self.versioned = self.protocol.versioned
+        # Layouts (key, response?) whose frames orjson writes as json.dumps would: no float
+        # can be in them, or only inside AMQP messages, whose JSON is checked as it is made.
+        self.orjson_layouts: frozenset[tuple[Any, bool]] = frozenset(
+            ()
+            if _floats_possible(self.protocol.header, self.protocol)
+            else (
+                (layout.key, layout.kind == "response")
+                for command in self.protocol.commands.values()
+                for layout in command.layouts.values()
+                if not _floats_possible(layout.fields, self.protocol)
+            )
+        )
 
     # ------------------------------------------------------------ one line
 
@@ -133,10 +146,29 @@ class Renderer:
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
 
     def json_line(self, frame: Frame) -> str:
-        text = json.dumps(
-            self.to_dict(frame), default=_json_default, ensure_ascii=False, separators=(",", ":")
-        )
-        # Readers that split lines on every Unicode line break (Python's splitlines) keep one per frame.
+        line = self.json_text(frame)
+        return line.decode() if isinstance(line, bytes) else line
+
+    def json_text(self, frame: Frame) -> bytes | str:
+        """The frame's JSON line, without its newline: orjson's UTF-8 bytes where they are what
+        json.dumps writes (the frames that carry messages), json.dumps's text otherwise."""
+        data = self.to_dict(frame)
+        if (
+            (frame.key, frame.kind == "response") in self.orjson_layouts
+            and _plain_float(data["ts"])
+            and _plain_links(data["links"])
+        ):
+            try:
+                out = orjson.dumps(data, default=_orjson_default, option=_ORJSON_OPTIONS)
+            except TypeError:  # what orjson refuses (ints past 64 bits, surrogates), a float in a message
+                pass
+            else:
+                # Readers that split lines on every Unicode line break (Python's splitlines)
+                # keep one per frame. Both start with 0xe2, which memchr finds fast.
+                if _LS[:1] in out and (_LS in out or _PS in out):
+                    out = out.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
+                return out
+        text = json.dumps(data, default=_json_default, ensure_ascii=False, separators=(",", ":"))
         return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
     # ------------------------------------------------------------ tree
@@ -235,6 +267,62 @@ def _bytes_preview(value: bytes | memoryview) -> str:
     data = bytes(value[:PREVIEW_BYTES])
     more = "…" if len(value) > PREVIEW_BYTES else ""
     return f"{data.hex()}{more} ({len(value)} bytes)"
+
+
+# U+2028 and U+2029 in UTF-8.
+_LS, _PS = "\u2028".encode(), "\u2029".encode()
+# Dataclasses (an Osiris entry, an AMQP message) have JSON forms of their own: orjson asks
+# _orjson_default for them instead of writing their attributes.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def _plain_float(value: Any) -> bool:
+    """Whether orjson writes this value as json.dumps does: not a float, or one Python writes
+    without an exponent (orjson writes 1e-05 as 0.00001, 1e+16 as 1e16 and NaN as null)."""
+    return type(value) is not float or value == 0.0 or 1e-4 <= abs(value) < 1e16
+
+
+def _plain_links(links: dict[str, Any]) -> bool:
+    return all(
+        all(_plain_float(v) for v in value) if type(value) is list else _plain_float(value)
+        for value in links.values()
+    )
+
+
+# Spec types whose values may be floats: what hooks compute, and parsed JSON.
+_FLOAT_TYPES = frozenset({"float", "json"})
+
+
+def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
+    """Whether decoded values of these fields (what their hooks add included) may hold a float
+    outside an AMQP message: whole messages (an amqp field with members) go to message JSON."""
+    for spec in specs:
+        if spec.type in _FLOAT_TYPES or (spec.type == "amqp" and not spec.fields):
+            return True
+        if spec.type == "amqp":
+            continue
+        hook = protocol.hooks.get(spec.hook) if spec.hook is not None else None
+        inner = (spec.of, spec.key, spec.value, spec.default, *spec.cases.values())
+        if (
+            (spec.hook is not None and (hook is None or _floats_possible(hook.adds, protocol)))
+            or _floats_possible(spec.fields, protocol)
+            or _floats_possible(spec.bits, protocol)
+            or _floats_possible(tuple(s for s in inner if s is not None), protocol)
+        ):
+            return True
+    return False
+
+
+def _orjson_default(value: Any) -> Any:
+    # What frames with messages hold most: a message per record, an object with its JSON form per entry.
+    if type(value) is amqp.Message:
+        return amqp.message_json(value, True)
+    as_json = getattr(value, "as_json", None)
+    if as_json is not None:
+        return as_json()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
 def _json_default(value: Any) -> Any:

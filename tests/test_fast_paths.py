@@ -1,0 +1,243 @@
+"""The fast paths of JSON and --messages give what the general paths give, byte for byte.
+
+Three shortcuts are checked against what they replace: AMQP messages of the shape clients
+send decoded without the general loop (amqp.plain_message), Publish frames expanded from
+the values their decode gave instead of a second decode (Decoder.in_place), and JSON lines
+written by orjson instead of json.dumps (Renderer.json_text).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CAPTURE_ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
+from test_amqp import _annotations, _header, _properties, messages, values
+
+from streamdump.cli import _decoders, analysed
+from streamdump.codecs import amqp
+from streamdump.core.conversation import Conversations
+from streamdump.core.frame import Frame
+from streamdump.core.pipeline import Dissection, ReadStats, read_frames
+from streamdump.spec.decoder import Decoder, _merge_notes
+from streamdump.spec.registry import default_registry
+from streamdump.views.render import Renderer, _json_default
+
+PROTOCOL = default_registry().get("rabbitmq_stream")
+DECODER = Decoder(PROTOCOL)
+RENDERER = Renderer(DECODER)
+CAPTURE_FILES = sorted(p for p in CAPTURE_ROOT.rglob("*.pcap*") if p.suffix in (".pcap", ".pcapng"))
+
+
+def general(data: bytes, base: int) -> amqp.Message:
+    return amqp._general_message(memoryview(data), len(data), base)
+
+
+def same_message(a: amqp.Message, b: amqp.Message) -> None:
+    # repr, not ==: a NaN inside equals nothing, itself included.
+    assert repr(a) == repr(b)
+
+
+# ---------------------------------------------------------------- AMQP messages
+
+
+@st.composite
+def plain_shaped(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    """Messages of the shape the shortcut takes: optional sections in order, then one data body."""
+    sections: list[tuple[str, Any]] = []
+    for name, strategy in (
+        ("header", _header),
+        ("delivery_annotations", _annotations),
+        ("message_annotations", _annotations),
+        ("properties", _properties),
+        ("application_properties", st.dictionaries(st.text(max_size=8), values, max_size=4)),
+    ):
+        if draw(st.booleans()):
+            sections.append((name, draw(strategy)))
+    return [*sections, ("data", draw(st.binary(max_size=300)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(plain_shaped(), messages()), st.integers(0, 1000), st.data())
+def test_messages_decode_as_the_general_loop_does(
+    sections: list[tuple[str, Any]], base: int, data: st.DataObject
+) -> None:
+    wire = amqp.encode_message(sections)
+    whole = general(wire, base)
+    same_message(amqp.decode_message(wire, base), whole)
+    plain = amqp.plain_message(memoryview(wire), base)
+    if plain is not None:
+        same_message(plain, whole)
+    # Cut short, or a byte overwritten: the shortcut takes it whole or leaves it.
+    cut = data.draw(st.integers(0, len(wire)))
+    same_message(amqp.decode_message(wire[:cut], base), general(wire[:cut], base))
+    if wire:
+        at = data.draw(st.integers(0, len(wire) - 1))
+        byte = data.draw(st.sampled_from((0x00, 0x40, 0x53, 0x73, 0x75, 0xA0, 0xB0, 0xFF)))
+        damaged = wire[:at] + bytes([byte]) + wire[at + 1 :]
+        same_message(amqp.decode_message(damaged, base), general(damaged, base))
+
+
+PLAIN_SHAPES = [
+    [("data", b"")],
+    [("data", b"x" * 255)],
+    [("data", b"x" * 256)],  # vbin32
+    [("properties", {"message_id": "m-1", "content_type": "text/plain"}), ("data", b"body")],
+    [("header", {"durable": True}), ("properties", {"subject": "s"}), ("data", b"body")],
+    [
+        ("message_annotations", {amqp.Symbol("x-k"): 1}),
+        ("application_properties", {"k": "v"}),
+        ("data", b"b"),
+    ],
+]
+NOT_PLAIN_SHAPES = [
+    [("data", b"a"), ("data", b"b")],  # two data sections
+    [("amqp_value", "text")],
+    [("data", b"a"), ("footer", {amqp.Symbol("x"): 1})],
+    [("properties", {"subject": "s"}), ("header", {"durable": True}), ("data", b"b")],  # out of order
+    [("properties", {}), ("properties", {}), ("data", b"b")],  # repeated
+]
+
+
+@pytest.mark.parametrize("sections", PLAIN_SHAPES, ids=lambda s: "+".join(n for n, _ in s))
+def test_the_shapes_clients_send_take_the_shortcut(sections: list[tuple[str, Any]]) -> None:
+    wire = amqp.encode_message(sections)
+    plain = amqp.plain_message(wire, 9)
+    assert plain is not None
+    same_message(plain, general(wire, 9))
+
+
+@pytest.mark.parametrize("sections", NOT_PLAIN_SHAPES, ids=lambda s: "+".join(n for n, _ in s))
+def test_other_shapes_are_left_to_the_general_loop(sections: list[tuple[str, Any]]) -> None:
+    wire = amqp.encode_message(sections)
+    assert amqp.plain_message(wire, 9) is None
+    same_message(amqp.decode_message(wire, 9), general(wire, 9))
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 0.5, 1e-4, 123.25, 1e15, 9.5e15])
+def test_message_json_plain_floats_keeps_floats_written_without_exponent(value: float) -> None:
+    message = amqp.decode_message(amqp.encode_message([("amqp_value", [value, {"k": value}])]))
+    assert amqp.message_json(message, plain_floats=True) == amqp.message_json(message)
+
+
+@pytest.mark.parametrize("value", [1e-05, 5e-324, 1e16, 1.5e300, -2.5e-7])
+def test_message_json_plain_floats_refuses_floats_written_with_exponent(value: float) -> None:
+    message = amqp.decode_message(amqp.encode_message([("amqp_value", {"k": [value]})]))
+    assert "e" in json.dumps(amqp.message_json(message))
+    with pytest.raises(ValueError):
+        amqp.message_json(message, plain_floats=True)
+
+
+def test_non_finite_floats_are_strings_either_way() -> None:
+    message = amqp.decode_message(amqp.encode_message([("amqp_value", [math.nan, math.inf, -math.inf])]))
+    expected = {"amqp_value": ["NaN", "Infinity", "-Infinity"]}
+    assert amqp.message_json(message) == amqp.message_json(message, plain_floats=True) == expected
+
+
+# ---------------------------------------------------------------- Publish frames
+
+
+def publish(bodies: list[bytes]) -> bytes:
+    entries = [{"publishing_id": n, "entry": simple_entry(body)} for n, body in enumerate(bodies)]
+    return DECODER.encode("Publish", "command", {"publisher_id": 3, "messages": entries})
+
+
+def reference_json(renderer: Renderer, frame: Frame) -> str:
+    """The JSON line as json.dumps writes it: what orjson's bytes must equal."""
+    text = json.dumps(
+        renderer.to_dict(frame), default=_json_default, ensure_ascii=False, separators=(",", ":")
+    )
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def expanded_twice(frame: Frame) -> Frame:
+    """The frame as the second decode (the general expansion) makes it."""
+    full = DECODER.decode(frame.data, expand=True, key=frame.key)
+    return replace(frame, fields=full.fields, expert=_merge_notes(full.expert, frame.expert), expanded=True)
+
+
+def dumped(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
+
+
+def check_publish(wire: bytes) -> None:
+    frame = DECODER.decode(wire)
+    twice = expanded_twice(frame)
+    DECODER.expand(frame)
+    # Keys in the same order, values the same (JSON: memoryviews' reprs hold addresses, NaN != NaN).
+    assert dumped(frame.fields) == dumped(twice.fields)
+    assert frame.expert == twice.expert
+    assert RENDERER.json_line(frame) == reference_json(RENDERER, twice)
+
+
+def test_publish_expands_without_a_second_decode() -> None:
+    assert (0x0002, False) in DECODER.in_place
+    # A chunk's hook is not its struct's last field (the trailer follows): decoded again.
+    assert (0x0008, False) not in DECODER.in_place
+
+
+record_bodies = st.one_of(
+    messages().map(amqp.encode_message),
+    st.binary(max_size=30),  # not AMQP, or AMQP gone wrong: notes in the frame
+    st.binary(max_size=30).map(lambda b: b"\x00\x53\x75" + b),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(record_bodies, max_size=6))
+def test_publish_frames_expand_and_write_as_before(bodies: list[bytes]) -> None:
+    check_publish(publish(bodies))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1e-05,
+        1e16,
+        math.nan,
+        0.25,
+        "line\u2028sep",
+        "para\u2029sep",
+        "\x00\x1f\x7f",
+        'q"\\',
+        2**64 - 1,
+        -(2**63),
+        "é\U0001f600",
+    ],
+    ids=repr,
+)
+def test_json_corners_are_json_dumps_corners(value: Any) -> None:
+    """Floats orjson writes otherwise, line separators, escapes, the widest integers."""
+    check_publish(publish([amqp.encode_message([("amqp_value", {"v": [value]})])]))
+
+
+# ---------------------------------------------------------------- every committed capture
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: str(p.relative_to(CAPTURE_ROOT)))
+def test_json_lines_of_every_capture_are_json_dumps_lines(path: Path) -> None:
+    decoders = _decoders(None)
+    renderers = {name: Renderer(d) for name, d in decoders.items()}
+    tracker = Conversations(d.protocol for d in decoders.values())
+    stats = ReadStats()
+    for frame in analysed(read_frames(path, Dissection(decoders.values()), None, stats), tracker):
+        renderer = renderers[frame.protocol]
+        assert renderer.json_line(frame) == reference_json(renderer, frame)
+
+
+def test_frames_with_messages_take_orjson() -> None:
+    """The point of it all: Publish and Deliver frames are written by orjson."""
+    carrying = [
+        frame
+        for frame in read_frames(CAPTURE_ROOT / "rabbitmq_stream" / "bulk.pcap", DECODER, None, ReadStats())
+        if frame.command in ("Publish", "Deliver")
+    ]
+    assert len(carrying) >= 18
+    assert all(isinstance(RENDERER.json_text(frame), bytes) for frame in carrying)
