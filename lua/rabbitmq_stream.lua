@@ -4326,6 +4326,13 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
         item = tree:add(F[name], range)
       end
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
+      local code = spec.enum and not spec.response_enum and type(value) == "number" and value >= 0
+      if code and spec.display ~= "dec" and spec.display ~= "name" then
+        -- A code as the expert texts and streamdump's tree write it, "Stream does not exist (0x02)":
+        -- Wireshark's own label would give its number in decimal, or in hex to the field's width.
+        item:set_text(string.format("%s: %s (0x%02x)", NAME_TITLE[name] or name,
+          VS[spec.enum] and VS[spec.enum][value] or "Unknown", value))
+      end
       spec.__item = item
     end
     return value, pos + width
@@ -5069,7 +5076,8 @@ local function short_value(spec, value, response)
   local enum = (response and spec.response_enum) or spec.enum
   if enum then
     local name = VS[enum] and VS[enum][value]
-    if name then return (name:gsub(" ", "_")) end
+    -- spelled as the tree and the expert texts spell it; quoted when it has spaces, as text is
+    if name then return name:find(" ", 1, true) and ('"' .. name .. '"') or name end
     return tostring(value)
   end
   if spec.type == "string" then
@@ -6535,32 +6543,9 @@ end
 
 HOOKS.osiris_entry = {
   min_size = 4,
-  -- Without a tree (lite): the entry at byte i of s is stepped over, its records left unread;
-  -- nil where the entry does not fit (read then tells why).
-  skip = function(s, i, n, siblings)
-    local left = n - i + 1
-    if left < 4 then return nil end
-    local a, b, c, d = s:byte(i, i + 3)
-    if a < 0x80 then
-      local size = ((a * 256 + b) * 256 + c) * 256 + d
-      if left - 4 < size then return nil end
-      siblings.records = true
-      return true, i + 4 + size
-    end
-    if left < 11 then return nil end
-    a, b, c, d = s:byte(i + 7, i + 10)
-    local length = ((a * 256 + b) * 256 + c) * 256 + d
-    if length > 0x7FFFFFFF or left - 11 < length then return nil end
-    siblings.records = true
-    return true, i + 11 + length
-  end,
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
-    if ctx.lite then
-      siblings.records = true
-      return entry, after
-    end
     local item = show_entry(tree, tvb, entry, F[name], struct_title(name))
     local where = "message " .. tostring(siblings.publishing_id)
     local bodies = entry_bodies(tvb, entry, where, ctx)
@@ -6584,9 +6569,6 @@ HOOKS.osiris_chunk = {
     if VS.chunk_type[chunk_type] == nil then
       note(ctx, "warn", "malformed", "unknown chunk type " .. tostring(chunk_type))
     end
-    -- Without a tree (lite) the data is not read: its CRC (about 100 ns a byte in Lua, most of
-    -- a first pass), entries and records are checked when the packet's tree is built.
-    if ctx.lite then return end
     local actual = crc32(tvb, pos, len)
     local crc = siblings.crc
     if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual):set_generated() end  -- worked out over the data

@@ -9504,6 +9504,13 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
         item = tree:add(F[name], range)
       end
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
+      local code = spec.enum and not spec.response_enum and type(value) == "number" and value >= 0
+      if code and spec.display ~= "dec" and spec.display ~= "name" then
+        -- A code as the expert texts and streamdump's tree write it, "Stream does not exist (0x02)":
+        -- Wireshark's own label would give its number in decimal, or in hex to the field's width.
+        item:set_text(string.format("%s: %s (0x%02x)", NAME_TITLE[name] or name,
+          VS[spec.enum] and VS[spec.enum][value] or "Unknown", value))
+      end
       spec.__item = item
     end
     return value, pos + width
@@ -10247,7 +10254,8 @@ local function short_value(spec, value, response)
   local enum = (response and spec.response_enum) or spec.enum
   if enum then
     local name = VS[enum] and VS[enum][value]
-    if name then return (name:gsub(" ", "_")) end
+    -- spelled as the tree and the expert texts spell it; quoted when it has spaces, as text is
+    if name then return name:find(" ", 1, true) and ('"' .. name .. '"') or name end
     return tostring(value)
   end
   if spec.type == "string" then

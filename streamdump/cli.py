@@ -1038,7 +1038,8 @@ def decode(
 
 
 lua_app = typer.Typer(
-    no_args_is_help=True, help="The Wireshark plugin generated from the registry: write it, install it."
+    no_args_is_help=True,
+    help="The Wireshark plugin generated from the registry: write it, install it, list its fields.",
 )
 app.add_typer(lua_app, name="lua")
 
@@ -1087,6 +1088,24 @@ def lua_install(
     for path in written:
         print(f"installed {path}")
     print("Wireshark loads them when it starts (Analyze > Reload Lua Plugins in a running one).")
+
+
+@lua_app.command("fields")
+def lua_fields(
+    protocol: Annotated[
+        str | None, typer.Option("--protocol", help="Only this protocol's (default: every protocol's).")
+    ] = None,
+) -> None:
+    """List the plugins' display-filter fields and expert entries: abbreviation, type, title.
+
+    Without the `rabbitmq_stream.` prefix, a field's name is the one --filter takes."""
+    registry = default_registry()
+    if protocol is not None and protocol not in registry.protocols:
+        raise _fail(f"no protocol {protocol!r} (known: {', '.join(sorted(registry.protocols))})")
+    for name in sorted(registry.protocols):
+        if protocol in (None, name):
+            for abbreviation, ftype, title in luagen.glossary(registry.protocols[name]):
+                print(f"{abbreviation}\t{ftype}\t{title}")
 
 
 def main() -> None:

@@ -248,7 +248,7 @@ def test_filter_selects_frames_by_linked_stream() -> None:
 
 def test_filter_on_codes_names_and_hook_fields() -> None:
     code, out, _ = run("read", str(CAPTURES / "subscribe_missing_stream.pcap"), "-Y", "response_code != 1")
-    assert code == 0 and out and all("Stream_does_not_exist" in line for line in out.splitlines())
+    assert code == 0 and out and all('code="Stream does not exist"' in line for line in out.splitlines())
     code, same, _ = run(
         "read",
         str(CAPTURES / "subscribe_missing_stream.pcap"),

@@ -754,6 +754,16 @@ def test_lua_install_defaults_to_wiresharks_personal_folder(tmp_path: Path) -> N
     assert check.returncode == 0, check.stderr
     assert "QueryPublisherSequence request corr=7" in check.stdout
     assert "QueryPublisherSequence response corr=7 code=OK seq=0" in check.stdout
+    # tshark's glossary lists its fields and expert entries, as `streamdump lua fields` does.
+    glossary = subprocess.run([_tshark(), "-G", "fields"], capture_output=True, text=True, env=env)
+    rows = [line.split("\t") for line in glossary.stdout.splitlines()]
+    listed = {row[2] for row in rows if row[0] == "F" and row[2].startswith("rabbitmq_stream.")}
+    ours = subprocess.run(
+        [sys.executable, "-m", "streamdump", "lua", "fields", "--protocol", "rabbitmq_stream"],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert listed == {line.split("\t")[0] for line in ours.splitlines()}
+    assert "rabbitmq_stream.expert.error_response" in listed
 
 
 @pytest.mark.parametrize(

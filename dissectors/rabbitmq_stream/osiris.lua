@@ -25,7 +25,8 @@ local function read_entry(tvb, pos, stop, name, base)
 end
 
 local function describe_entry(entry)
-  if entry.kind == 0 then return string.format("Simple entry, %d bytes", entry.size - 4) end
+  -- all of it, length field included, as its size item says
+  if entry.kind == 0 then return string.format("Simple entry, %d bytes", entry.size) end
   local codec = VS.compression[entry.compression] or ("unknown compression " .. entry.compression)
   return string.format("Sub-batch, %d records, %s: %d bytes, %d uncompressed",
     entry.record_count, codec, entry.length, entry.uncompressed_length)
@@ -220,7 +221,7 @@ HOOKS.osiris_chunk = {
     end
     local actual = crc32(tvb, pos, len)
     local crc = siblings.crc
-    if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual) end
+    if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual):set_generated() end  -- worked out over the data
     if crc ~= actual then
       note(ctx, "error", "malformed", string.format(
         "chunk CRC mismatch: header says 0x%08x, data gives 0x%08x", crc, actual))

@@ -370,7 +370,7 @@ def _section_node(section: Any) -> Node:
 def describe(entry: Entry, compression_names: Any) -> str:
     """A tree label for an entry; the framing that matched is added once it is decompressed."""
     if entry.kind == SIMPLE:
-        return f"Simple entry, {entry.size - 4} bytes"
+        return f"Simple entry, {entry.size} bytes"  # all of it, length field included, as `size` says
     codec = compression_names.get(entry.compression, f"unknown compression {entry.compression}")
     return (
         f"Sub-batch, {entry.record_count} records, {codec}: "

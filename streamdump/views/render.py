@@ -109,7 +109,8 @@ class Renderer:
         names = self.enum_of(spec, response)
         if names is not None:
             name = names.get(value)
-            return name.replace(" ", "_") if name else str(value)
+            # Spelled as the tree and the expert texts spell it; quoted when it has spaces, as text is.
+            return (json.dumps(name) if " " in name else name) if name else str(value)
         if spec.type == "string":
             return value if value and " " not in value else json.dumps(value)
         if spec.display == "hex":

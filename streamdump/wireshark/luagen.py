@@ -255,6 +255,16 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
     return sorted(names.values(), key=lambda entry: entry["name"])
 
 
+def glossary(protocol: Protocol) -> list[tuple[str, str, str]]:
+    """What the plugin registers, as (abbreviation, type, title): its fields, then its expert
+    entries; what `tshark -G fields` lists of it once Wireshark loads it."""
+    out = [(f"{protocol.name}.{e['name']}", e["ftype"], e["title"]) for e in field_names(protocol)]
+    for name, _, finding, severity in expert_entries():
+        what = f"expert ({finding.group}, {severity})"
+        out.append((f"{protocol.name}.expert.{name}", what, finding.title))
+    return out
+
+
 def _ftype(spec: FieldSpec) -> str:
     if spec.type in INT_TYPES:
         return spec.type
