@@ -720,6 +720,36 @@ def test_lua_generate_writes_the_committed_plugin(tmp_path: Path) -> None:
     )
 
 
+def test_what_a_wireshark_user_reads(tmp_path: Path) -> None:
+    """The columns and tree say what streamdump says, spelled alike: a short Protocol column,
+    a code spelled as the tree and the expert text spell it, no expert text in Info, derived
+    values generated; each finding under the expert entry of its kind."""
+    env = dict(os.environ, HOME=str(tmp_path))
+
+    def out(*args: str) -> str:
+        return subprocess.run(args, capture_output=True, text=True, env=env).stdout
+
+    path = CAPTURES / "deleted_stream.pcap"
+    tshark = (_tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(path))
+    ours = out(sys.executable, "-m", "streamdump", "read", str(path), "-Y", "frame == 36")
+    assert 'DeclarePublisher response 0x8001 corr=8 code="Stream does not exist" [warn: ' in ours
+    listed = out(*tshark, "-Y", "frame.number == 36").rstrip()
+    assert listed.endswith(' RMQS 80 DeclarePublisher response corr=8 code="Stream does not exist"')
+    tree = out(*tshark, "-Y", "frame.number == 36", "-V")
+    assert "    Response Code: Stream does not exist (0x02)\n" in tree
+    note = next(e["message"] for f in run_streamdump(path) if f["frame"] == 36 for e in f["expert"])
+    assert "failed: Stream does not exist (0x02)" in note and f"[{note}]" in tree
+    failed = "rabbitmq_stream.expert.error_response or rabbitmq_stream.expert.refused_items"
+    kinds = out(*tshark, "-Y", failed)
+    assert [line.split()[0] for line in kinds.splitlines()] == ["33", "36"]
+    deliver = out(
+        _tshark(), "-X", f"lua_script:{PLUGIN}", "-r", str(CAPTURES / "compression.pcap"), "-V", "-c", "60",
+        "-Y", 'rabbitmq_stream.command == "Deliver"',
+    )  # fmt: skip
+    assert "[Offset: 0]" in deliver and "[Entry Index: 0]" in deliver and "[CRC Valid: True]" in deliver
+    assert "Simple entry, 318 bytes" in deliver and "[Size: 318]" in deliver
+
+
 def test_lua_install_says_where(tmp_path: Path) -> None:
     target = tmp_path / "plugins"
     run = [sys.executable, "-m", "streamdump", "lua", "install", "--dir", str(target)]
