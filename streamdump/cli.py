@@ -1098,7 +1098,7 @@ def lua_fields(
 ) -> None:
     """List the plugins' display-filter fields and expert entries: abbreviation, type, title.
 
-    Without the `rabbitmq_stream.` prefix, a field's name is the one --filter takes."""
+    Without its protocol's prefix, a field's name is the one --filter takes."""
     registry = default_registry()
     if protocol is not None and protocol not in registry.protocols:
         raise _fail(f"no protocol {protocol!r} (known: {', '.join(sorted(registry.protocols))})")

@@ -6,7 +6,7 @@ conversation tracker's rules (a request that failed, a response without a reques
 tracker files its findings by kind, and its expert group comes from here; the generated
 Wireshark plugin registers one expert entry per kind and severity from this table, as
 Wireshark's own dissectors register theirs, so Expert Info groups findings by what they are
-and a display filter names one kind: `rabbitmq_stream.expert.error_response`. A kind
+and a display filter names one kind: `<protocol>.expert.error_response`. A kind
 seen at another severity than its usual one (a warning that a capture which lost bytes
 makes only a note) has its own entry, the severity added: `...expert.unanswered.note`.
 """
