@@ -4,11 +4,18 @@ Each side is installed (not edited in place) into its own temp folder with pip, 
 working tree and from `git archive REV`, and runs in a child process with that folder
 first on PYTHONPATH and its output thrown away. Runs alternate between the two sides,
 so both meet the same page cache and machine load; the best of --repeat runs counts.
-Prints seconds, MB/s and peak RSS per side and mode, and the ratio now / reference
-(below 1.0: now is faster).
+Prints seconds, MB/s, messages/s and peak RSS per side and mode, the ratio now / reference
+in seconds (below 1.0: now is faster) and the speedup in messages per second (reference
+seconds / now seconds). Messages are what `stats` counts from the frames' headers (records
+of Publish and Deliver frames, ...), as --messages prints a line for each.
 
-    python bench/against_revision.py CAPTURE [--rev 10fcc7b] [--repeat 3]
+    python bench/against_revision.py CAPTURE... [--rev 10fcc7b] [--repeat 3]
                                      [--modes one-line,stats]   (also json, messages)
+
+The JSON and --messages figures of issue 20 (today's code is bb28704):
+
+    python bench/against_revision.py /tmp/streamdump-bench/flood1m-mtu1500.pcap \
+        /tmp/streamdump-bench/flood1m-lo.pcap --rev bb28704 --modes json,messages,one-line --repeat 2
 
 Modes as in vs_tshark.py. A mode the reference does not have fails on its side and is
 reported so. No test asserts these figures: they are for reading.
@@ -17,6 +24,7 @@ reported so. No test asserts these figures: they are for reading.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +63,16 @@ def side_env(site: Path) -> dict[str, str]:
     return env
 
 
+def count_messages(capture: Path, env: dict[str, str]) -> int | None:
+    """Messages the capture carries, by `stats` (headers only; this also warms the page cache)."""
+    argv = [sys.executable, "-m", "streamdump", "stats", str(capture), "-T", "json"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    try:
+        return sum(row["messages"] for row in json.loads(done.stdout)["streams"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def best(runs: list[Run]) -> Run:
     ok = [r for r in runs if r.ok]
     if not ok:
@@ -65,8 +83,11 @@ def best(runs: list[Run]) -> Run:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("capture", type=Path)
+    parser.add_argument("captures", type=Path, nargs="+")
     parser.add_argument("--rev", default="10fcc7b", help="the reference revision (default: %(default)s)")
+    parser.add_argument(
+        "--now", default=None, help="a revision to measure instead of the working tree (e.g. HEAD)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="one-line,stats")
     args = parser.parse_args()
@@ -74,39 +95,54 @@ def main() -> None:
     unknown = [m for m in modes if m not in STREAMDUMP_ARGS]
     if unknown:
         raise SystemExit(f"unknown mode(s) {unknown} (known: {', '.join(STREAMDUMP_ARGS)})")
-    size_mb = args.capture.stat().st_size / 1e6
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True)
     now_name = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    if args.now is not None:
+        now_name = args.now
     with tempfile.TemporaryDirectory(prefix="sd-against-") as tmp:
         base = Path(tmp)
-        install(REPO, base / "now")
+        install(REPO if args.now is None else exported(args.now, base / "src-now"), base / "now")
         install(exported(args.rev, base / "src-ref"), base / "ref")
         sides = {now_name: side_env(base / "now"), args.rev: side_env(base / "ref")}
-        print(f"{args.capture} ({size_mb:.1f} MB), best of {args.repeat}, Python {sys.version.split()[0]}")
-        print(f"{'mode':<10} {'side':<16} {'seconds':>8} {'MB/s':>7} {'peak RSS':>9}")
-        for mode in modes:
-            argv = [sys.executable, "-m", "streamdump"] + [
-                str(args.capture) if a == "{capture}" else a for a in STREAMDUMP_ARGS[mode]
-            ]
-            runs: dict[str, list[Run]] = {name: [] for name in sides}
-            for _ in range(args.repeat):
-                for name, env in sides.items():
-                    runs[name].append(run_child(argv, env))
-            results = {name: best(r) for name, r in runs.items()}
-            for name, run in results.items():
-                if not run.ok:
-                    print(f"{mode:<10} {name:<16} failed ({run.exit_code}): {run.last_stderr}")
-                    continue
-                print(
-                    f"{mode:<10} {name:<16} {run.seconds:>8.2f} {size_mb / run.seconds:>7.1f} "
-                    f"{run.rss_mib:>6.0f} MiB"
-                )
-            now, ref = results[now_name], results[args.rev]
-            if now.ok and ref.ok:
-                print(f"{mode:<10} {'ratio':<16} {now.seconds / ref.seconds:>8.3f}  (now / {args.rev})")
+        for capture in args.captures:
+            run_capture(capture, modes, sides, now_name, args.rev, args.repeat)
+
+
+def run_capture(
+    capture: Path, modes: list[str], sides: dict[str, dict[str, str]], now_name: str, rev: str, repeat: int
+) -> None:
+    size_mb = capture.stat().st_size / 1e6
+    messages = count_messages(capture, sides[now_name])
+    counted = f"{messages} messages" if messages is not None else "messages not counted"
+    print(f"\n{capture} ({size_mb:.1f} MB, {counted}), best of {repeat}, Python {sys.version.split()[0]}")
+    print(f"{'mode':<10} {'side':<16} {'seconds':>8} {'MB/s':>7} {'messages/s':>11} {'peak RSS':>9}")
+    for mode in modes:
+        argv = [sys.executable, "-m", "streamdump"] + [
+            str(capture) if a == "{capture}" else a for a in STREAMDUMP_ARGS[mode]
+        ]
+        runs: dict[str, list[Run]] = {name: [] for name in sides}
+        for _ in range(repeat):
+            for name, env in sides.items():
+                runs[name].append(run_child(argv, env))
+        results = {name: best(r) for name, r in runs.items()}
+        for name, run in results.items():
+            if not run.ok:
+                print(f"{mode:<10} {name:<16} failed ({run.exit_code}): {run.last_stderr}")
+                continue
+            rate = f"{messages / run.seconds:>11,.0f}" if messages else f"{'-':>11}"
+            print(
+                f"{mode:<10} {name:<16} {run.seconds:>8.2f} {size_mb / run.seconds:>7.1f} {rate} "
+                f"{run.rss_mib:>6.0f} MiB"
+            )
+        now, ref = results[now_name], results[rev]
+        if now.ok and ref.ok:
+            print(
+                f"{mode:<10} {'ratio':<16} {now.seconds / ref.seconds:>8.3f}  (now / {rev}); "
+                f"messages/s x{ref.seconds / now.seconds:.2f}"
+            )
 
 
 if __name__ == "__main__":

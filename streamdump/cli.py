@@ -178,8 +178,9 @@ def write_frames(
         if lines is not None:
             if lines.carries(frame):
                 renderer.decoder.expand(frame)
-            for line in lines.lines(frame, t0):
-                out.write(line + "\n")
+            rows = list(lines.lines(frame, t0))  # hundreds in a frame: one write for them all
+            if rows:
+                out.write("\n".join(rows) + "\n")
         elif binary is not None:
             text = renderer.json_text(frame)
             binary.write(text if isinstance(text, bytes) else text.encode(out.encoding, out.errors))

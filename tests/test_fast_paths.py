@@ -1,9 +1,10 @@
 """The fast paths of JSON and --messages give what the general paths give, byte for byte.
 
-Three shortcuts are checked against what they replace: AMQP messages of the shape clients
-send decoded without the general loop (amqp.plain_message), Publish frames expanded from
-the values their decode gave instead of a second decode (Decoder.in_place), and JSON lines
-written by orjson instead of json.dumps (Renderer.json_text).
+Each shortcut is checked against what it replaces: AMQP messages of the shape clients send
+decoded without the general loop (amqp.plain_message), Publish frames expanded from the
+values their decode gave instead of a second decode (Decoder.in_place), JSON lines written
+by orjson instead of json.dumps (Renderer.json_text), and a body alone previewed for
+--messages without the general summary (the goldens check whole lines on every capture).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from conftest import CAPTURE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, _summary
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 from test_amqp import _annotations, _header, _properties, messages, values
 
@@ -27,6 +29,7 @@ from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, _merge_notes
+from streamdump.spec.dissector import message_text
 from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer, _json_default
 
@@ -241,3 +244,33 @@ def test_frames_with_messages_take_orjson() -> None:
     ]
     assert len(carrying) >= 18
     assert all(isinstance(RENDERER.json_text(frame), bytes) for frame in carrying)
+
+
+# ---------------------------------------------------------------- --messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=200), st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass"))
+    ),
+    st.integers(0, 60),
+)
+def test_previews_of_bytes_are_the_general_previews(body: bytes, limit: int) -> None:
+    # A bytearray takes the general branch, bytes the shortcut.
+    assert amqp.preview(body, limit) == amqp.preview(bytearray(body), limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=100).map(lambda b: [("data", b)]),
+        values.map(lambda v: [("amqp_value", v)]),
+        st.lists(values, max_size=3).map(lambda v: [("amqp_sequence", v)]),
+    )
+)
+def test_a_body_alone_is_summarised_as_message_text_would(sections: list[tuple[str, Any]]) -> None:
+    message = amqp.decode_message(amqp.encode_message(sections))
+    (section,) = message.sections
+    expected = message_text(section.value, ((name, None) for name in KEY_PROPERTIES), {}, "app properties")
+    assert _summary(message) == expected

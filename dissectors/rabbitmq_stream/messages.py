@@ -21,6 +21,7 @@ from streamdump.spec.registry import Protocol
 PUBLISH, DELIVER = "Publish", "Deliver"
 # AMQP properties a line shows, in this order, before the first application properties.
 KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
+BODIES = ("data", "amqp_value", "amqp_sequence")
 
 
 class StreamMessages(MessageRules):
@@ -47,12 +48,10 @@ class StreamMessages(MessageRules):
         tag = frame.incomplete is not None
         if frame.command == PUBLISH:
             publisher = f"publish pub={fields.get('publisher_id', '?')}"
+            publisher_at = ("publisher_id", fields.get("publisher_id"))
             for message in fields.get("messages") or []:
                 pid = message.get("publishing_id", "?")
-                at = (
-                    ("publisher_id", fields.get("publisher_id")),
-                    ("publishing_id", message.get("publishing_id")),
-                )
+                at = (publisher_at, ("publishing_id", message.get("publishing_id")))
                 entry = message.get("entry")
                 if entry is None:
                     cut = "(message cut short: not shown)"
@@ -123,11 +122,17 @@ class StreamMessages(MessageRules):
 
 def _summary(message: amqp.Message) -> str:
     """A record's body and key AMQP properties, then its first application properties."""
+    sections = message.sections
+    if len(sections) == 1 and message.error is None and sections[0].name in BODIES:
+        # The commonest message, a body alone: message_text would say its preview and nothing else.
+        body = sections[0].value
+        if body is not None:
+            return amqp.preview(body, PREVIEW_CHARS)
     body = None
     props: dict[str, Any] = {}
     app: dict[Any, Any] = {}
     for section in message.sections:
-        if section.name in ("data", "amqp_value", "amqp_sequence") and body is None:
+        if section.name in BODIES and body is None:
             body = section.value
         elif section.name == "properties" and isinstance(section.value, dict):
             props = section.value

@@ -998,6 +998,13 @@ def preview(value: Any, limit: int = 40) -> str:
     Bytes show as UTF-8 text with '.' for what is not printable; strings show their text (control
     characters as '.'); other values their compact JSON (to_json), uuids and decimals unquoted.
     """
+    if type(value) is bytes:  # a data body, the commonest: as below, in fewer steps
+        text = value[: limit * 4 + 4].decode("utf-8", errors="replace")
+        if "\ufffd" in text:
+            text = text.replace("\ufffd", ".")
+        if not text.isprintable():
+            text = _printable(text)
+        return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
     if isinstance(value, bytes | bytearray | memoryview):
         # Enough bytes for limit + 1 characters, so a longer value always gets its '…'.
         raw = bytes(value[: limit * 4 + 4])

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from streamdump.spec.hooks import Hook
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
+# building a row cost more than the rest of a message's line; nothing changes rows anyway.
+@dataclass(slots=True)
 class MessageRow:
     """One line of `--messages`: where a message is in its frame, its size and what it says.
 
