@@ -39,7 +39,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dpkt
 import pytest
@@ -49,6 +49,7 @@ from streamdump.dissectors.rabbitmq_stream import osiris
 from streamdump.core.findings import expert_entries
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
+from streamdump.views.fieldnames import entry_names, message_names
 from streamdump.wireshark import luagen
 from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
 
@@ -154,6 +155,7 @@ def run_tshark(
     two_pass: bool = False,
     name: str = "rabbitmq_stream",
     flavour: str = "4.0",
+    display_filter: str | None = None,
 ) -> tuple[list[Any], str]:
     """tshark's JSON for the capture (objects as lists of pairs: keys repeat) and all it printed."""
     # A carried protocol comes with its carrier, and the other way.
@@ -162,6 +164,7 @@ def run_tshark(
     def args(paths: list[str]) -> list[str]:
         out = [arg for plugin in paths[:-1] for arg in ("-X", f"lua_script:{plugin}")]
         out += ["-r", paths[-1], "-T", "json", "-J", f"frame {name}"]
+        out += ["-Y", display_filter] if display_filter is not None else []
         reorder = flavour != "4.4" or path.name not in RETRANSMITTED
         out += ["-o", f"tcp.reassemble_out_of_order:{'TRUE' if reorder else 'FALSE'}"]
         return out + (["-2"] if two_pass else [])
@@ -305,8 +308,11 @@ def flatten_streamdump(
     ftypes: dict[str, str] | None = None,
     key_field: str | None = None,
     key_text: Callable[[Any], str] | None = None,
+    amqp: AmqpNames | None = None,
 ) -> Flat:
     """opaque: fields whose values only the Python side decodes (JSON of no declared shape).
+    amqp: how AMQP messages' JSON keys become the registry's names, and which of those hold
+    AMQP values of any type (the plugin shows their text; compounds are named, not compared).
     ftypes: the plugin's field types, to leave out values a typed field cannot hold (a number
     field given text: the plugin shows them as text items). key_field: the header field with
     the command key, whose text names an unknown command when it is not a key."""
@@ -337,7 +343,10 @@ def flatten_streamdump(
             for item in value:
                 walk(name, item, into)
         elif isinstance(value, dict) and name == "message":
-            into.append((name, ANY))  # the plugin shows the record's bytes, not its AMQP values
+            into.append((name, ANY))  # the record's bytes; its sections' values follow
+            renamed = (amqp.renames if amqp else {}).get(name, {})
+            for section, section_value in value.items():
+                walk_amqp(renamed.get(section, section), section_value, into)
         elif isinstance(value, dict) and name in maps:
             into.append((name, ""))
             for k, v in value.items():
@@ -350,6 +359,29 @@ def flatten_streamdump(
         else:
             into.append((name, value))
 
+    def walk_amqp(name: str, value: Any, into: list[tuple[str, Any]]) -> None:
+        texts = amqp.texts if amqp else frozenset()
+        if value is None:
+            return
+        if name in maps and isinstance(value, dict):
+            into.append((name, ""))
+            for k, v in value.items():
+                into.append((f"{name}.key", k))
+                if v is not None:
+                    into.append((f"{name}.value", amqp_text(v)))
+        elif isinstance(value, dict):
+            into.append((name, ""))
+            renamed = (amqp.renames if amqp else {}).get(name, {})
+            for k, v in value.items():
+                walk_amqp(renamed.get(k, k), v, into)
+        elif isinstance(value, list):
+            for item in value:
+                walk_amqp(name, item, into)
+        elif name in texts:
+            into.append((name, amqp_text(value)))
+        else:
+            walk(name, value, into)
+
     for name, value in frame["fields"].items():
         walk(name, value, flat.fields)
     for name, value in (frame.get("links") or {}).items():
@@ -357,6 +389,35 @@ def flatten_streamdump(
     flat.links.sort(key=lambda item: item[0])
     flat.expert = [(e["group"], e["severity"], wireshark_text(e["message"])) for e in frame["expert"]]
     return flat
+
+
+class AmqpNames(NamedTuple):
+    """The registry's names inside AMQP messages, for reading the JSON the way the plugin shows it."""
+
+    renames: dict[str, dict[str, str]]  # holder -> {JSON key: registry name}
+    texts: frozenset[str]  # names holding AMQP values of any type: the plugin shows their text
+
+    @classmethod
+    def of(cls, protocol: Protocol) -> AmqpNames:
+        texts: set[str] = set()
+        for spec in protocol.all_fields():
+            leaf = spec.type == "amqp" and not spec.fields
+            if leaf or (spec.type == "array" and spec.of is not None and spec.of.type == "amqp"):
+                texts.add(spec.name)
+            elif spec.type == "map" and spec.key is not None and spec.value is not None:
+                texts |= {f"{spec.name}.{p.name}" for p in (spec.key, spec.value) if p.type == "amqp"}
+        return cls(entry_names(protocol), frozenset(texts))
+
+
+def amqp_text(value: Any) -> Any:
+    """An AMQP value of any type as the plugin's text item holds it; a compound as ANY."""
+    if isinstance(value, dict | list):
+        return ANY  # the plugin names a compound's kind and size (covered by its own test)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return value  # compared as a number: Lua and Python write some doubles differently
+    return str(value)
 
 
 # Wireshark keeps at most this many bytes of an item's or expert note's text (ITEM_LABEL_LENGTH - 1).
@@ -414,6 +475,8 @@ RECORD_NAMES = {
     "offset", "entry_index", "size", "sections", "message", "bytes",
     "tracking", "tracking_type", "id", "chunk_id", "value",
 }  # fmt: skip
+# A record's AMQP message: every name the registry declares inside it.
+RECORD_NAMES |= message_names(default_registry().protocols["rabbitmq_stream"])
 
 
 # ---------------------------------------------------------------- comparing
@@ -493,6 +556,7 @@ def differences(
             ours[frame["frame"]].append(frame)
     maps = frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
     opaque = frozenset(s.name for s in protocol.all_fields() if s.type == "json" and not s.fields)
+    amqp_names = AmqpNames.of(protocol)
     ftypes = field_types(protocol)
     for number in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(number, []), theirs.get(number, [])
@@ -504,7 +568,7 @@ def differences(
             continue
         for index, (frame, tree) in enumerate(zip(mine, other, strict=True)):
             expected = flatten_streamdump(
-                frame, maps, opaque, ftypes, protocol.frame.key, protocol.key_formatter()
+                frame, maps, opaque, ftypes, protocol.frame.key, protocol.key_formatter(), amqp_names
             )
             actual = flatten_tshark(tree, protocol.name)
             if any(group == "undecoded" for group, _, _ in actual.expert):
@@ -831,3 +895,48 @@ def test_two_pass_links_agree(name: str, flavour: str, tmp_path: Path, protocol:
     """`tshark -2` and `streamdump read --two-pass` both point requests at their responses."""
     found = list(differences(CAPTURES / name, tmp_path, protocol, two_pass=True, flavour=flavour))
     assert not found, "\n\n".join(found[:5])
+
+
+# A filter on AMQP message fields, as streamdump and tshark spell it: the same frames must match.
+MESSAGE_FILTERS = (
+    ('message_id == "cmp-1"', 'rabbitmq_stream.message_id == "cmp-1"'),
+    ("message_correlation_id == 123456789", 'rabbitmq_stream.message_correlation_id == "123456789"'),
+    ('subject == "order.created"', 'rabbitmq_stream.subject == "order.created"'),
+    ('content_type == "text/plain"', 'rabbitmq_stream.content_type == "text/plain"'),
+    (
+        'application_properties.key == "variant" and application_properties.value == "gzip"',
+        'rabbitmq_stream.application_properties.key == "variant"'
+        ' and rabbitmq_stream.application_properties.value == "gzip"',
+    ),
+    ('data contains "fox"', 'rabbitmq_stream.data contains "fox"'),
+    ("group_sequence == 7", "rabbitmq_stream.group_sequence == 7"),
+)
+
+
+def _numbers(frames: list[dict[str, Any]]) -> set[int]:
+    return {frame["frame"] for frame in frames}
+
+
+def _uninflatable(frame: dict[str, Any]) -> bool:
+    """Whether the plugin cannot show some of the frame's records (see UNINFLATABLE)."""
+    fields = frame["fields"]
+    entries = [m.get("entry") or {} for m in fields.get("messages") or []]
+    entries += (fields.get("chunk") or {}).get("entries") or []
+    return any(e.get("compression") in UNINFLATABLE for e in entries if e.get("entry_kind", 1))
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(("ours", "theirs"), MESSAGE_FILTERS)
+def test_message_field_filters_select_the_same_frames(
+    flavour: str, ours: str, theirs: str, tmp_path: Path
+) -> None:
+    capture = CAPTURES / "compression.pcap"
+    everything = run_streamdump(capture)
+    hidden = _numbers([f for f in everything if _uninflatable(f)])
+    args = [sys.executable, "-m", "streamdump", "read", str(capture), "-T", "jsonl", "--filter", ours]
+    result = subprocess.run(args, capture_output=True, text=True, check=True)
+    mine = _numbers([json.loads(line) for line in result.stdout.splitlines()])
+    packets, _ = run_tshark(capture, tmp_path, flavour=flavour, display_filter=theirs)
+    tshark = {int(dict(dict(dict(dict(p)["_source"])["layers"])["frame"])["frame.number"]) for p in packets}
+    assert mine, "the filter selects frames"
+    assert mine - hidden == tshark - hidden
