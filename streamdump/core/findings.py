@@ -24,6 +24,9 @@ class Finding:
     group: str  # Wireshark's expert group: malformed, undecoded, response_code, sequence, protocol
     title: str  # what Expert Info calls the kind
     severities: tuple[str, ...]  # every severity it takes, its usual one first
+    # Told on a frame as it goes by, so the plugin tells it too; else only the end of a read
+    # finds it (an answer that never came), which the plugin has no end for.
+    on_frame: bool = True
 
 
 FINDINGS: dict[str, Finding] = {
@@ -40,17 +43,17 @@ FINDINGS: dict[str, Finding] = {
     "refused_items": Finding("response_code", "Published items refused", ("warn",)),
     "duplicate_correlation": Finding("sequence", "Correlation id reused before its answer", ("warn",)),
     "mismatched_response": Finding("sequence", "Response to a request of another command", ("warn",)),
-    "orphan_response": Finding("sequence", "Response without a request", ("warn", "note")),
-    "unanswered": Finding("sequence", "Request never answered", ("warn", "note")),
-    "no_reply": Finding("sequence", "Reply never came", ("note",)),
-    "unanswered_ping": Finding("sequence", "Keepalive never answered", ("warn", "note")),
-    "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note")),
-    "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note")),
+    "orphan_response": Finding("sequence", "Response without a request", ("warn", "note"), False),
+    "unanswered": Finding("sequence", "Request never answered", ("warn", "note"), False),
+    "no_reply": Finding("sequence", "Reply never came", ("note",), False),
+    "unanswered_ping": Finding("sequence", "Keepalive never answered", ("warn", "note"), False),
+    "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note"), False),
+    "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note"), False),
     "unknown_session": Finding("sequence", "Frame for a session never opened", ("warn",)),
     "ended_session": Finding("sequence", "Frame for a session already ended", ("note",)),
-    "unconfirmed": Finding("sequence", "Published items never confirmed", ("warn", "note")),
-    "beyond_credit": Finding("sequence", "Deliveries beyond the granted credit", ("warn", "note")),
-    "credit_exhausted": Finding("sequence", "Deliveries stopped with credit exhausted", ("warn", "note")),
+    "unconfirmed": Finding("sequence", "Published items never confirmed", ("warn", "note"), False),
+    "beyond_credit": Finding("sequence", "Deliveries beyond the granted credit", ("warn", "note"), False),
+    "credit_exhausted": Finding("sequence", "Deliveries stopped, credit exhausted", ("warn", "note"), False),
     "server_close": Finding("protocol", "Server closed the connection", ("error", "warn", "note")),
     "announcement": Finding("protocol", "Server announcement", ("note",)),
     "version": Finding("protocol", "Command version the peer does not support", ("warn",)),

@@ -191,10 +191,11 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS},
         "conversation": _conversation(protocol),
-        # One expert entry per kind of finding and severity (core/findings.py).
+        # One expert entry per kind of finding and severity (core/findings.py) told on frames.
         "experts": [
             {"name": name, "kind": kind, "severity": severity, "group": finding.group, "title": finding.title}
             for name, kind, finding, severity in expert_entries()
+            if finding.on_frame
         ],
     }
 
@@ -260,6 +261,8 @@ def glossary(protocol: Protocol) -> list[tuple[str, str, str]]:
     entries; what `tshark -G fields` lists of it once Wireshark loads it."""
     out = [(f"{protocol.name}.{e['name']}", e["ftype"], e["title"]) for e in field_names(protocol)]
     for name, _, finding, severity in expert_entries():
+        if not finding.on_frame:
+            continue
         what = f"expert ({finding.group}, {severity})"
         out.append((f"{protocol.name}.expert.{name}", what, finding.title))
     return out
