@@ -221,6 +221,25 @@ def test_json_corners_are_json_dumps_corners(value: Any) -> None:
     check_publish(publish([amqp.encode_message([("amqp_value", {"v": [value]})])]))
 
 
+@pytest.mark.parametrize(
+    "links",
+    [
+        {"response_time": 5e-05},
+        {"confirm_time": [0.25, 5e-05, None], "publish_in": [4, None]},
+        {"confirm_time": [1e16]},
+        {"confirm_time": [math.nan]},
+        {"response_time": 0.000123, "stream": "queue-e-1"},
+    ],
+    ids=repr,
+)
+def test_links_orjson_would_write_otherwise_go_to_json_dumps(links: dict[str, Any]) -> None:
+    frame = DECODER.decode(publish([b"\x00\x53\x75\xa0\x01x"]))
+    frame.links, frame.ts = links, 1e-05
+    assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
+    frame.ts = 1795673676.952923
+    assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
+
+
 # ---------------------------------------------------------------- every committed capture
 
 

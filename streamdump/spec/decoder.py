@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from streamdump.core.frame import Expert, Frame, Node
@@ -84,6 +84,29 @@ def _in_place(specs: tuple[FieldSpec, ...], hooks: Mapping[str, Hook]) -> bool:
         else:
             return False
     return True
+
+
+class _Specialised(Mapping[tuple[Any, bool, int], Specialised]):
+    """Every layout's fast path, generated the first time a frame of it is decoded: a
+    registry has hundreds of layouts and a capture uses a few, and generating them all
+    took a noticeable part of a short run."""
+
+    def __init__(self, compiled: Mapping[tuple[Any, bool, int], tuple[Layout, tuple[Op, ...]]]) -> None:
+        self.compiled = compiled
+        self.made: dict[tuple[Any, bool, int], Specialised] = {}
+
+    def __getitem__(self, ident: tuple[Any, bool, int]) -> Specialised:
+        made = self.made.get(ident)
+        if made is None:
+            layout, ops = self.compiled[ident]
+            made = self.made[ident] = specialise(ops, f"{layout.command} {layout.kind} v{ident[2]}")
+        return made
+
+    def __iter__(self) -> Iterator[tuple[Any, bool, int]]:
+        return iter(self.compiled)
+
+    def __len__(self) -> int:
+        return len(self.compiled)
 
 
 def _merge_notes(decoded: list[Expert], before: list[Expert]) -> list[Expert]:
@@ -170,14 +193,7 @@ class Decoder:
         # The generated fast path of the header and of every layout; fast=False keeps only the
         # general ops (the tests decode with both and compare).
         self.header_fast: Specialised | None = specialise(self.header_ops, "header") if fast else None
-        self.fast: dict[tuple[Any, bool, int], Specialised] = (
-            {
-                ident: specialise(ops, f"{layout.command} {layout.kind} v{ident[2]}")
-                for ident, (layout, ops) in self.compiled.items()
-            }
-            if fast
-            else {}
-        )
+        self.fast: Mapping[tuple[Any, bool, int], Specialised] = _Specialised(self.compiled) if fast else {}
         # Layouts with a hooked field in some version: only their frames need expanding. By key,
         # not version, so a frame of a version the registry lacks (decoded as a known one) counts.
         self.hooked = {
