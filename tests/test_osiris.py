@@ -141,7 +141,7 @@ HEADER_NAMES = (
 def _chunk_fields(chunk: bytes) -> dict[str, Any]:
     """A chunk's header fields by name, the rest as its data."""
     values = struct.unpack(">BBHIqQQIIIB", chunk[:45])
-    return dict(zip(HEADER_NAMES, values, strict=True)) | {"reserved": chunk[45:48], "data": chunk[48:]}
+    return dict(zip(HEADER_NAMES, values, strict=True)) | {"reserved": chunk[45:48], "chunk_data": chunk[48:]}
 
 
 def messages(frame: Frame) -> list[str]:
@@ -182,7 +182,7 @@ def test_bad_crc_is_an_error_on_every_decode_and_records_still_decode(decoder: D
 
 def _rebuilt(chunk: bytes, **changes: int) -> bytes:
     fields = _chunk_fields(chunk) | changes
-    data = fields["data"]
+    data = fields["chunk_data"]
     if "crc" not in changes:
         fields["crc"] = zlib.crc32(data)
     header = struct.pack(">BBHIqQQIIIB", *(fields[n] for n in HEADER_NAMES))
@@ -271,7 +271,7 @@ def test_garbage_chunk_data_never_raises(decoder: Decoder, data: bytes, entries:
     fields = header | {
         "num_entries": entries,
         "num_records": records,
-        "data": data,
+        "chunk_data": data,
         "crc": zlib.crc32(data),
         "data_length": len(data),
     }
@@ -303,7 +303,7 @@ def stored_chunk(decoder: Decoder, name: str) -> Frame:
     stored = (CHUNKS / name).read_bytes()
     fields = _chunk_fields(stored)
     data_length, trailer_length = fields["data_length"], fields["trailer_length"]
-    fields["data"] = stored[48 : 48 + data_length]
+    fields["chunk_data"] = stored[48 : 48 + data_length]
     fields["trailer"] = stored[48 + data_length :]
     assert len(fields["trailer"]) == trailer_length
     return deliver_fields(decoder, fields)
@@ -339,7 +339,7 @@ def test_trailer_of_a_named_producers_chunk(decoder: Decoder) -> None:
     assert chunk["trailer_tracking"] == [{"tracking_type": 0, "id": "streamdump-tracker", "value": 3}]
     # As brokers send it: the frame ends after the data, and that is no error.
     chunk_only = _chunk_fields((CHUNKS / "user_with_trailer.bin").read_bytes())
-    chunk_only["data"] = chunk_only["data"][: chunk_only["data_length"]]
+    chunk_only["chunk_data"] = chunk_only["chunk_data"][: chunk_only["data_length"]]
     assert deliver_fields(decoder, chunk_only).expert == []
 
 
