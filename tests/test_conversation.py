@@ -440,7 +440,7 @@ def _deliver(wire: Wire, ts: float) -> Frame:
         "trailer_length": 0,
         "bloom_size": 0,
         "reserved": b"\0\0\0",
-        "data": b"",
+        "chunk_data": b"",
     }
     return wire.send(ts, "Deliver", "command", False, subscription_id=3, chunk=chunk)
 
