@@ -26,7 +26,7 @@ Reproduce (the captures need root and a running RabbitMQ; about 250 MB each):
 
     sudo python bench/make_captures.py
     python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,detail] [--no-plugin]
-                              [--no-streamdump] [--json-out figures.json]
+                              [--no-streamdump] [--plugin PATH] [--json-out figures.json]
 
 tshark+plugin takes minutes on the 250 MB captures; --no-plugin leaves it out. No test
 asserts these times: they depend on the machine, and are for reading, not for CI.
@@ -192,14 +192,20 @@ def tshark_argv(tshark: str, capture: Path, lua: Path, extra: list[str]) -> list
 
 
 def commands(
-    capture: Path, mode: str, tshark: str, framing_lua: Path, plugin: bool, streamdump: bool = True
+    capture: Path,
+    mode: str,
+    tshark: str,
+    framing_lua: Path,
+    plugin: bool,
+    streamdump: bool = True,
+    plugin_lua: Path = PLUGIN,
 ) -> dict[str, list[str]]:
     """The command lines measured for one mode, by column name."""
     cmds = {}
     if streamdump:
         cmds["streamdump"] = [*STREAMDUMP, *(a.format(capture=capture) for a in STREAMDUMP_ARGS[mode])]
     if plugin:
-        cmds["tshark_plugin"] = tshark_argv(tshark, capture, PLUGIN, PLUGIN_ARGS[mode])
+        cmds["tshark_plugin"] = tshark_argv(tshark, capture, plugin_lua, PLUGIN_ARGS[mode])
     if mode in FRAMING_ARGS:
         cmds["tshark_framing"] = tshark_argv(tshark, capture, framing_lua, FRAMING_ARGS[mode])
     return cmds
@@ -290,8 +296,10 @@ def bench_capture(
     result: dict = {"capture": str(capture), "bytes": size, "frames": frames, "modes": {}}
     rows = []
     for mode in modes:
-        plugin, streamdump = not args.no_plugin, not args.no_streamdump
-        cmds = commands(capture, mode, args.tshark, framing_lua, plugin=plugin, streamdump=streamdump)
+        plugin, streamdump, lua = not args.no_plugin, not args.no_streamdump, args.plugin
+        cmds = commands(
+            capture, mode, args.tshark, framing_lua, plugin=plugin, streamdump=streamdump, plugin_lua=lua
+        )
         runs: dict[str, Run] = {}
         for column, argv in cmds.items():
             print(f"  {mode:<9} {column:<15} ...", end="", flush=True)
@@ -335,6 +343,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-streamdump", action="store_true", help="time tshark only (the plugin's ratios to framing-only)"
     )
     parser.add_argument("--json-out", type=Path, help="also write every figure to this JSON file")
+    parser.add_argument(
+        "--plugin", type=Path, default=PLUGIN, help="the plugin to time (say, an earlier one)"
+    )
     parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark", help="tshark binary")
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -351,8 +362,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def check_inputs(args: argparse.Namespace) -> None:
     if not (os.path.isfile(args.tshark) and os.access(args.tshark, os.X_OK)):
         raise SystemExit(f"vs_tshark: tshark not found at {args.tshark} (apt-get install tshark)")
-    if not args.no_plugin and not PLUGIN.is_file():
-        raise SystemExit(f"vs_tshark: {PLUGIN} missing (streamdump lua generate)")
+    if not args.no_plugin and not args.plugin.is_file():
+        raise SystemExit(f"vs_tshark: {args.plugin} missing (streamdump lua generate)")
     for capture in args.captures:
         if not capture.is_file():
             raise SystemExit(

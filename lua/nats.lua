@@ -2255,7 +2255,7 @@ end
 LITE.key = function(item)
   if type(item) == "number" then return item end
   local text = tostring(item)
-  if type(item) == "userdata" and #text <= 12 and text:find("^%d+$") then return tonumber(text) end
+  if #text <= 12 and type(item) == "userdata" then return tonumber(text) or text end
   return text
 end
 
@@ -2514,7 +2514,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
           local child
           if holder then
             child = holder:add(F[name], tvb(pos, 0))
-            child:set_text(string.format("%s [%d]", struct_title(element.struct), index))
+            child:set_text(struct_title(element.struct) .. " [" .. index .. "]")
           end
           local at = pos
           local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
@@ -3177,7 +3177,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         -- A hook that shows its field (masking a secret in it) adds the item itself.
         local shown = not (hook and hook.shows) and tree or nil
         value, pos = read_value(spec, version, tvb, pos, stop, shown, ctx, spec.name)
-        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
+        -- (the range only for the items of its bits: a TvbRange per integer is not free)
+        if spec.width then checks(spec, value, out, spec.bits and spec.__item and tvb(at, spec.width), ctx) end
         if hook and hook.value and value ~= nil then
           run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
         end
@@ -4329,10 +4330,11 @@ end
 local function show_links(tree, tvb, f)
   local links = f.links
   if links == nil or tree == nil then return end
-  local holder = tree:add(F.links, tvb(0, 0))
+  local nowhere = tvb(0, 0)  -- one range for all: a confirm links hundreds of messages
+  local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
+    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do

@@ -4017,7 +4017,7 @@ end
 LITE.key = function(item)
   if type(item) == "number" then return item end
   local text = tostring(item)
-  if type(item) == "userdata" and #text <= 12 and text:find("^%d+$") then return tonumber(text) end
+  if #text <= 12 and type(item) == "userdata" then return tonumber(text) or text end
   return text
 end
 
@@ -4276,7 +4276,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
           local child
           if holder then
             child = holder:add(F[name], tvb(pos, 0))
-            child:set_text(string.format("%s [%d]", struct_title(element.struct), index))
+            child:set_text(struct_title(element.struct) .. " [" .. index .. "]")
           end
           local at = pos
           local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
@@ -4939,7 +4939,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         -- A hook that shows its field (masking a secret in it) adds the item itself.
         local shown = not (hook and hook.shows) and tree or nil
         value, pos = read_value(spec, version, tvb, pos, stop, shown, ctx, spec.name)
-        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
+        -- (the range only for the items of its bits: a TvbRange per integer is not free)
+        if spec.width then checks(spec, value, out, spec.bits and spec.__item and tvb(at, spec.width), ctx) end
         if hook and hook.value and value ~= nil then
           run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
         end
@@ -5844,18 +5845,30 @@ end
 -- kept as four bytes, least significant first.
 local XOR8 = {}
 do
-  for a = 0, 255 do
-    for b = 0, 255 do
+  -- made from a 16 x 16 table of nibbles: every plugin builds it when loaded, and bit by bit
+  -- the 65,536 entries took 50 ms of each tshark run
+  local nibbles = {}
+  for a = 0, 15 do
+    for b = 0, 15 do
       local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 8 do
+      for _ = 1, 4 do
         if (x % 2) ~= (y % 2) then r = r + bit end
         x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
       end
-      XOR8[a * 256 + b] = r
+      nibbles[a * 16 + b] = r
+    end
+  end
+  for a = 0, 255 do
+    local high, low = math.floor(a / 16), a % 16
+    for b = 0, 255 do
+      local b_low = b % 16
+      XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
     end
   end
 end
-local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
+-- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
+-- limit of 200 locals).
+local CRC_T = { {}, {}, {}, {} }
 do
   for n = 0, 255 do
     local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
@@ -5873,11 +5886,12 @@ do
         c[4] = XOR8[c[4] * 256 + 0xED]
       end
     end
-    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
+    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1], c[2], c[3], c[4]
   end
 end
 
 local function crc32(tvb, pos, len)
+  local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255
   local at, stop = pos, pos + len
   while at < stop do
@@ -5993,21 +6007,73 @@ local function amqp_section_code(tvb, pos, stop)
   return nil, after
 end
 
+-- The same walk over one copy of a record's bytes (s; at counts from 1, base is the record's
+-- position): a TvbRange for every byte read cost more than the rest of the walk.
+local AMQP_WALK = {}
+
+function AMQP_WALK.skip(s, at, n, depth, base)
+  if depth > 64 then amqp_fail(base + at - 1, "values nest too deep") end
+  if at > n then amqp_fail(base + at - 1, "the message ends inside a value") end
+  local c = s:byte(at)
+  if c == 0x00 then
+    local after = AMQP_WALK.skip(s, at + 1, n, depth + 1, base)
+    return AMQP_WALK.skip(s, after, n, depth + 1, base)
+  end
+  local fixed = AMQP_FIXED[c]
+  if fixed then
+    if n - at < fixed then amqp_fail(base + at - 1, string.format("the value of constructor 0x%02x is cut", c)) end
+    return at + 1 + fixed
+  end
+  local width = AMQP_SIZED[c]
+  if width == nil then amqp_fail(base + at - 1, string.format("unknown constructor 0x%02x", c)) end
+  if n - at < width then amqp_fail(base + at - 1, string.format("the size of constructor 0x%02x is cut", c)) end
+  local size = s:byte(at + 1)
+  if width == 4 then
+    local b, c2, d = s:byte(at + 2, at + 4)
+    size = ((size * 256 + b) * 256 + c2) * 256 + d
+  end
+  if n - at - width < size then amqp_fail(base + at - 1, string.format("the value of constructor 0x%02x is cut", c)) end
+  return at + 1 + width + size
+end
+
+function AMQP_WALK.section_code(s, at, n, base)
+  if at > n then amqp_fail(base + at - 1, "the message ends inside a section descriptor") end
+  local c = s:byte(at)
+  local after = AMQP_WALK.skip(s, at, n, 1, base)
+  if c == 0x53 then return s:byte(at + 1), after end
+  if c == 0x80 then
+    local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(at + 1, at + 8)
+    if b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 <= 0x78 then return b8, after end
+    return nil, after
+  end
+  if c == 0xa3 or c == 0xb3 then
+    local width = c == 0xa3 and 1 or 4
+    local symbol = s:sub(at + 1 + width, after - 1)
+    for prefix, code in pairs(AMQP_SECTION_SYMBOLS) do
+      if symbol:sub(1, #prefix) == prefix then return code, after end
+    end
+    return nil, after
+  end
+  return nil, after
+end
+
 -- Whether the record starts with a described message section, as amqp.looks_like_amqp says.
 local function amqp_looks_like(tvb, pos, len)
-  if len < 3 or uint_of(tvb(pos, 1)) ~= 0 then return false end
-  local c = uint_of(tvb(pos + 1, 1))
+  if len < 3 then return false end
+  local s = tvb:raw(pos, len)
+  local zero, c = s:byte(1, 2)
+  if zero ~= 0 then return false end
   if c == 0x53 then
-    local code = uint_of(tvb(pos + 2, 1))
+    local code = s:byte(3)
     return code >= 0x70 and code <= 0x78
   end
   if c == 0x80 then
     if len < 10 then return false end
-    local value = tvb(pos + 2, 8):uint64()
-    return value >= UInt64(0x70) and value <= UInt64(0x78)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(3, 10)
+    return b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 >= 0x70 and b8 <= 0x78
   end
   if c == 0xa3 or c == 0xb3 then
-    local ok, code = pcall(amqp_section_code, tvb, pos + 1, pos + len)
+    local ok, code = pcall(AMQP_WALK.section_code, s, 2, len, pos)
     return ok and code ~= nil
   end
   return false
@@ -6016,17 +6082,20 @@ end
 -- The sections of the message in [pos, pos + len): a list of {code, pos, len}, and the
 -- error text of the first malformed byte, if any.
 local function amqp_sections(tvb, pos, len)
-  local sections, stop = {}, pos + len
+  local sections = {}
+  local s = len > 0 and tvb:raw(pos, len) or ""
+  local at = 1
   local ok, err = pcall(function()
-    while pos < stop do
-      if uint_of(tvb(pos, 1)) ~= 0x00 then
-        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", uint_of(tvb(pos, 1))))
+    while at <= len do
+      local first = s:byte(at)
+      if first ~= 0x00 then
+        amqp_fail(pos + at - 1, string.format("byte 0x%02x is not the start of a message section (0x00)", first))
       end
-      local code, after = amqp_section_code(tvb, pos + 1, stop)
-      if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos, "unknown section descriptor") end
-      local finish = amqp_skip(tvb, after, stop, 1)
-      sections[#sections + 1] = { code = code, pos = pos, len = finish - pos }
-      pos = finish
+      local code, after = AMQP_WALK.section_code(s, at + 1, len, pos)
+      if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos + at - 1, "unknown section descriptor") end
+      local finish = AMQP_WALK.skip(s, after, len, 1, pos)
+      sections[#sections + 1] = { code = code, pos = pos + at - 1, len = finish - at }
+      at = finish
     end
   end)
   if ok then return sections, nil end
@@ -6237,9 +6306,9 @@ end
 local function read_entry(tvb, pos, stop, name, base)
   base = base or 0
   if stop - pos < 4 then short(name, pos - base, 4, stop - pos) end
-  local first = uint_of(tvb(pos, 1))
+  local first, b, c, d = tvb:raw(pos, 4):byte(1, 4)  -- one read: a chunk has thousands of entries
   if first < 0x80 then
-    local size = uint_of(tvb(pos, 4))
+    local size = ((first * 256 + b) * 256 + c) * 256 + d
     if stop - pos - 4 < size then short(name, pos + 4 - base, size, stop - pos - 4) end
     return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
   end
@@ -6424,9 +6493,32 @@ end
 
 HOOKS.osiris_entry = {
   min_size = 4,
+  -- Without a tree (lite): the entry at byte i of s is stepped over, its records left unread;
+  -- nil where the entry does not fit (read then tells why).
+  skip = function(s, i, n, siblings)
+    local left = n - i + 1
+    if left < 4 then return nil end
+    local a, b, c, d = s:byte(i, i + 3)
+    if a < 0x80 then
+      local size = ((a * 256 + b) * 256 + c) * 256 + d
+      if left - 4 < size then return nil end
+      siblings.records = true
+      return true, i + 4 + size
+    end
+    if left < 11 then return nil end
+    a, b, c, d = s:byte(i + 7, i + 10)
+    local length = ((a * 256 + b) * 256 + c) * 256 + d
+    if length > 0x7FFFFFFF or left - 11 < length then return nil end
+    siblings.records = true
+    return true, i + 11 + length
+  end,
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
+    if ctx.lite then
+      siblings.records = true
+      return entry, after
+    end
     local item = show_entry(tree, tvb, entry, F[name], struct_title(name))
     local where = "message " .. tostring(siblings.publishing_id)
     local bodies = entry_bodies(tvb, entry, where, ctx)
@@ -6450,6 +6542,9 @@ HOOKS.osiris_chunk = {
     if VS.chunk_type[chunk_type] == nil then
       note(ctx, "warn", "malformed", "unknown chunk type " .. tostring(chunk_type))
     end
+    -- Without a tree (lite) the data is not read: its CRC (about 100 ns a byte in Lua, most of
+    -- a first pass), entries and records are checked when the packet's tree is built.
+    if ctx.lite then return end
     local actual = crc32(tvb, pos, len)
     local crc = siblings.crc
     if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual):set_generated() end  -- worked out over the data
@@ -6595,10 +6690,11 @@ end
 local function show_links(tree, tvb, f)
   local links = f.links
   if links == nil or tree == nil then return end
-  local holder = tree:add(F.links, tvb(0, 0))
+  local nowhere = tvb(0, 0)  -- one range for all: a confirm links hundreds of messages
+  local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
+    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do

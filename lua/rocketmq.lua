@@ -9195,7 +9195,7 @@ end
 LITE.key = function(item)
   if type(item) == "number" then return item end
   local text = tostring(item)
-  if type(item) == "userdata" and #text <= 12 and text:find("^%d+$") then return tonumber(text) end
+  if #text <= 12 and type(item) == "userdata" then return tonumber(text) or text end
   return text
 end
 
@@ -9454,7 +9454,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
           local child
           if holder then
             child = holder:add(F[name], tvb(pos, 0))
-            child:set_text(string.format("%s [%d]", struct_title(element.struct), index))
+            child:set_text(struct_title(element.struct) .. " [" .. index .. "]")
           end
           local at = pos
           local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
@@ -10117,7 +10117,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
         -- A hook that shows its field (masking a secret in it) adds the item itself.
         local shown = not (hook and hook.shows) and tree or nil
         value, pos = read_value(spec, version, tvb, pos, stop, shown, ctx, spec.name)
-        if spec.width then checks(spec, value, out, tvb(at, spec.width), ctx) end
+        -- (the range only for the items of its bits: a TvbRange per integer is not free)
+        if spec.width then checks(spec, value, out, spec.bits and spec.__item and tvb(at, spec.width), ctx) end
         if hook and hook.value and value ~= nil then
           run_hook(spec.hook, ctx, function() hook.value(spec, value, tree, ctx, out, tvb, at, pos - at) end)
         end
@@ -11022,18 +11023,30 @@ end
 -- kept as four bytes, least significant first.
 local XOR8 = {}
 do
-  for a = 0, 255 do
-    for b = 0, 255 do
+  -- made from a 16 x 16 table of nibbles: every plugin builds it when loaded, and bit by bit
+  -- the 65,536 entries took 50 ms of each tshark run
+  local nibbles = {}
+  for a = 0, 15 do
+    for b = 0, 15 do
       local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 8 do
+      for _ = 1, 4 do
         if (x % 2) ~= (y % 2) then r = r + bit end
         x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
       end
-      XOR8[a * 256 + b] = r
+      nibbles[a * 16 + b] = r
+    end
+  end
+  for a = 0, 255 do
+    local high, low = math.floor(a / 16), a % 16
+    for b = 0, 255 do
+      local b_low = b % 16
+      XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
     end
   end
 end
-local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = {}, {}, {}, {}
+-- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
+-- limit of 200 locals).
+local CRC_T = { {}, {}, {}, {} }
 do
   for n = 0, 255 do
     local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
@@ -11051,11 +11064,12 @@ do
         c[4] = XOR8[c[4] * 256 + 0xED]
       end
     end
-    CRC_T0[n], CRC_T1[n], CRC_T2[n], CRC_T3[n] = c[1], c[2], c[3], c[4]
+    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1], c[2], c[3], c[4]
   end
 end
 
 local function crc32(tvb, pos, len)
+  local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255
   local at, stop = pos, pos + len
   while at < stop do
@@ -11222,10 +11236,11 @@ end
 local function show_links(tree, tvb, f)
   local links = f.links
   if links == nil or tree == nil then return end
-  local holder = tree:add(F.links, tvb(0, 0))
+  local nowhere = tvb(0, 0)  -- one range for all: a confirm links hundreds of messages
+  local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
+    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do

@@ -64,21 +64,73 @@ local function amqp_section_code(tvb, pos, stop)
   return nil, after
 end
 
+-- The same walk over one copy of a record's bytes (s; at counts from 1, base is the record's
+-- position): a TvbRange for every byte read cost more than the rest of the walk.
+local AMQP_WALK = {}
+
+function AMQP_WALK.skip(s, at, n, depth, base)
+  if depth > 64 then amqp_fail(base + at - 1, "values nest too deep") end
+  if at > n then amqp_fail(base + at - 1, "the message ends inside a value") end
+  local c = s:byte(at)
+  if c == 0x00 then
+    local after = AMQP_WALK.skip(s, at + 1, n, depth + 1, base)
+    return AMQP_WALK.skip(s, after, n, depth + 1, base)
+  end
+  local fixed = AMQP_FIXED[c]
+  if fixed then
+    if n - at < fixed then amqp_fail(base + at - 1, string.format("the value of constructor 0x%02x is cut", c)) end
+    return at + 1 + fixed
+  end
+  local width = AMQP_SIZED[c]
+  if width == nil then amqp_fail(base + at - 1, string.format("unknown constructor 0x%02x", c)) end
+  if n - at < width then amqp_fail(base + at - 1, string.format("the size of constructor 0x%02x is cut", c)) end
+  local size = s:byte(at + 1)
+  if width == 4 then
+    local b, c2, d = s:byte(at + 2, at + 4)
+    size = ((size * 256 + b) * 256 + c2) * 256 + d
+  end
+  if n - at - width < size then amqp_fail(base + at - 1, string.format("the value of constructor 0x%02x is cut", c)) end
+  return at + 1 + width + size
+end
+
+function AMQP_WALK.section_code(s, at, n, base)
+  if at > n then amqp_fail(base + at - 1, "the message ends inside a section descriptor") end
+  local c = s:byte(at)
+  local after = AMQP_WALK.skip(s, at, n, 1, base)
+  if c == 0x53 then return s:byte(at + 1), after end
+  if c == 0x80 then
+    local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(at + 1, at + 8)
+    if b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 <= 0x78 then return b8, after end
+    return nil, after
+  end
+  if c == 0xa3 or c == 0xb3 then
+    local width = c == 0xa3 and 1 or 4
+    local symbol = s:sub(at + 1 + width, after - 1)
+    for prefix, code in pairs(AMQP_SECTION_SYMBOLS) do
+      if symbol:sub(1, #prefix) == prefix then return code, after end
+    end
+    return nil, after
+  end
+  return nil, after
+end
+
 -- Whether the record starts with a described message section, as amqp.looks_like_amqp says.
 local function amqp_looks_like(tvb, pos, len)
-  if len < 3 or uint_of(tvb(pos, 1)) ~= 0 then return false end
-  local c = uint_of(tvb(pos + 1, 1))
+  if len < 3 then return false end
+  local s = tvb:raw(pos, len)
+  local zero, c = s:byte(1, 2)
+  if zero ~= 0 then return false end
   if c == 0x53 then
-    local code = uint_of(tvb(pos + 2, 1))
+    local code = s:byte(3)
     return code >= 0x70 and code <= 0x78
   end
   if c == 0x80 then
     if len < 10 then return false end
-    local value = tvb(pos + 2, 8):uint64()
-    return value >= UInt64(0x70) and value <= UInt64(0x78)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(3, 10)
+    return b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 >= 0x70 and b8 <= 0x78
   end
   if c == 0xa3 or c == 0xb3 then
-    local ok, code = pcall(amqp_section_code, tvb, pos + 1, pos + len)
+    local ok, code = pcall(AMQP_WALK.section_code, s, 2, len, pos)
     return ok and code ~= nil
   end
   return false
@@ -87,17 +139,20 @@ end
 -- The sections of the message in [pos, pos + len): a list of {code, pos, len}, and the
 -- error text of the first malformed byte, if any.
 local function amqp_sections(tvb, pos, len)
-  local sections, stop = {}, pos + len
+  local sections = {}
+  local s = len > 0 and tvb:raw(pos, len) or ""
+  local at = 1
   local ok, err = pcall(function()
-    while pos < stop do
-      if uint_of(tvb(pos, 1)) ~= 0x00 then
-        amqp_fail(pos, string.format("byte 0x%02x is not the start of a message section (0x00)", uint_of(tvb(pos, 1))))
+    while at <= len do
+      local first = s:byte(at)
+      if first ~= 0x00 then
+        amqp_fail(pos + at - 1, string.format("byte 0x%02x is not the start of a message section (0x00)", first))
       end
-      local code, after = amqp_section_code(tvb, pos + 1, stop)
-      if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos, "unknown section descriptor") end
-      local finish = amqp_skip(tvb, after, stop, 1)
-      sections[#sections + 1] = { code = code, pos = pos, len = finish - pos }
-      pos = finish
+      local code, after = AMQP_WALK.section_code(s, at + 1, len, pos)
+      if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos + at - 1, "unknown section descriptor") end
+      local finish = AMQP_WALK.skip(s, after, len, 1, pos)
+      sections[#sections + 1] = { code = code, pos = pos + at - 1, len = finish - at }
+      at = finish
     end
   end)
   if ok then return sections, nil end

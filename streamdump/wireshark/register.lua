@@ -56,10 +56,11 @@ end
 local function show_links(tree, tvb, f)
   local links = f.links
   if links == nil or tree == nil then return end
-  local holder = tree:add(F.links, tvb(0, 0))
+  local nowhere = tvb(0, 0)  -- one range for all: a confirm links hundreds of messages
+  local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], tvb(0, 0), value):set_generated() end
+    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do
