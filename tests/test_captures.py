@@ -190,7 +190,7 @@ def test_json_lines_carry_the_documented_keys(decoder: Decoder) -> None:
     publish = next(o for o in objects if o["command"] == "Publish")
     assert {"publishing_id", "entry", "records"} <= set(publish["fields"]["messages"][0])
     records = [r for o in objects if o["command"] == "Deliver" for r in o["fields"]["chunk"]["records"]]
-    assert {"offset", "entry_index", "size", "message"} <= set(records[0])
+    assert {"offset", "entry_index", "record_size", "message"} <= set(records[0])
     deliver = next(o for o in objects if o["command"] == "Deliver")
     assert {"num_entries", "num_records", "chunk_id", "timestamp", "epoch"} <= set(deliver["fields"]["chunk"])
     assert any(o["fields"].get("correlation_id") for o in objects)

@@ -45,7 +45,7 @@ def frames_of(decoder: Decoder, name: str) -> list[Frame]:
 def check_record(record: dict[str, Any], want: dict[str, Any]) -> None:
     """One decoded record against what the client sent: size, body, properties, application properties."""
     sent = bytes.fromhex(want["bytes"])
-    assert record["size"] == len(sent)
+    assert record["record_size"] == len(sent)
     if not want["amqp"]:
         assert "message" not in record and bytes(record["bytes"]) == sent
         return

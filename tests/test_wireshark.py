@@ -469,10 +469,10 @@ def without_uninflatable(flat: Flat) -> None:
 
 
 ENTRY_NAMES = {
-    "entry_kind", "size", "compression", "record_count", "uncompressed_length", "length", "framing",
+    "entry_kind", "entry_size", "compression", "record_count", "uncompressed_length", "length", "framing",
 }  # fmt: skip
 RECORD_NAMES = {
-    "offset", "entry_index", "size", "sections", "message", "bytes",
+    "offset", "entry_index", "record_size", "sections", "message", "bytes",
     "tracking", "tracking_type", "id", "chunk_id", "value",
 }  # fmt: skip
 # A record's AMQP message: every name the registry declares inside it.

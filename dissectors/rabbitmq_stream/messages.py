@@ -86,7 +86,7 @@ class StreamMessages(MessageRules):
     def _row(
         self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
     ) -> MessageRow:
-        size = record.get("size", 0)
+        size = record.get("record_size", 0)
         if "tracking" in record:
             parts = [
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"

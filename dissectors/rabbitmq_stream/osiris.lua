@@ -38,7 +38,7 @@ local function show_entry(tree, tvb, entry, field, label)
   item:set_text(label .. ": " .. describe_entry(entry))
   item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
-  item:add(F.size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
+  item:add(F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
   if entry.kind == 1 then
     item:add(F.compression, tvb(entry.pos, 1), entry.compression)
     item:add(F.record_count, tvb(entry.pos + 1, 2))
@@ -149,7 +149,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
     -- Counted, not read: generated, on none of the record's bytes.
     if record.offset then child:add(F.offset, btvb(pos, 0), record.offset):set_generated() end
     if record.entry_index then child:add(F.entry_index, btvb(pos, 0), record.entry_index):set_generated() end
-    child:add(F.size, btvb(pos - 4, 4), len)  -- the record's length field
+    child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
   local label = record.offset and ("Record at offset " .. tostring(record.offset)) or "Record"
   label = label .. ": " .. len .. " bytes"

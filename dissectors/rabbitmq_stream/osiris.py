@@ -52,7 +52,7 @@ class Entry:
     framing: str | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"entry_kind": self.kind, "size": self.size}
+        out: dict[str, Any] = {"entry_kind": self.kind, "entry_size": self.size}
         if self.kind == SUB_BATCH:
             out |= {
                 "compression": self.compression,
@@ -132,7 +132,7 @@ class EntryHook(Hook):
             budget = ctx.budget or Budget.of(ctx)
             if budget.records_left > 0:
                 budget.records_left -= 1
-                record: dict[str, Any] = {"size": len(value.body)}
+                record: dict[str, Any] = {"record_size": len(value.body)}
                 _decode_record(record, value.body, value.pos + 4, value.pos, ctx, None)
                 siblings["records"] = [record]
                 return
@@ -200,7 +200,7 @@ class ChunkHook(Hook):
             elif entry.kind == SIMPLE and tracking is None and Budget.of(ctx).records_left > 0:
                 # Most entries of a chunk: their record as entry_records makes it, without its loop.
                 ctx.budget.records_left -= 1
-                record = {"offset": chunk_id + counted, "entry_index": index, "size": len(entry.body)}
+                record = {"offset": chunk_id + counted, "entry_index": index, "record_size": len(entry.body)}
                 _decode_record(record, entry.body, entry.pos + 4, entry.pos, ctx, None)
                 records.append(record)
                 entries.append(entry.as_json())
@@ -280,7 +280,7 @@ def entry_records(
             record["offset"] = first_offset + len(out)
         if index is not None:
             record["entry_index"] = index
-        record["size"] = len(body)
+        record["record_size"] = len(body)
         record_node = None
         if node is not None:
             if "offset" in record:
@@ -380,7 +380,7 @@ def _section_node(section: Any) -> Node:
 def describe(entry: Entry, compression_names: Any) -> str:
     """A tree label for an entry; the framing that matched is added once it is decompressed."""
     if entry.kind == SIMPLE:
-        return f"Simple entry, {entry.size} bytes"  # all of it, length field included, as `size` says
+        return f"Simple entry, {entry.size} bytes"  # all of it, length field included, as `entry_size` says
     codec = compression_names.get(entry.compression, f"unknown compression {entry.compression}")
     return (
         f"Sub-batch, {entry.record_count} records, {codec}: "
