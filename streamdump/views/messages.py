@@ -51,8 +51,10 @@ class MessageLines:
 
 
 def line(head: str, row: MessageRow, cells: str = "") -> str:
-    text = f"{head} {row.subject} {row.where}"
     if row.size is None:
-        return f"{text}  {row.text}"
+        return f"{head} {row.subject} {row.where}  {row.text}"
     size = f"{row.size} B"
-    return f"{text} {size:>8}" + (f"  {cells}" if cells else "") + (f"  {row.text}" if row.text else "")
+    if not cells and row.text:  # the commonest line, in one step
+        return f"{head} {row.subject} {row.where} {size:>8}  {row.text}"
+    text = f"{head} {row.subject} {row.where} {size:>8}"
+    return text + (f"  {cells}" if cells else "") + (f"  {row.text}" if row.text else "")
