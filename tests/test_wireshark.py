@@ -107,8 +107,9 @@ def _tshark44() -> list[str]:
     passwd = root / "etc" / "passwd"
     users = [line.split(":") for line in passwd.read_text().splitlines()] if passwd.exists() else []
     ids = next((entry[2:4] for entry in users if entry[0] == TSHARK44_USER), None)
-    ready = os.geteuid() == 0 and ids is not None and (root / "usr/bin/tshark").exists()
-    need(ready and (root / "proc/self").exists(), f"no tshark 4.4 chroot at {root}: run .ci/tshark44 as root")
+    need(os.geteuid() == 0, "tshark 4.4 runs in a chroot: run the tests as root (after .ci/tshark44)")
+    ready = ids is not None and (root / "usr/bin/tshark").exists() and (root / "proc/self").exists()
+    need(ready, f"no tshark 4.4 chroot at {root}: run .ci/tshark44 as root")
     assert ids is not None
     uid, gid = ids
     return ["chroot", f"--userspec={uid}:{gid}", f"--groups={gid}", str(root), "/usr/bin/env", "-i"]
