@@ -6299,8 +6299,8 @@ function AMQPV.show(item, tvb, sections, struct)
 end
 
 -- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
--- their CRC-32, sub-batches (uncompressed and gzip, which Wireshark's Lua API can
--- inflate), records with their offsets, tracking entries, and AMQP section names.
+-- their CRC-32, sub-batches (uncompressed, gzip, and zstd where Wireshark's Lua API can
+-- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP section names.
 
 -- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
 local function read_entry(tvb, pos, stop, name, base)
@@ -6407,6 +6407,23 @@ local function split_records(btvb, bpos, blen, entry, where, ctx)
   return out
 end
 
+-- A zstd sub-batch's body inflated, where Wireshark's Lua has TvbRange:uncompress_zstd (4.4
+-- and later; 4.0's has none): the tvb, or nil and why not in codecs/compression.py's words;
+-- false where there is no such method.
+local function unzstd(tvb, pos, len, declared)
+  local found, fn = pcall(function() return tvb(pos, len).uncompress_zstd end)
+  if not found or not fn then return false end
+  if len < 4 or tvb:raw(pos, 4) ~= "\x28\xb5\x2f\xfd" then
+    return nil, "zstd data does not start with a zstd frame magic"
+  end
+  local ok, out = pcall(fn, tvb(pos, len), "zstd sub-batch")
+  if not ok or out == nil then return nil, "zstd data is corrupt" end
+  local n = int(out:len())
+  if n > declared then return nil, "zstd output is longer than the declared " .. declared .. " bytes" end
+  if n ~= declared then return nil, string.format("zstd output is %d bytes but the header declares %d", n, declared) end
+  return out
+end
+
 -- The records of one entry as {tvb, pos, len} bodies; sets entry.framing when decompressed.
 local function entry_bodies(tvb, entry, where, ctx)
   if entry.kind == 0 then return { { tvb = tvb, pos = entry.body, len = entry.body_len } } end
@@ -6428,6 +6445,17 @@ local function entry_bodies(tvb, entry, where, ctx)
     end
     entry.framing = "gzip"
     return split_records(out, 0, int(out:len()), entry, where, ctx)
+  end
+  if entry.compression == 4 then
+    local out, why = unzstd(tvb, entry.body, entry.body_len, entry.uncompressed_length)
+    if out == nil then
+      note(ctx, "error", "malformed", where .. ": sub-batch: " .. why)
+      return {}
+    end
+    if out then
+      entry.framing = "zstd frame"
+      return split_records(out, 0, int(out:len()), entry, where, ctx)
+    end
   end
   local codec = VS.compression[entry.compression] or ("compression " .. entry.compression)
   note(ctx, "note", "undecoded", string.format(
