@@ -144,7 +144,7 @@ local SPEC = {
         width = 1,
       },
       {
-        name = "size",
+        name = "entry_size",
         type = "uint32",
         width = 4,
       },
@@ -354,7 +354,7 @@ local SPEC = {
         width = 4,
       },
       {
-        name = "size",
+        name = "record_size",
         type = "uint32",
         width = 4,
       },
@@ -2524,6 +2524,12 @@ local SPEC = {
       enum = "entry_kind",
     },
     {
+      name = "entry_size",
+      ftype = "uint32",
+      title = "Entry Size",
+      doc = "Bytes the entry occupies, header included",
+    },
+    {
       name = "epoch",
       ftype = "uint64",
       title = "Epoch",
@@ -2806,6 +2812,12 @@ local SPEC = {
       ftype = "uint16",
       title = "Record Count",
       doc = "Sub-batches only",
+    },
+    {
+      name = "record_size",
+      ftype = "uint32",
+      title = "Record Size",
+      doc = "Record length",
     },
     {
       name = "records",
@@ -3969,7 +3981,7 @@ end
 -- more, a hook that cannot step over it) leaves it and the rest to the general reader, which
 -- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
 -- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
-local LITE = { plans = {} }
+local LITE = { plans = {}, measured = {} }
 
 -- An element's plan at a version: { name, width, signed }, { name, prefix, signed } (a string)
 -- and { name, skip } steps of a struct, one nameless step for a plain integer; or false.
@@ -4149,9 +4161,14 @@ local function read_struct(spec, version, tvb, pos, stop, tree, ctx, name, into)
   if into then into[#into + 1] = value end
   local members = SPEC.structs[spec.struct]
   local limit = stop
-  local measured = nil
-  for _, member in ipairs(members) do
-    if member.length_of then measured = member end
+  -- the member holding the struct's own length, found once per struct
+  local measured = LITE.measured[members]
+  if measured == nil then
+    measured = false
+    for _, member in ipairs(members) do
+      if member.length_of then measured = member end
+    end
+    LITE.measured[members] = measured
   end
   if measured then
     local w = measured.width
@@ -4869,7 +4886,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
   for _, spec in ipairs(specs) do
     if spec.entry and ctx.entries_layout then
       if (spec.since or 1) <= version then read_entry_field(spec, ctx, out, tree) end
-    elseif present(spec, out, pos, stop, version) then
+    elseif (spec.when == nil and not spec.optional and (spec.since or 1) <= version)
+        or present(spec, out, pos, stop, version) then
       local value
       local t = spec.type
       if t == "raw" then
@@ -6338,7 +6356,7 @@ local function show_entry(tree, tvb, entry, field, label)
   item:set_text(label .. ": " .. describe_entry(entry))
   item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
-  item:add(F.size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
+  item:add(F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
   if entry.kind == 1 then
     item:add(F.compression, tvb(entry.pos, 1), entry.compression)
     item:add(F.record_count, tvb(entry.pos + 1, 2))
@@ -6477,7 +6495,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
     -- Counted, not read: generated, on none of the record's bytes.
     if record.offset then child:add(F.offset, btvb(pos, 0), record.offset):set_generated() end
     if record.entry_index then child:add(F.entry_index, btvb(pos, 0), record.entry_index):set_generated() end
-    child:add(F.size, btvb(pos - 4, 4), len)  -- the record's length field
+    child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
   local label = record.offset and ("Record at offset " .. tostring(record.offset)) or "Record"
   label = label .. ": " .. len .. " bytes"

@@ -9147,7 +9147,7 @@ end
 -- more, a hook that cannot step over it) leaves it and the rest to the general reader, which
 -- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
 -- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
-local LITE = { plans = {} }
+local LITE = { plans = {}, measured = {} }
 
 -- An element's plan at a version: { name, width, signed }, { name, prefix, signed } (a string)
 -- and { name, skip } steps of a struct, one nameless step for a plain integer; or false.
@@ -9327,9 +9327,14 @@ local function read_struct(spec, version, tvb, pos, stop, tree, ctx, name, into)
   if into then into[#into + 1] = value end
   local members = SPEC.structs[spec.struct]
   local limit = stop
-  local measured = nil
-  for _, member in ipairs(members) do
-    if member.length_of then measured = member end
+  -- the member holding the struct's own length, found once per struct
+  local measured = LITE.measured[members]
+  if measured == nil then
+    measured = false
+    for _, member in ipairs(members) do
+      if member.length_of then measured = member end
+    end
+    LITE.measured[members] = measured
   end
   if measured then
     local w = measured.width
@@ -10047,7 +10052,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
   for _, spec in ipairs(specs) do
     if spec.entry and ctx.entries_layout then
       if (spec.since or 1) <= version then read_entry_field(spec, ctx, out, tree) end
-    elseif present(spec, out, pos, stop, version) then
+    elseif (spec.when == nil and not spec.optional and (spec.since or 1) <= version)
+        or present(spec, out, pos, stop, version) then
       local value
       local t = spec.type
       if t == "raw" then
