@@ -1,16 +1,19 @@
 """The fast paths of JSON and --messages give what the general paths give, byte for byte.
 
 Each shortcut is checked against what it replaces: AMQP messages of the shape clients send
-decoded without the general loop (amqp.plain_message), Publish frames expanded from the
-values their decode gave instead of a second decode (Decoder.in_place), JSON lines written
-by orjson instead of json.dumps (Renderer.json_text), and a body alone previewed for
---messages without the general summary (the goldens check whole lines on every capture).
+decoded without the general loop (amqp.plain_message, amqp.data_message), Publish frames
+expanded from the values their decode gave instead of a second decode (Decoder.in_place), a
+chunk's runs of simple entries made into records in one loop (against the detail tree's walk,
+entry by entry), JSON lines written by orjson instead of json.dumps (Renderer.json_text), and
+a body alone previewed for --messages without the general summary (the goldens check whole
+lines on every capture).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,12 +22,13 @@ import pytest
 from conftest import CAPTURE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spec_strategies import encode_chunk
 from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, _summary
-from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
+from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 from test_amqp import _annotations, _header, _properties, messages, values
 
 from streamdump.cli import _decoders, analysed
-from streamdump.codecs import amqp
+from streamdump.codecs import amqp, compression
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
@@ -238,6 +242,77 @@ def test_links_orjson_would_write_otherwise_go_to_json_dumps(links: dict[str, An
     assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
     frame.ts = 1795673676.952923
     assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
+
+
+# ---------------------------------------------------------------- Deliver frames
+
+
+CHUNK_HEADER = struct.Struct(">BBHIqQQIIIB")
+CHUNK_HEADER_NAMES = (
+    *("magic_version", "chunk_type", "num_entries", "num_records", "timestamp", "epoch", "chunk_id"),
+    *("crc", "data_length", "trailer_length", "bloom_size"),
+)
+
+
+def deliver(entries: list[Any], declared: int | None) -> bytes:
+    """A Deliver frame of a chunk holding these entries; declared: the entry count its header
+    states instead of the true one (more: the data ends early; fewer: bytes after the last)."""
+    chunk = encode_chunk(entries, chunk_id=1000)
+    header = dict(zip(CHUNK_HEADER_NAMES, CHUNK_HEADER.unpack_from(chunk), strict=True))
+    if declared is not None:
+        header["num_entries"] = declared
+    fields = header | {"reserved": chunk[45:48], "chunk_data": chunk[48:]}
+    return DECODER.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
+
+
+def check_deliver(wire: bytes) -> None:
+    """Expanded (simple entries in one loop) as the detail tree's decode makes it (each entry
+    through entry_records), and written as json.dumps writes it."""
+    frame = DECODER.expand(DECODER.decode(wire))
+    walked = DECODER.decode(wire, nodes=[], key=frame.key)
+    assert dumped(frame.fields) == dumped(walked.fields)
+    assert frame.expert == walked.expert
+    assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
+
+
+chunk_entries = st.lists(
+    st.one_of(
+        record_bodies.map(simple_entry),
+        st.lists(record_bodies, min_size=1, max_size=3).map(
+            lambda records: sub_batch_entry(records, 0, records_body(records))
+        ),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_entries, st.one_of(st.none(), st.integers(0, 10)))
+def test_chunks_expand_as_the_entry_by_entry_walk_does(entries: list[Any], declared: int | None) -> None:
+    check_deliver(deliver(entries, declared))
+
+
+@pytest.mark.parametrize("left", [0, 1, 2, 3])
+def test_a_chunk_past_the_record_budget_is_cut_as_the_walk_cuts_it(
+    left: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compression, "MAX_EXPANDED_RECORDS", left)
+    bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
+    check_deliver(deliver([simple_entry(b) for b in bodies], None))
+
+
+def test_data_message_is_decode_message() -> None:
+    for body in (b"", b"x", b"y" * 250):
+        wire = b"pad" + amqp.encode_message([("data", body)]) + b"more"
+        found = amqp.data_message(wire, 3, len(wire) - 4, 7)
+        assert found is not None
+        same_message(found, general(wire[3:-4], 7))
+    for sections in NOT_PLAIN_SHAPES + PLAIN_SHAPES[2:]:
+        wire = amqp.encode_message(sections)
+        assert amqp.data_message(wire, 0, len(wire), 0) is None
+    wire = amqp.encode_message([("data", b"abc")])
+    assert amqp.data_message(wire, 0, len(wire) - 1, 0) is None  # cut short
+    assert amqp.data_message(wire + b"!", 0, len(wire) + 1, 0) is None  # bytes after the body
 
 
 # ---------------------------------------------------------------- every committed capture

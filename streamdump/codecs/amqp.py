@@ -787,6 +787,18 @@ def plain_message(data: bytes | memoryview, base: int = 0) -> Message | None:
     return _plain_message(mv, len(mv), base)
 
 
+_DATA_ALONE = b"\x00\x53\x75\xa0"  # a data section (ulong descriptor 0x75) as a vbin8
+
+
+def data_message(data: bytes, start: int, end: int, base: int) -> Message | None:
+    """decode_message's result for data[start:end] (at base) when it is a data section of at
+    most 255 bytes alone, the commonest message of all; None for anything else. Reads the
+    bytes where they are, for a caller that holds many messages in one buffer."""
+    if end - start >= 5 and data.startswith(_DATA_ALONE, start) and data[start + 4] == end - start - 5:
+        return Message([Section(0x75, "data", base, end - start, data[start + 5 : end])], None, None, [])
+    return None
+
+
 def _general_message(mv: memoryview, end: int, base: int) -> Message:
     message = Message()
     sections = message.sections
