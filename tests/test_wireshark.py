@@ -815,7 +815,11 @@ def test_what_a_wireshark_user_reads(tmp_path: Path) -> None:
         "-Y", 'rabbitmq_stream.command == "Deliver"',
     )  # fmt: skip
     assert "[Offset: 0]" in deliver and "[Entry Index: 0]" in deliver and "[CRC Valid: True]" in deliver
-    assert "Simple entry, 318 bytes" in deliver and "[Entry Size: 318]" in deliver and "Record Size: 314" in deliver
+    assert (
+        "Simple entry, 318 bytes" in deliver
+        and "[Entry Size: 318]" in deliver
+        and "Record Size: 314" in deliver
+    )
 
 
 def test_lua_install_says_where(tmp_path: Path) -> None:
