@@ -34,6 +34,8 @@ from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, _merge_notes
 from streamdump.spec.dissector import message_text
+from streamdump.spec.hooks import Hook
+from streamdump.spec.layout import Ctx
 from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer, _json_default
 
@@ -192,6 +194,7 @@ def test_publish_expands_without_a_second_decode() -> None:
 
 record_bodies = st.one_of(
     messages().map(amqp.encode_message),
+    st.binary(max_size=300).map(lambda b: amqp.encode_message([("data", b)])),  # the commonest
     st.binary(max_size=30),  # not AMQP, or AMQP gone wrong: notes in the frame
     st.binary(max_size=30).map(lambda b: b"\x00\x53\x75" + b),
 )
@@ -201,6 +204,23 @@ record_bodies = st.one_of(
 @given(st.lists(record_bodies, max_size=6))
 def test_publish_frames_expand_and_write_as_before(bodies: list[bytes]) -> None:
     check_publish(publish(bodies))
+
+
+@pytest.mark.parametrize("left", [0, 1, 2, 3])
+def test_a_publish_frame_past_the_record_budget_is_cut_as_a_second_decode_cuts_it(
+    left: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compression, "MAX_EXPANDED_RECORDS", left)
+    check_publish(publish([amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]))
+
+
+def test_publish_runs_of_plain_records_are_expanded_at_once() -> None:
+    """Decoder.expand hands Publish messages to the entry hook's expand_run, not one by one."""
+    hook = DECODER.hooks["osiris_entry"]
+    assert type(hook).expand_run is not Hook.expand_run
+    frame = DECODER.decode(publish([amqp.encode_message([("data", b"x")])] * 3))
+    messages = frame.fields["messages"]
+    assert hook.expand_run(messages, 0, "entry", Ctx([], expand=True)) == 3
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,27 @@ class EntryHook(Hook):
         where = f"message {siblings.get('publishing_id')}"
         siblings["records"] = entry_records(value, where, None, ctx, None, node)
 
+    def expand_run(self, holders: list[Any], start: int, name: str, ctx: Ctx) -> int:
+        """Messages from start whose entry is simple and its record a data section alone, the
+        commonest, given the records expand gives them, while the frame's record budget lasts."""
+        budget = ctx.budget or Budget.of(ctx)
+        stop = min(len(holders), start + budget.records_left)
+        at = start
+        data_message = amqp.data_message
+        while at < stop:
+            values = holders[at]
+            entry = values.get(name) if type(values) is dict else None
+            if entry is None or entry.kind != SIMPLE:
+                break
+            body = bytes(entry.body)
+            message = data_message(body, 0, len(body), entry.pos + 4)
+            if message is None:
+                break
+            values["records"] = [{"record_size": len(body), "sections": [DATA], "message": message}]
+            at += 1
+        budget.records_left -= at - start
+        return at
+
 
 class ChunkHook(Hook):
     """`osiris_chunk`: a chunk's data, checked against its header, walked into records on demand."""

@@ -555,7 +555,13 @@ class Decoder:
         """The expand step of the hook on spec, for its value in each of holders (dicts)."""
         hook = self.hooks[spec.hook]  # type: ignore[index]
         name = spec.name
-        for values in holders:
+        index, count = 0, len(holders)
+        while index < count:
+            index = hook.expand_run(holders, index, name, ctx)  # most of them, at once
+            if index >= count:
+                break
+            values = holders[index]
+            index += 1
             value = values.get(name) if isinstance(values, dict) else None
             if value is None:
                 continue

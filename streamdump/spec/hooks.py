@@ -50,6 +50,12 @@ class Hook:
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         """Add the declared fields to siblings (and nodes under node) when a view needs them."""
 
+    def expand_run(self, holders: list[Any], start: int, name: str, ctx: Ctx) -> int:
+        """expand, without a tree, for the run of holders from start (each holding this hook's
+        value under name) that the hook can take at once, cheaper than one by one: where the
+        run ends. It takes only values expand could not fail on. The base takes none."""
+        return start
+
 
 def build_hooks(protocol: Protocol) -> dict[str, Hook]:
     """One instance of every hook the protocol declares; a declared hook without code is a spec error."""
