@@ -5,8 +5,8 @@ decoded without the general loop (amqp.plain_message, amqp.data_message), Publis
 expanded from the values their decode gave instead of a second decode (Decoder.in_place), a
 chunk's runs of simple entries made into records in one loop (against the detail tree's walk,
 entry by entry), JSON lines written by orjson instead of json.dumps (Renderer.json_text), and
-a body alone previewed for --messages without the general summary (the goldens check whole
-lines on every capture).
+a body alone previewed for --messages without the general summary; a complete frame's
+lines without columns formatted in one step (the goldens check whole lines on every capture).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from conftest import CAPTURE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import encode_chunk
-from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, _summary
+from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, StreamMessages, _summary
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 from test_amqp import _annotations, _header, _properties, messages, values
 
@@ -33,10 +33,11 @@ from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, _merge_notes
-from streamdump.spec.dissector import message_text
+from streamdump.spec.dissector import MessageRow, message_text
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
 from streamdump.spec.registry import default_registry
+from streamdump.views.messages import _plain_lines, line
 from streamdump.views.render import Renderer, _json_default
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
@@ -388,3 +389,25 @@ def test_a_body_alone_is_summarised_as_message_text_would(sections: list[tuple[s
     (section,) = message.sections
     expected = message_text(section.value, ((name, None) for name in KEY_PROPERTIES), {}, "app properties")
     assert _summary(message) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=100).map(lambda b: [("data", b)]),
+        values.map(lambda v: [("amqp_value", v)]),
+        plain_shaped(),
+    )
+)
+def test_a_record_row_says_what_the_general_summary_says(sections: list[tuple[str, Any]]) -> None:
+    message = amqp.decode_message(amqp.encode_message(sections))
+    record = {"record_size": 9, "sections": [s.code for s in message.sections], "message": message}
+    row = StreamMessages(PROTOCOL)._row("s", "here", record, False, ())
+    assert row.text == _summary(message).rstrip()
+
+
+@pytest.mark.parametrize("size", [None, 0, 7, 99999, 123456, 1234567, 10**12])
+@pytest.mark.parametrize("text", ["", "body  text"])
+def test_plain_lines_are_line_lines(size: int | None, text: str) -> None:
+    rows = [MessageRow("stream-1", "deliver offset=5 chunk=0", size, text)]
+    assert list(_plain_lines("  12   0.5", iter(rows))) == [line("  12   0.5", row) for row in rows]

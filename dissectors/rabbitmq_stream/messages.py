@@ -58,6 +58,9 @@ class StreamMessages(MessageRules):
                     yield MessageRow(stream, f"{publisher} id={pid}", text=cut, tag=tag, at=at)
                     continue
                 records = message.get("records") or []
+                if entry.kind != SUB_BATCH and len(records) == 1:  # the commonest: one record
+                    yield self._row(stream, f"{publisher} id={pid}", records[0], tag, at)
+                    continue
                 batched = entry.kind == SUB_BATCH
                 for n, record in enumerate(records):
                     where = f"{publisher} id={pid}[{n}]" if batched else f"{publisher} id={pid}"
@@ -70,9 +73,12 @@ class StreamMessages(MessageRules):
             chunk = fields.get("chunk") or {}
             records = chunk.get("records") or []
             at = (("subscription_id", fields.get("subscription_id")), ("chunk_id", chunk.get("chunk_id")))
+            in_chunk = f" chunk={chunk.get('chunk_id')}"  # the same on every record's line
+            row = self._row
             for record in records:
-                where = f"deliver offset={record.get('offset')} chunk={chunk.get('chunk_id')}"
-                yield self._row(stream, where, record, tag, (*at, ("offset", record.get("offset"))))
+                offset = record.get("offset")
+                where = f"deliver offset={offset}{in_chunk}"
+                yield row(stream, where, record, tag, (*at, ("offset", offset)))
             declared = chunk.get("num_records")
             if isinstance(declared, int) and len(records) < declared:
                 why = f"incomplete frame: {frame.incomplete}" if frame.incomplete else "see expert notes"
@@ -87,6 +93,15 @@ class StreamMessages(MessageRules):
         self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
     ) -> MessageRow:
         size = record.get("record_size", 0)
+        message = record.get("message")
+        if message is not None and len(message.sections) == 1 and message.error is None:
+            # The commonest record, a body alone: _summary's first step, without its call.
+            section = message.sections[0]
+            body = section.value
+            plain = "tracking" not in record and "bytes" not in record
+            if plain and section.name in BODIES and body is not None:
+                text = amqp.preview(body, PREVIEW_CHARS).rstrip()
+                return MessageRow(stream, where, size, text, tag, at, record)
         if "tracking" in record:
             parts = [
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"

@@ -7,7 +7,7 @@ the stream or topic, where the message is, its size and what it says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules
@@ -38,6 +38,9 @@ class MessageLines:
         head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         names = self.names.get(frame.protocol)
+        if names is None and not tag:
+            yield from _plain_lines(head, rules.rows(frame))
+            return
         for row in rules.rows(frame):
             cells = self._cells(row, names) if names is not None and row.size is not None else ""
             yield line(head, row, cells) + (tag if row.tag else "")
@@ -48,6 +51,16 @@ class MessageLines:
             values = [value_text(v) for v in row_values(row, name, names) if v is not None]
             cells.append(f"{name}={','.join(values) or '-'}")
         return "  ".join(cells)
+
+
+def _plain_lines(head: str, rows: Iterable[MessageRow]) -> Iterator[str]:
+    """The lines of a complete frame's rows without columns: line's, the commonest in one step."""
+    for row in rows:
+        if row.size is not None and row.text:
+            # As line's f"{size:>8}" of f"{row.size} B": the number padded to six, then " B".
+            yield f"{head} {row.subject} {row.where} {row.size:>6} B  {row.text}"
+        else:
+            yield line(head, row)
 
 
 def line(head: str, row: MessageRow, cells: str = "") -> str:
