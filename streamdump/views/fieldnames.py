@@ -154,7 +154,7 @@ def names_of(protocol: Protocol) -> Names:
 
 
 def frame_lookup(
-    frame: Frame, maps: frozenset[str] | Names, wanted: frozenset[str] | None = None
+    frame: Frame, names: Names, wanted: frozenset[str] | None = None
 ) -> Callable[[str], list[Any]]:
     """The values a frame has for each name, gathered once on first use.
 
@@ -168,7 +168,7 @@ def frame_lookup(
         if index is None:
             index = {}
             walk = wanted is None or not wanted <= FRAME_NAMES.keys()
-            for key, value in _frame_items(frame, maps, walk):
+            for key, value in _frame_items(frame, names, walk):
                 if wanted is None or key in wanted:
                     index.setdefault(key, []).append(value)
         return index.get(name, [])
@@ -176,7 +176,7 @@ def frame_lookup(
     return lookup
 
 
-def _frame_items(frame: Frame, maps: frozenset[str] | Names, walk: bool = True) -> Iterator[tuple[str, Any]]:
+def _frame_items(frame: Frame, names: Names, walk: bool = True) -> Iterator[tuple[str, Any]]:
     yield "frame", frame.number
     yield "ts", frame.ts
     if frame.src is not None:
@@ -200,7 +200,6 @@ def _frame_items(frame: Frame, maps: frozenset[str] | Names, walk: bool = True) 
         yield "expert", note.message
     if not walk:
         return
-    names = maps if isinstance(maps, Names) else Names(maps, {})
     yield from _items(frame.fields, names)
     if frame.links:
         yield from _items(frame.links, names)
@@ -281,7 +280,7 @@ class FrameFilter:
         entry = self.by_protocol.get(frame.protocol)
         if entry is None:
             return False
-        decoder, compiled, expand, maps = entry
+        decoder, compiled, expand, names = entry
         if expand is not None and expand(frame):
             decoder.expand(frame)
-        return compiled(frame_lookup(frame, maps, compiled.names))
+        return compiled(frame_lookup(frame, names, compiled.names))
