@@ -18,6 +18,17 @@ only reassembles and splits the frames and reads the key: a floor for any Lua di
 under tshark, so a win over it is not a win over slow Lua. It is run for one-line, detail and
 json. Each capture ends with the plugin's own ratios to it: without a tree (one-line) and with
 -V (detail), against the issue's targets of 3x and 10x.
+
+With -V a third reference, "items-only", frames like framing-only and then adds as many plain
+items as the plugin's tree has, in nested subtrees of a similar shape (uint32 fields over
+consecutive 4-byte ranges of the PDU): what tshark spends building and printing such a tree
+whatever the dissector, so plugin/items-only is the part of the -V ratio a dissector could still
+win. Its count is matched per message: an untimed run of it without extra items gives the lines
+every dissector prints (frame, IP, TCP, reassembly) and the messages it reads from the headers
+(a Publish's or a confirm's count, a chunk's record count), and the plugin's -V lines beyond those,
+over those messages, are the items it adds per message. In detail mode every tshark run's output
+goes to a pipe that counts its lines (the plugin's and items-only's counts are printed, so the
+match can be checked), not to /dev/null.
 tshark runs with -n and HOME set to an empty temp dir, so no personal plugin or
 preference takes part. The capture is read once before timing (streamdump stats, which
 also gives the frame count), so every timed run reads it from the page cache.
@@ -38,6 +49,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -113,6 +125,79 @@ end
 DissectorTable.get("tcp.port"):add(5552, p)
 """
 
+ITEMS_PROTO = "rmqs_items"
+ITEMS_MARK = b"    Messages read: "
+# Leaves under each subtree item: a message's items nest like the plugin's (message, entry,
+# record, sections, value), a handful per level.
+ITEMS_FANOUT = 3
+ITEMS_LUA = f"""\
+-- Items only: frame like framing-only, then add PER_MESSAGE plain items for each message the
+-- headers count, nested {ITEMS_FANOUT} leaves to a subtree. Written by bench/vs_tshark.py.
+local p = Proto("{ITEMS_PROTO}", "RabbitMQ Streams items only")
+local f_key = ProtoField.uint16("{ITEMS_PROTO}.key", "Key", base.HEX)
+local f_count = ProtoField.uint32("{ITEMS_PROTO}.messages", "{ITEMS_MARK.decode().strip()[:-1]}")
+local f_item = ProtoField.uint32("{ITEMS_PROTO}.item", "Item")
+p.fields = {{ f_key, f_count, f_item }}
+local PER_MESSAGE = %(per_message)s
+local FANOUT = {ITEMS_FANOUT}
+
+local function pdu_len(tvb, pinfo, offset)
+  return tvb(offset, 4):uint() + 4
+end
+
+-- Messages of a Publish or ids of a PublishConfirm (after the publisher id), records of a
+-- Deliver's chunk (after the subscription id, and from version 2 the committed chunk id).
+local function messages(tvb, key, len)
+  local at
+  if key == 0x0002 or key == 0x0003 then
+    at = 9
+  elseif key == 0x0008 then
+    at = tvb(6, 2):uint() >= 2 and 21 or 13
+  end
+  if at == nil or len < at + 4 then
+    return 0
+  end
+  return math.min(tvb(at, 4):uint(), len)
+end
+
+local function pdu(tvb, pinfo, tree)
+  pinfo.cols.protocol = "RMQS"
+  local len = tvb:len()
+  local key = tvb(4, 2):uint()
+  pinfo.cols.info = string.format("0x%%04x", key)
+  local top = tree:add(p, tvb())
+  top:add(f_key, tvb(4, 2))
+  local n = messages(tvb, key, len)
+  top:add(f_count, tvb(0, 4), n)
+  local last, off, done = len - 4, 0, 0
+  for i = 1, n do
+    local want = math.floor(i * PER_MESSAGE) - done
+    done = done + want
+    local sub = top
+    while want > 0 do
+      sub = sub:add(f_item, tvb(off, 4))
+      off = off + 4
+      if off > last then off = 0 end
+      want = want - 1
+      for _ = 1, math.min(FANOUT, want) do
+        sub:add(f_item, tvb(off, 4))
+        off = off + 4
+        if off > last then off = 0 end
+        want = want - 1
+      end
+    end
+  end
+  return len
+end
+
+function p.dissector(tvb, pinfo, tree)
+  dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
+  return tvb:len()
+end
+
+DissectorTable.get("tcp.port"):add(5552, p)
+"""
+
 
 @dataclass
 class Run:
@@ -120,32 +205,58 @@ class Run:
     rss_mib: float
     exit_code: int
     last_stderr: str
+    lines: int | None = None  # stdout's lines, when counted
+    marks: int | None = None  # the sum of the numbers after `mark` at a line's start, when asked
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
 
-def run_child(argv: list[str], env: dict[str, str] | None = None) -> Run:
+def run_child(
+    argv: list[str], env: dict[str, str] | None = None, count: bool = False, mark: bytes | None = None
+) -> Run:
     """Wall time and peak RSS of one child; wait4 gives the child's own rusage, which
-    resource.getrusage(RUSAGE_CHILDREN) would mix with every earlier child's."""
+    resource.getrusage(RUSAGE_CHILDREN) would mix with every earlier child's.
+
+    With `count`, stdout goes to a pipe whose lines are counted (and numbers after `mark`
+    summed) as they come, instead of to /dev/null."""
     start = time.perf_counter()
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE, env=env)
-        assert proc.stderr is not None
-        with proc.stderr:
-            err = proc.stderr.read()
+    lines = marks = None
+    with tempfile.TemporaryFile() as err_file, open(os.devnull, "wb") as null:
+        out = subprocess.PIPE if count else null
+        proc = subprocess.Popen(argv, stdout=out, stderr=err_file, env=env)
+        if proc.stdout is not None:
+            lines, marks = count_output(proc.stdout, mark)
         _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        err_file.seek(0)
+        err = err_file.read()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return Run(elapsed, usage.ru_maxrss / 1024, proc.returncode, last_line(err.decode(errors="replace")))
+    text = last_line(err.decode(errors="replace"))
+    return Run(elapsed, usage.ru_maxrss / 1024, proc.returncode, text, lines, marks)
 
 
-def best_of(argv: list[str], repeat: int, env: dict[str, str] | None = None) -> Run:
+def count_output(stream, mark: bytes | None) -> tuple[int, int | None]:
+    """Lines of a child's stdout, and the sum of the integers after `mark` at a line's start."""
+    lines, marks, tail = 0, 0 if mark else None, b""
+    with stream:
+        while chunk := stream.read(1 << 20):
+            lines += chunk.count(b"\n")
+            if mark:
+                text = tail + chunk
+                cut = text.rfind(b"\n") + 1
+                text, tail = text[:cut], text[cut:]
+                for found in re.finditer(rb"^" + re.escape(mark) + rb"(\d+)", text, re.M):
+                    marks += int(found.group(1))
+    return lines, marks
+
+
+def best_of(argv: list[str], repeat: int, env: dict[str, str] | None = None, count: bool = False) -> Run:
     """Fastest of `repeat` runs (the others lost time to noise); peak RSS is the largest seen."""
     runs = []
     for _ in range(repeat):
-        run = run_child(argv, env)
+        run = run_child(argv, env, count)
         if not run.ok:
             return run
         runs.append(run)
@@ -248,24 +359,28 @@ def seconds(run: Run | None) -> str:
 HEADER = (
     f"{'mode':<9} {'streamdump s':>12} {'MB/s':>7} {'frames/s':>10} {'RSS MiB':>8}"
     f" {'tshark+plugin s':>15} {'vs plugin':>13} {'framing-only s':>14} {'vs framing':>13}"
+    f" {'items-only s':>12}"
 )
 
 
 def table_row(mode: str, runs: dict[str, Run], size: int, frames: int) -> str:
     sd = runs.get("streamdump")
     plugin, framing = runs.get("tshark_plugin"), runs.get("tshark_framing")
+    items = f" {seconds(runs.get('tshark_items')):>12}"
     if sd is None:
         head = f"{mode:<9} {'-':>12} {'-':>7} {'-':>10} {'-':>8}"
-        return f"{head} {seconds(plugin):>15} {'-':>13} {seconds(framing):>14} {'-':>13}"
+        return f"{head} {seconds(plugin):>15} {'-':>13} {seconds(framing):>14} {'-':>13}{items}"
     rate = f"{size / 1e6 / sd.seconds:7.1f} {frames / sd.seconds:10,.0f}" if sd.ok else f"{'-':>7} {'-':>10}"
     return (
         f"{mode:<9} {seconds(sd):>12} {rate} {sd.rss_mib:8.1f}"
         f" {seconds(plugin):>15} {ratio(plugin, sd):>13} {seconds(framing):>14} {ratio(framing, sd):>13}"
+        f"{items}"
     )
 
 
 def plugin_ratios(result: dict) -> list[str]:
-    """The plugin's time over the framing-only dissector's, per mode that has both, with the target."""
+    """The plugin's time over the framing-only dissector's, per mode that has both, with the target;
+    with -V, also over items-only's, the floor of any dissector showing as many items."""
     lines = []
     for mode, target in PLUGIN_TARGETS.items():
         columns = result["modes"].get(mode, {})
@@ -280,12 +395,47 @@ def plugin_ratios(result: dict) -> list[str]:
             f" = {times:.1f}x ({verdict} the {target:g}x target)"
         )
         result.setdefault("plugin_ratios", {})[mode] = round(times, 2)
+        items = columns.get("tshark_items")
+        if not (items and items["exit_code"] == 0):
+            continue
+        floor = items["seconds"] / framing["seconds"]
+        over = plugin["seconds"] / items["seconds"]
+        lines.append(
+            f"  items-only/framing-only, {what}: {items['seconds']:.2f} s / {framing['seconds']:.2f} s"
+            f" = {floor:.1f}x (the floor for a tree of this size; -V lines: plugin {plugin['lines']:,},"
+            f" items-only {items['lines']:,}, {result.get('items_per_message', 0):.2f} items a message)"
+        )
+        lines.append(
+            f"  plugin/items-only, {what}: {plugin['seconds']:.2f} s / {items['seconds']:.2f} s = {over:.1f}x"
+        )
+        result["plugin_ratios"]["detail_vs_items"] = round(over, 2)
+        result["plugin_ratios"]["items_vs_framing"] = round(floor, 2)
     return lines
 
 
+def items_only(
+    capture: Path, args: argparse.Namespace, plugin: Run, tmp: Path, env: dict[str, str]
+) -> tuple[list[str], Run, float] | None:
+    """The items-only dissector's command line, timed run and items per message, matched to the
+    plugin's -V lines; None without the plugin's count or any message in the headers."""
+    if plugin.lines is None or not plugin.ok:
+        return None
+    bare = tmp / f"{ITEMS_PROTO}_bare.lua"
+    bare.write_text(ITEMS_LUA % {"per_message": 0})
+    base = run_child(tshark_argv(args.tshark, capture, bare, ["-V"]), env, count=True, mark=ITEMS_MARK)
+    if not (base.ok and base.lines is not None and base.marks):
+        return None
+    per_message = max(0.0, (plugin.lines - base.lines) / base.marks)
+    lua = tmp / f"{ITEMS_PROTO}.lua"
+    lua.write_text(ITEMS_LUA % {"per_message": repr(per_message)})
+    argv = tshark_argv(args.tshark, capture, lua, ["-V"])
+    return argv, best_of(argv, args.repeat, env, count=True), per_message
+
+
 def bench_capture(
-    capture: Path, modes: list[str], args: argparse.Namespace, framing_lua: Path, env: dict[str, str]
+    capture: Path, modes: list[str], args: argparse.Namespace, tmp: Path, env: dict[str, str]
 ) -> dict:
+    framing_lua = tmp / f"{FRAMING_PROTO}.lua"
     size = capture.stat().st_size
     frames = count_frames(capture)
     if isinstance(frames, str):
@@ -303,13 +453,21 @@ def bench_capture(
         runs: dict[str, Run] = {}
         for column, argv in cmds.items():
             print(f"  {mode:<9} {column:<15} ...", end="", flush=True)
-            run = best_of(argv, args.repeat, None if column == "streamdump" else env)
+            tshark = column != "streamdump"
+            run = best_of(argv, args.repeat, env if tshark else None, count=tshark and mode == "detail")
             print(f" {seconds(run)}", flush=True)
-            if not run.ok:
-                print(
-                    f"    {shlex.join(argv)}\n    exited {run.exit_code}: {run.last_stderr}", file=sys.stderr
-                )
+            report_failure(argv, run)
             runs[column] = run
+        if mode == "detail" and "tshark_plugin" in runs:
+            print(f"  {mode:<9} {'tshark_items':<15} ...", end="", flush=True)
+            matched = items_only(capture, args, runs["tshark_plugin"], tmp, env)
+            if matched is None:
+                print(" skipped (no plugin line count, or no message in the headers)", flush=True)
+            else:
+                cmds["tshark_items"], runs["tshark_items"], per_message = matched
+                report_failure(cmds["tshark_items"], runs["tshark_items"])
+                print(f" {seconds(runs['tshark_items'])} ({per_message:.2f} items a message)", flush=True)
+                result["items_per_message"] = round(per_message, 3)
         rows.append(table_row(mode, runs, size, frames))
         result["modes"][mode] = {
             column: {**asdict(run), "argv": cmds[column]} for column, run in runs.items()
@@ -321,8 +479,16 @@ def bench_capture(
     return result
 
 
+def report_failure(argv: list[str], run: Run) -> None:
+    if not run.ok:
+        print(f"    {shlex.join(argv)}\n    exited {run.exit_code}: {run.last_stderr}", file=sys.stderr)
+
+
 def print_commands(results: list[dict]) -> None:
-    print("\nCommands (tshark with HOME=<empty temp dir>; framing-only Lua written by this script):")
+    print(
+        "\nCommands (tshark with HOME=<empty temp dir>; framing-only and items-only Lua written by this"
+        " script, items-only after an untimed run of it with no items that matches its count):"
+    )
     for result in results:
         for mode, columns in result["modes"].items():
             for column, figures in columns.items():
@@ -385,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             f"machine: {host['cpu']}, {host['cores']} cores; python {host['python']}; {host['tshark']}",
             flush=True,
         )
-        results = [bench_capture(c, args.modes, args, framing_lua, env) for c in args.captures]
+        results = [bench_capture(c, args.modes, args, Path(tmp), env) for c in args.captures]
     print_commands(results)
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": host, "captures": results}, indent=2) + "\n")
