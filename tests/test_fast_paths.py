@@ -31,6 +31,7 @@ from streamdump.cli import _decoders, analysed
 from streamdump.codecs import amqp, compression
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
+from streamdump.core.paths import path_values
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, _merge_notes
 from streamdump.spec.dissector import MessageRow, message_text
@@ -411,3 +412,67 @@ def test_a_record_row_says_what_the_general_summary_says(sections: list[tuple[st
 def test_plain_lines_are_line_lines(size: int | None, text: str) -> None:
     rows = [MessageRow("stream-1", "deliver offset=5 chunk=0", size, text)]
     assert list(_plain_lines("  12   0.5", iter(rows))) == [line("  12   0.5", row) for row in rows]
+
+
+# ---------------------------------------------------------------- the conversation tracker
+
+
+def tracked(command: str, fields: dict[str, Any], number: int, ts: float, from_client: bool) -> Frame:
+    frame = DECODER.decode(DECODER.encode(command, "command", fields))
+    frame.number, frame.ts, frame.conn, frame.from_client = number, ts, 1, from_client
+    return frame
+
+
+def test_confirms_link_what_was_sent_as_one_by_one_linking_would() -> None:
+    """Confirms are linked in bulk (every id's publish popped at once, one wait per sending
+    frame): ids sent in two frames, one never sent and one confirmed before it was sent."""
+    frames = [
+        tracked("Publish", {"publisher_id": 3, "messages": publish_items([1, 2])}, 2, 2.0, True),
+        tracked("Publish", {"publisher_id": 3, "messages": publish_items([3])}, 3, 2.5, True),
+        tracked("PublishConfirm", {"publisher_id": 3, "publishing_ids": [1, 9, 3, 2, 7]}, 4, 3.25, False),
+        tracked("Publish", {"publisher_id": 3, "messages": publish_items([7])}, 5, 3.5, True),
+    ]
+    tracker = Conversations([PROTOCOL])
+    for frame in frames:
+        tracker.feed(frame)
+    confirm = frames[2]
+    assert confirm.links is not None
+    assert confirm.links["publish_in"] == [2, None, 3, 2, 5]
+    assert confirm.links["confirm_time"] == [1.25, None, 0.75, 1.25, None]
+
+
+def publish_items(ids: list[int]) -> list[dict[str, Any]]:
+    return [{"publishing_id": n, "entry": simple_entry(b"\x00\x53\x75\xa0\x01x")} for n in ids]
+
+
+def stepwise_path_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
+    """path_values one holder and one value at a time, as it was before it decided by types."""
+    level: list[Any] = [fields]
+    for step in path:
+        found: list[Any] = []
+        for holder in level:
+            if isinstance(holder, dict):
+                value = holder.get(step)
+                if isinstance(value, list):
+                    found.extend(value)
+                elif value is not None:
+                    found.append(value)
+        level = found
+    return level
+
+
+path_leaves = st.one_of(st.none(), st.integers(), st.booleans(), st.text(max_size=3))
+path_trees = st.recursive(
+    path_leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from("ab"), inner, max_size=2),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from("ab"), path_trees, max_size=2),
+    st.lists(st.sampled_from("ab"), max_size=3),
+)
+def test_path_values_are_the_stepwise_values(fields: dict[str, Any], path: list[str]) -> None:
+    assert path_values(fields, tuple(path)) == stepwise_path_values(fields, tuple(path))
