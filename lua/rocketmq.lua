@@ -10837,8 +10837,10 @@ local function acks(conn, f)
     conn.in_flight[key] = conn.in_flight[key] or {}
     local flight = conn.in_flight[key]
     local sent = { f.number, f.ts }  -- one for all of the frame's items: read, never changed
+    local keyed = LITE.key
     for _, item in ipairs(path_values(f.fields, ack.send.path)) do
-      flight[LITE.key(item)] = sent
+      -- a number is its own key (the commonest, without a tree): no call for it
+      if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
     end
     return
   end
@@ -10851,8 +10853,10 @@ local function acks(conn, f)
   local flight = conn.in_flight[ack.name .. ":" .. sid] or {}
   local sent_in, waited, any = {}, {}, false
   local waits = {}  -- the wait since each sending frame, worked out once
+  local keyed = LITE.key
   for index, item in ipairs(path_values(f.fields, ref.path)) do
-    local id = LITE.key(item)
+    local id = item
+    if type(id) ~= "number" then id = keyed(item) end
     local sent = flight[id]
     flight[id] = nil
     if sent then
@@ -11051,7 +11055,7 @@ do
   end
 end
 -- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
--- limit of 200 locals).
+-- limit of 200 locals); the first three times 256, as they index XOR8 as its high byte.
 local CRC_T = { {}, {}, {}, {} }
 do
   for n = 0, 255 do
@@ -11070,23 +11074,24 @@ do
         c[4] = XOR8[c[4] * 256 + 0xED]
       end
     end
-    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1], c[2], c[3], c[4]
+    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
   end
 end
 
 local function crc32(tvb, pos, len)
-  local CRC_T0, CRC_T1, CRC_T2, CRC_T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
+  local XOR = XOR8
+  local T0, T1, T2, T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255
   local at, stop = pos, pos + len
   while at < stop do
     local n = math.min(4096, stop - at)
     local bytes = { tvb:raw(at, n):byte(1, n) }
     for i = 1, n do
-      local idx = XOR8[c0 * 256 + bytes[i]]
-      c0 = XOR8[CRC_T0[idx] * 256 + c1]
-      c1 = XOR8[CRC_T1[idx] * 256 + c2]
-      c2 = XOR8[CRC_T2[idx] * 256 + c3]
-      c3 = CRC_T3[idx]
+      local idx = XOR[c0 * 256 + bytes[i]]
+      c0 = XOR[T0[idx] + c1]
+      c1 = XOR[T1[idx] + c2]
+      c2 = XOR[T2[idx] + c3]
+      c3 = T3[idx]
     end
     at = at + n
   end

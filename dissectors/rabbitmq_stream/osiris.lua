@@ -183,17 +183,20 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
   label = label .. ": " .. len .. " bytes"
   if tracking then
     decode_tracking(btvb, pos, len, child, ctx, snapshot, F.tracking)
-  elseif amqp_looks_like(btvb, pos, len) then
-    local sections, err = amqp_sections(btvb, pos, len)
-    if child then
-      for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-      AMQPV.show(child:add(F.message, btvb(pos, len)), btvb, sections, AMQPV.record_message)
-    end
-    if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
-    label = label .. ", AMQP 1.0"
   else
-    if child then child:add(F.bytes, btvb(pos, len)) end
-    label = label .. ", not AMQP 1.0"
+    local amqp, bytes = amqp_looks_like(btvb, pos, len)
+    if amqp then
+      local sections, err = amqp_sections(btvb, pos, len, bytes)
+      if child then
+        for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
+        AMQPV.show(child:add(F.message, btvb(pos, len)), btvb, sections, AMQPV.record_message)
+      end
+      if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
+      label = label .. ", AMQP 1.0"
+    else
+      if child then child:add(F.bytes, btvb(pos, len)) end
+      label = label .. ", not AMQP 1.0"
+    end
   end
   if child then child:set_text(label) end
 end

@@ -114,7 +114,8 @@ function AMQP_WALK.section_code(s, at, n, base)
   return nil, after
 end
 
--- Whether the record starts with a described message section, as amqp.looks_like_amqp says.
+-- Whether the record starts with a described message section, as amqp.looks_like_amqp says;
+-- and the record's bytes, for amqp_sections to walk without a second copy.
 local function amqp_looks_like(tvb, pos, len)
   if len < 3 then return false end
   local s = tvb:raw(pos, len)
@@ -122,39 +123,47 @@ local function amqp_looks_like(tvb, pos, len)
   if zero ~= 0 then return false end
   if c == 0x53 then
     local code = s:byte(3)
-    return code >= 0x70 and code <= 0x78
+    return code >= 0x70 and code <= 0x78, s
   end
   if c == 0x80 then
     if len < 10 then return false end
     local b1, b2, b3, b4, b5, b6, b7, b8 = s:byte(3, 10)
-    return b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 >= 0x70 and b8 <= 0x78
+    return b1 + b2 + b3 + b4 + b5 + b6 + b7 == 0 and b8 >= 0x70 and b8 <= 0x78, s
   end
   if c == 0xa3 or c == 0xb3 then
     local ok, code = pcall(AMQP_WALK.section_code, s, 2, len, pos)
-    return ok and code ~= nil
+    return ok and code ~= nil, s
   end
   return false
 end
 
--- The sections of the message in [pos, pos + len): a list of {code, pos, len}, and the
--- error text of the first malformed byte, if any.
-local function amqp_sections(tvb, pos, len)
-  local sections = {}
-  local s = len > 0 and tvb:raw(pos, len) or ""
+-- Appends the sections of s (a message's bytes at pos) to sections; raises at the first
+-- malformed byte. A section's value_at is where its value starts (after the descriptor),
+-- value_code that value's constructor byte.
+function AMQP_WALK.sections(s, len, pos, sections)
   local at = 1
-  local ok, err = pcall(function()
-    while at <= len do
-      local first = s:byte(at)
-      if first ~= 0x00 then
-        amqp_fail(pos + at - 1, string.format("byte 0x%02x is not the start of a message section (0x00)", first))
-      end
-      local code, after = AMQP_WALK.section_code(s, at + 1, len, pos)
-      if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos + at - 1, "unknown section descriptor") end
-      local finish = AMQP_WALK.skip(s, after, len, 1, pos)
-      sections[#sections + 1] = { code = code, pos = pos + at - 1, len = finish - at }
-      at = finish
+  while at <= len do
+    local first = s:byte(at)
+    if first ~= 0x00 then
+      amqp_fail(pos + at - 1, string.format("byte 0x%02x is not the start of a message section (0x00)", first))
     end
-  end)
+    local code, after = AMQP_WALK.section_code(s, at + 1, len, pos)
+    if code == nil or code < 0x70 or code > 0x78 then amqp_fail(pos + at - 1, "unknown section descriptor") end
+    local finish = AMQP_WALK.skip(s, after, len, 1, pos)
+    sections[#sections + 1] = {
+      code = code, pos = pos + at - 1, len = finish - at, value_at = pos + after - 1, value_code = s:byte(after),
+    }
+    at = finish
+  end
+end
+
+-- The sections of the message in [pos, pos + len): a list of {code, pos, len, value_at,
+-- value_code}, and the error text of the first malformed byte, if any. s: the message's
+-- bytes, where the caller has them.
+local function amqp_sections(tvb, pos, len, s)
+  local sections = {}
+  s = s or (len > 0 and tvb:raw(pos, len) or "")
+  local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
   if ok then return sections, nil end
   if type(err) == "table" and err.amqp then return sections, err.text end
   error(err, 0)
@@ -163,7 +172,9 @@ end
 -- Values, for the detail tree only (never on a pass without a tree): what a section holds,
 -- under the field names the registry declares for the message (the spec's amqp `of:`).
 -- A value is {t = kind, v = value, pos = start of its body, len = body length}; kinds:
--- null, bool, int, float, text, bytes (hex text), list, map, described. One table holds it
+-- null, bool, int, float, text, bytes, list, map, described. A bytes value keeps its tvb
+-- instead of v: its hex text is made only where it is shown as text (AMQPV.text), as a data
+-- section's item shows its bytes and never needs it. One table holds it
 -- all: a Lua chunk has at most 200 locals, and the plugin is one chunk.
 local AMQPV = {}
 
@@ -223,7 +234,7 @@ function AMQPV.body(tvb, c, pos, stop, depth)
   local size = uint_of(tvb(pos, width))
   local start, finish = pos + width, pos + width + size
   if finish > stop then amqp_fail(pos, "a value is cut") end
-  if c == 0xa0 or c == 0xb0 then return { t = "bytes", v = AMQPV.hex(tvb, start, size), pos = start, len = size }, finish end
+  if c == 0xa0 or c == 0xb0 then return { t = "bytes", tvb = tvb, pos = start, len = size }, finish end
   if c == 0xa1 or c == 0xb1 or c == 0xa3 or c == 0xb3 then
     return { t = "text", v = tvb:raw(start, size), pos = start, len = size }, finish
   end
@@ -288,7 +299,8 @@ function AMQPV.text(value)
   if t == "bool" then return value.v and "true" or "false" end
   if t == "int" then return tostring(value.v) end
   if t == "float" then return AMQPV.float(value.v) end
-  if t == "text" or t == "bytes" then return value.v end
+  if t == "text" then return value.v end
+  if t == "bytes" then return AMQPV.hex(value.tvb, value.pos, value.len) end
   if t == "described" then return "described " .. AMQPV.text(value.d) .. ": " .. AMQPV.text(value.v) end
   return t .. " of " .. #value.v
 end
@@ -323,34 +335,69 @@ function AMQPV.map(tree, tvb, spec, value)
   return holder
 end
 
+-- The registry's members of a message struct by section name, made once per struct.
+AMQPV.BY_SECTION = {}
+function AMQPV.by_section(struct)
+  local known = AMQPV.BY_SECTION[struct]
+  if known == nil then
+    known = {}
+    for _, member in ipairs(SPEC.structs[struct]) do known[member.entry or member.name] = member end
+    AMQPV.BY_SECTION[struct] = known
+  end
+  return known
+end
+
+-- An array's element as a spec of its own, made once per array spec.
+AMQPV.ELEMENTS = {}
+
+-- The values of one section s (found by amqp_sections) under item, as spec declares them;
+-- raises where they cannot be read.
+function AMQPV.section(item, tvb, s, spec)
+  local stop = s.pos + s.len
+  local code = s.value_code
+  if (code == 0xa0 or code == 0xb0) and spec.type == "bytes" then
+    -- Binary in a bytes field (a data section), as AMQPV.item shows it: the bytes after the
+    -- size, to the section's end (amqp_sections found the value ending there).
+    local start = s.value_at + (code == 0xa0 and 2 or 5)
+    return item:add(F[spec.name], tvb(start, stop - start))
+  end
+  local after = s.value_at
+  if after == nil then
+    local _, at = amqp_section_code(tvb, s.pos + 1, stop)
+    after = at
+  end
+  local value = AMQPV.value(tvb, after, stop, 1)
+  if value.t == "null" then return end
+  if spec.type == "map" and value.t == "map" then
+    AMQPV.map(item, tvb, spec, value)
+  elseif spec.struct and value.t == "list" then
+    local holder = item:add(F[spec.name], tvb(s.pos, s.len))
+    holder:set_text(struct_title(spec.name))
+    for i, member in ipairs(SPEC.structs[spec.struct]) do
+      local element = value.v[i]
+      if element ~= nil and element.t ~= "null" then AMQPV.item(holder, tvb, member, element) end
+    end
+  elseif spec.type == "array" and value.t == "list" then
+    local element_spec = AMQPV.ELEMENTS[spec]
+    if element_spec == nil then
+      element_spec = { name = spec.name, type = spec.of.type }
+      AMQPV.ELEMENTS[spec] = element_spec
+    end
+    for _, element in ipairs(value.v) do
+      if element.t ~= "null" then AMQPV.item(item, tvb, element_spec, element) end
+    end
+  else
+    AMQPV.item(item, tvb, spec, value)
+  end
+end
+
 -- The values of a message's sections (as amqp_sections found them) under item, by the
 -- registry's declaration of the message (struct: its name in SPEC.structs).
 function AMQPV.show(item, tvb, sections, struct)
-  local by_section = {}
-  for _, member in ipairs(SPEC.structs[struct]) do by_section[member.entry or member.name] = member end
+  local by_section, names = AMQPV.by_section(struct), SPEC.enums.amqp_section
   for _, s in ipairs(sections) do
-    local spec = by_section[SPEC.enums.amqp_section[s.code]]
-    local ok = pcall(function()
-      local _, after = amqp_section_code(tvb, s.pos + 1, s.pos + s.len)
-      local value = AMQPV.value(tvb, after, s.pos + s.len, 1)
-      if value.t == "null" then return end
-      if spec.type == "map" and value.t == "map" then
-        AMQPV.map(item, tvb, spec, value)
-      elseif spec.struct and value.t == "list" then
-        local holder = item:add(F[spec.name], tvb(s.pos, s.len))
-        holder:set_text(struct_title(spec.name))
-        for i, member in ipairs(SPEC.structs[spec.struct]) do
-          local element = value.v[i]
-          if element ~= nil and element.t ~= "null" then AMQPV.item(holder, tvb, member, element) end
-        end
-      elseif spec.type == "array" and value.t == "list" then
-        for _, element in ipairs(value.v) do
-          if element.t ~= "null" then AMQPV.item(item, tvb, { name = spec.name, type = spec.of.type }, element) end
-        end
-      else
-        AMQPV.item(item, tvb, spec, value)
-      end
-    end)
-    if not ok then item:add(tvb(s.pos, s.len), SPEC.enums.amqp_section[s.code] .. ": values not shown") end
+    if not pcall(AMQPV.section, item, tvb, s, by_section[names[s.code]]) then
+      item:add(tvb(s.pos, s.len), names[s.code] .. ": values not shown")
+    end
   end
 end

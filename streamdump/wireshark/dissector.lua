@@ -2377,8 +2377,10 @@ local function acks(conn, f)
     conn.in_flight[key] = conn.in_flight[key] or {}
     local flight = conn.in_flight[key]
     local sent = { f.number, f.ts }  -- one for all of the frame's items: read, never changed
+    local keyed = LITE.key
     for _, item in ipairs(path_values(f.fields, ack.send.path)) do
-      flight[LITE.key(item)] = sent
+      -- a number is its own key (the commonest, without a tree): no call for it
+      if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
     end
     return
   end
@@ -2391,8 +2393,10 @@ local function acks(conn, f)
   local flight = conn.in_flight[ack.name .. ":" .. sid] or {}
   local sent_in, waited, any = {}, {}, false
   local waits = {}  -- the wait since each sending frame, worked out once
+  local keyed = LITE.key
   for index, item in ipairs(path_values(f.fields, ref.path)) do
-    local id = LITE.key(item)
+    local id = item
+    if type(id) ~= "number" then id = keyed(item) end
     local sent = flight[id]
     flight[id] = nil
     if sent then
