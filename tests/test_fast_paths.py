@@ -368,7 +368,10 @@ def test_frames_with_messages_take_orjson() -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     st.one_of(
-        st.binary(max_size=200), st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass"))
+        st.binary(max_size=200),
+        st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.lists(st.integers(0, 0x7F), max_size=100).map(bytes),  # ASCII: the byte-a-character step
+        st.lists(st.sampled_from(b"ab\x00\xc3\xa9"), max_size=60).map(bytes),  # ASCII up to a point
     ),
     st.integers(0, 60),
 )

@@ -1011,6 +1011,13 @@ def preview(value: Any, limit: int = 40) -> str:
     characters as '.'); other values their compact JSON (to_json), uuids and decimals unquoted.
     """
     if type(value) is bytes:  # a data body, the commonest: as below, in fewer steps
+        head = value[: limit + 1]
+        if head.isascii():
+            # A byte a character: these limit + 1 say all the line shows, '…' or not.
+            text = head.decode("ascii")
+            if not text.isprintable():
+                text = _printable(text)
+            return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
         text = value[: limit * 4 + 4].decode("utf-8", errors="replace")
         if "\ufffd" in text:
             text = text.replace("\ufffd", ".")
