@@ -178,7 +178,7 @@ def write_frames(
         if lines is not None:
             if lines.carries(frame):
                 renderer.decoder.expand(frame)
-            rows = list(lines.lines(frame, t0))  # hundreds in a frame: one write for them all
+            rows = lines.lines(frame, t0)  # hundreds in a frame: one write for them all
             if rows:
                 out.write("\n".join(rows) + "\n")
         elif binary is not None:

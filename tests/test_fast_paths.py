@@ -414,7 +414,7 @@ def test_a_record_row_says_what_the_general_summary_says(sections: list[tuple[st
 @pytest.mark.parametrize("text", ["", "body  text"])
 def test_plain_lines_are_line_lines(size: int | None, text: str) -> None:
     rows = [MessageRow("stream-1", "deliver offset=5 chunk=0", size, text)]
-    assert list(_plain_lines("  12   0.5", iter(rows))) == [line("  12   0.5", row) for row in rows]
+    assert _plain_lines("  12   0.5", iter(rows)) == [line("  12   0.5", row) for row in rows]
 
 
 # ---------------------------------------------------------------- the conversation tracker

@@ -7,7 +7,7 @@ the stream or topic, where the message is, its size and what it says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules
@@ -31,19 +31,21 @@ class MessageLines:
         rules = self.rules.get(frame.protocol)
         return rules is not None and rules.carries(frame)
 
-    def lines(self, frame: Frame, t0: float) -> Iterator[str]:
+    def lines(self, frame: Frame, t0: float) -> list[str]:
+        """A frame's message lines, all at once (a frame holds hundreds)."""
         rules = self.rules.get(frame.protocol)
         if rules is None or not rules.carries(frame):
-            return
+            return []
         head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         names = self.names.get(frame.protocol)
         if names is None and not tag:
-            yield from _plain_lines(head, rules.rows(frame))
-            return
+            return _plain_lines(head, rules.rows(frame))
+        out = []
         for row in rules.rows(frame):
             cells = self._cells(row, names) if names is not None and row.size is not None else ""
-            yield line(head, row, cells) + (tag if row.tag else "")
+            out.append(line(head, row, cells) + (tag if row.tag else ""))
+        return out
 
     def _cells(self, row: MessageRow, names: Names) -> str:
         cells = []
@@ -53,14 +55,15 @@ class MessageLines:
         return "  ".join(cells)
 
 
-def _plain_lines(head: str, rows: Iterable[MessageRow]) -> Iterator[str]:
-    """The lines of a complete frame's rows without columns: line's, the commonest in one step."""
-    for row in rows:
-        if row.size is not None and row.text:
-            # As line's f"{size:>8}" of f"{row.size} B": the number padded to six, then " B".
-            yield f"{head} {row.subject} {row.where} {row.size:>6} B  {row.text}"
-        else:
-            yield line(head, row)
+def _plain_lines(head: str, rows: Iterable[MessageRow]) -> list[str]:
+    """The lines of a complete frame's rows without columns: line's, the commonest in one step
+    (as line's f"{size:>8}" of f"{row.size} B": the number padded to six, then " B")."""
+    return [
+        f"{head} {row.subject} {row.where} {row.size:>6} B  {row.text}"
+        if row.size is not None and row.text
+        else line(head, row)
+        for row in rows
+    ]
 
 
 def line(head: str, row: MessageRow, cells: str = "") -> str:
