@@ -159,7 +159,9 @@ class Tables:
         # place, and each declared position's place and whether its column holds integers.
         columns = [column for column, _ in self.message_extra]
         self.message_slots: dict[str, tuple[list[Any], int, dict[str, tuple[int, bool]]]] = {}
-        self.message_fields: dict[str, tuple[Names, dict[str, tuple[int, pa.DataType]]]] = {}
+        # Per protocol: its names, the record keys holding messages, and each declared field's
+        # column and how its values are stored ("map", "int", "bool" or "text").
+        self.message_fields: dict[str, tuple[Names, frozenset[str], dict[str, tuple[int, str]]]] = {}
         for name, roles in self.roles.items():
             places = {
                 position: (columns.index(position), self.message_extra[columns.index(position)][1] == INT64)
@@ -167,11 +169,13 @@ class Tables:
             }
             self.message_slots[name] = ([None] * len(columns), columns.index(roles.subject), places)
             fields = {
-                field: (columns.index(field), self.message_extra[columns.index(field)][1])
+                field: (columns.index(field), _storage(self.message_extra[columns.index(field)][1]))
                 for field in declared[name]
             }
             if fields:
-                self.message_fields[name] = (names_of(next(p for p in protocols if p.name == name)), fields)
+                protocol = next(p for p in protocols if p.name == name)
+                holders = frozenset(s.name for s in protocol.all_fields() if s.type == "amqp" and s.fields)
+                self.message_fields[name] = (names_of(protocol), holders, fields)
         self.schemas = {
             "frames": pa.schema([*FRAME_COLUMNS, *self.frame_extra]),
             "messages": pa.schema([*MESSAGE_COLUMNS, *self.message_extra]),
@@ -238,7 +242,7 @@ class Tables:
             frame.command,
         )
         template, subject_at, positions = self.message_slots[frame.protocol]
-        names, fields = self.message_fields.get(frame.protocol, (None, None))
+        names, holders, fields = self.message_fields.get(frame.protocol, (None, None, None))
         incomplete = frame.incomplete
         count = 0
         for row in rows:
@@ -250,7 +254,7 @@ class Tables:
                     at, ints = slot
                     extra[at] = (value if type(value) is int else None) if ints else _typed(value, STRING)
             if fields and row.record is not None:
-                _message_values(extra, row.record, names, fields)  # type: ignore[arg-type]
+                _message_values(extra, row.record, names, holders, fields)  # type: ignore[arg-type]
             out.append((*head, row.where, row.size, row.text, incomplete if row.tag else None, *extra))
             count += 1
         return count
@@ -314,27 +318,39 @@ def message_columns(protocol: Protocol) -> dict[str, pa.DataType]:
     return out
 
 
+def _storage(kind: pa.DataType) -> str:
+    """How a column stores values, as a plain string (comparing Arrow types costs a call into C++)."""
+    return "map" if kind == TEXT_MAP else "int" if kind == INT64 else "bool" if kind == BOOL else "text"
+
+
 def _message_values(
-    extra: list[Any], record: Any, names: Names, fields: dict[str, tuple[int, pa.DataType]]
+    extra: list[Any],
+    record: Any,
+    names: Names,
+    holders: frozenset[str],
+    fields: dict[str, tuple[int, str]],
 ) -> None:
-    """Fill a message row's declared fields from its record: each field's first value."""
+    """Fill a message row's declared fields from the messages its record holds: each field's
+    first value."""
     seen: set[str] = set()
     for key, value in record.items():
+        if key not in holders:
+            continue
         for name, item in value_items(key, value, names):
             slot = fields.get(name)
             if slot is None or name in seen or item is None:
                 continue
             seen.add(name)
             at, kind = slot
-            if kind == TEXT_MAP:
+            if kind == "map":
                 extra[at] = (
                     [(value_text(k), value_text(v)) for k, v in item.items()]
                     if isinstance(item, dict)
                     else None
                 )
-            elif kind == INT64:
+            elif kind == "int":
                 extra[at] = item if isinstance(item, int) and not isinstance(item, bool) else None
-            elif kind == BOOL:
+            elif kind == "bool":
                 extra[at] = item if isinstance(item, bool) else None
             else:
                 extra[at] = value_text(item)
