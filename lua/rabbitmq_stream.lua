@@ -4041,6 +4041,22 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   local s = tvb:raw(pos, n)
   local byte, little, steps, scalar = string.byte, LITTLE, #plan, plan.scalar
   local i, index = 1, 0
+  if scalar and plan[1].width == 8 then
+    -- The loop below for one 64-bit integer an element (a confirm's publishing ids, a
+    -- million in a bench capture), without its per-step dispatch.
+    while (count == nil and i <= n) or (count ~= nil and index < count) do
+      if i + 7 > n then return index, pos + i - 1 end
+      local a, b, c, d, e, f, g, h = byte(s, i, i + 7)
+      if little then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
+      if a ~= 0 or b ~= 0 or c >= 64 then return index, pos + i - 1 end
+      local v = ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+      if v >= 1000000000000 then return index, pos + i - 1 end
+      index = index + 1
+      items[index] = v
+      i = i + 8
+    end
+    return index, pos + i - 1
+  end
   while (count == nil and i <= n) or (count ~= nil and index < count) do
     local value, at = nil, i
     if not scalar then value = {} end
