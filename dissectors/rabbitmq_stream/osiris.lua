@@ -32,9 +32,10 @@ local function describe_entry(entry)
     entry.record_count, codec, entry.length, entry.uncompressed_length)
 end
 
-local function show_entry(tree, tvb, entry, field, label)
+-- range: the entry's whole bytes, where the caller has made it (one TvbRange for its items).
+local function show_entry(tree, tvb, entry, field, label, range)
   if tree == nil then return nil end
-  local item = tree:add(field, tvb(entry.pos, entry.size))
+  local item = tree:add(field, range or tvb(entry.pos, entry.size))
   item:set_text(label .. ": " .. describe_entry(entry))
   item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
@@ -171,12 +172,14 @@ end
 
 local function show_record(holder, body, record, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
-  local child
+  local child, whole
   if holder then
-    child = holder:add(F.records, btvb(pos, len))
+    whole = btvb(pos, len)  -- the record's and its message's item: one TvbRange for both
+    child = holder:add(F.records, whole)
     -- Counted, not read: generated, on none of the record's bytes.
-    if record.offset then child:add(F.offset, btvb(pos, 0), record.offset):set_generated() end
-    if record.entry_index then child:add(F.entry_index, btvb(pos, 0), record.entry_index):set_generated() end
+    local nowhere = (record.offset or record.entry_index) and btvb(pos, 0)
+    if record.offset then child:add(F.offset, nowhere, record.offset):set_generated() end
+    if record.entry_index then child:add(F.entry_index, nowhere, record.entry_index):set_generated() end
     child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
   local label = record.offset and ("Record at offset " .. tostring(record.offset)) or "Record"
@@ -189,7 +192,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
       local sections, err = amqp_sections(btvb, pos, len, bytes)
       if child then
         for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-        AMQPV.show(child:add(F.message, btvb(pos, len)), btvb, sections, AMQPV.record_message)
+        AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
       end
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
       label = label .. ", AMQP 1.0"
@@ -250,13 +253,14 @@ HOOKS.osiris_entry = {
       siblings.records = true
       return entry, after
     end
-    local item = show_entry(tree, tvb, entry, F[name], struct_title(name))
+    local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
+    local item = show_entry(tree, tvb, entry, F[name], struct_title(name), whole)
     local where = "message " .. tostring(siblings.publishing_id)
     local bodies = entry_bodies(tvb, entry, where, ctx)
     bodies.where = where
-    if item and entry.framing then item:add(F.framing, tvb(entry.pos, entry.size), entry.framing) end
+    if item and entry.framing then item:add(F.framing, whole, entry.framing) end
     local holder = nil
-    if tree then holder = tree:add(tvb(entry.pos, entry.size), "Records: " .. #bodies) end
+    if tree then holder = tree:add(whole, "Records: " .. #bodies) end
     show_records(holder, tvb, { bodies }, nil, ctx, false, false, nil)
     siblings.records = true
     return entry, after
