@@ -4,7 +4,8 @@ Each shortcut is checked against what it replaces: AMQP messages of the shape cl
 decoded without the general loop (amqp.plain_message, amqp.data_message), Publish frames
 expanded from the values their decode gave instead of a second decode (Decoder.in_place), a
 chunk's runs of simple entries made into records in one loop (against the detail tree's walk,
-entry by entry), JSON lines written by orjson instead of json.dumps (Renderer.json_text), and
+entry by entry), JSON lines written by orjson instead of json.dumps (Renderer.json_text, a
+data body alone handed to it without message_json's call), and
 a body alone previewed for --messages without the general summary; a complete frame's
 lines without columns formatted in one step (the goldens check whole lines on every capture).
 """
@@ -39,7 +40,7 @@ from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
 from streamdump.spec.registry import default_registry
 from streamdump.views.messages import _plain_lines, line
-from streamdump.views.render import Renderer, _json_default
+from streamdump.views.render import Renderer, _json_default, _orjson_default
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 DECODER = Decoder(PROTOCOL)
@@ -479,3 +480,14 @@ path_trees = st.recursive(
 )
 def test_path_values_are_the_stepwise_values(fields: dict[str, Any], path: list[str]) -> None:
     assert path_values(fields, tuple(path)) == stepwise_path_values(fields, tuple(path))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(plain_shaped(), messages(), st.binary(max_size=40).map(lambda b: [("data", b)])))
+def test_orjson_is_handed_a_message_as_message_json_gives_it(sections: list[tuple[str, Any]]) -> None:
+    message = amqp.decode_message(amqp.encode_message(sections))
+    try:
+        expected = amqp.message_json(message, plain_floats=True)
+    except ValueError:
+        return  # a float orjson would write otherwise: the frame goes to json.dumps
+    assert _orjson_default(message) == expected
