@@ -1,5 +1,6 @@
 -- Lua twin of streamdump/codecs/amqp.py, for the generated plugin: finds the sections of an
--- AMQP 1.0 bare message and names them; values are left to the Python side.
+-- AMQP 1.0 bare message and, when a tree is built, shows their values under the names the
+-- registry declares for the message.
 
 local AMQP_FIXED = {
   [0x40] = 0, [0x41] = 0, [0x42] = 0, [0x43] = 0, [0x44] = 0, [0x45] = 0,
@@ -21,50 +22,7 @@ end
 
 local function amqp_fail(pos, text) error({ amqp = true, offset = pos, text = text }, 0) end
 
--- The position after the AMQP value at pos (descriptors included).
-local function amqp_skip(tvb, pos, stop, depth)
-  if depth > 64 then amqp_fail(pos, "values nest too deep") end
-  if pos >= stop then amqp_fail(pos, "the message ends inside a value") end
-  local c = uint_of(tvb(pos, 1))
-  if c == 0x00 then
-    local after = amqp_skip(tvb, pos + 1, stop, depth + 1)
-    return amqp_skip(tvb, after, stop, depth + 1)
-  end
-  local fixed = AMQP_FIXED[c]
-  if fixed then
-    if stop - pos - 1 < fixed then amqp_fail(pos, string.format("the value of constructor 0x%02x is cut", c)) end
-    return pos + 1 + fixed
-  end
-  local width = AMQP_SIZED[c]
-  if width == nil then amqp_fail(pos, string.format("unknown constructor 0x%02x", c)) end
-  if stop - pos - 1 < width then amqp_fail(pos, string.format("the size of constructor 0x%02x is cut", c)) end
-  local size = uint_of(tvb(pos + 1, width))
-  if stop - pos - 1 - width < size then amqp_fail(pos, string.format("the value of constructor 0x%02x is cut", c)) end
-  return pos + 1 + width + size
-end
-
-local function amqp_section_code(tvb, pos, stop)
-  if pos >= stop then amqp_fail(pos, "the message ends inside a section descriptor") end
-  local c = uint_of(tvb(pos, 1))
-  local after = amqp_skip(tvb, pos, stop, 1)
-  if c == 0x53 then return uint_of(tvb(pos + 1, 1)), after end
-  if c == 0x80 then
-    local value = tvb(pos + 1, 8):uint64()
-    if value <= UInt64(0x78) then return tonumber(tostring(value)), after end
-    return nil, after
-  end
-  if c == 0xa3 or c == 0xb3 then
-    local width = c == 0xa3 and 1 or 4
-    local symbol = tvb:raw(pos + 1 + width, after - pos - 1 - width)
-    for prefix, code in pairs(AMQP_SECTION_SYMBOLS) do
-      if symbol:sub(1, #prefix) == prefix then return code, after end
-    end
-    return nil, after
-  end
-  return nil, after
-end
-
--- The same walk over one copy of a record's bytes (s; at counts from 1, base is the record's
+-- The walk over one copy of a record's bytes (s; at counts from 1, base is the record's
 -- position): a TvbRange for every byte read cost more than the rest of the walk.
 local AMQP_WALK = {}
 
@@ -361,12 +319,7 @@ function AMQPV.section(item, tvb, s, spec)
     local start = s.value_at + (code == 0xa0 and 2 or 5)
     return item:add(F[spec.name], tvb(start, stop - start))
   end
-  local after = s.value_at
-  if after == nil then
-    local _, at = amqp_section_code(tvb, s.pos + 1, stop)
-    after = at
-  end
-  local value = AMQPV.value(tvb, after, stop, 1)
+  local value = AMQPV.value(tvb, s.value_at, stop, 1)
   if value.t == "null" then return end
   if spec.type == "map" and value.t == "map" then
     AMQPV.map(item, tvb, spec, value)
