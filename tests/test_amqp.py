@@ -1055,7 +1055,8 @@ _body = st.one_of(
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> list[tuple[str, Any]]:
+def leading_sections(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    """The sections before a body, each present or not, in the spec's order."""
     sections: list[tuple[str, Any]] = []
     for name, strategy in (
         ("header", _header),
@@ -1066,6 +1067,12 @@ def messages(draw: st.DrawFn) -> list[tuple[str, Any]]:
     ):
         if draw(st.booleans()):
             sections.append((name, draw(strategy)))
+    return sections
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    sections = draw(leading_sections())
     sections.extend(draw(_body))
     if draw(st.booleans()):
         sections.append(("footer", draw(_annotations)))

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from spec_strategies import encode_chunk
 from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, StreamMessages, _summary
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
-from test_amqp import _annotations, _header, _properties, messages, values
+from test_amqp import leading_sections, messages, values
 
 from streamdump.cli import _decoders, analysed
 from streamdump.codecs import amqp, compression
@@ -63,17 +63,7 @@ def same_message(a: amqp.Message, b: amqp.Message) -> None:
 @st.composite
 def plain_shaped(draw: st.DrawFn) -> list[tuple[str, Any]]:
     """Messages of the shape the shortcut takes: optional sections in order, then one data body."""
-    sections: list[tuple[str, Any]] = []
-    for name, strategy in (
-        ("header", _header),
-        ("delivery_annotations", _annotations),
-        ("message_annotations", _annotations),
-        ("properties", _properties),
-        ("application_properties", st.dictionaries(st.text(max_size=8), values, max_size=4)),
-    ):
-        if draw(st.booleans()):
-            sections.append((name, draw(strategy)))
-    return [*sections, ("data", draw(st.binary(max_size=300)))]
+    return [*draw(leading_sections()), ("data", draw(st.binary(max_size=300)))]
 
 
 @settings(max_examples=300, deadline=None)
