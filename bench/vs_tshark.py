@@ -100,6 +100,15 @@ PLUGIN_ARGS = {
 
 FRAMING_PROTO = "rmqs_framing"
 FRAMING_ARGS = {"one-line": [], "detail": ["-V"], "json": ["-T", "json", "-J", FRAMING_PROTO]}
+# Both references split frames on the 4-byte size and register on the stream port alike.
+REGISTER_LUA = """\
+function p.dissector(tvb, pinfo, tree)
+  dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
+  return tvb:len()
+end
+
+DissectorTable.get("tcp.port"):add(5552, p)
+"""
 FRAMING_LUA = f"""\
 -- Framing only: reassemble, split on the 4-byte size, read the key. Written by bench/vs_tshark.py.
 local p = Proto("{FRAMING_PROTO}", "RabbitMQ Streams framing only")
@@ -117,13 +126,7 @@ local function pdu(tvb, pinfo, tree)
   return tvb:len()
 end
 
-function p.dissector(tvb, pinfo, tree)
-  dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
-  return tvb:len()
-end
-
-DissectorTable.get("tcp.port"):add(5552, p)
-"""
+{REGISTER_LUA}"""
 
 ITEMS_PROTO = "rmqs_items"
 ITEMS_MARK = b"    Messages read: "
@@ -190,13 +193,7 @@ local function pdu(tvb, pinfo, tree)
   return len
 end
 
-function p.dissector(tvb, pinfo, tree)
-  dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
-  return tvb:len()
-end
-
-DissectorTable.get("tcp.port"):add(5552, p)
-"""
+{REGISTER_LUA}"""
 
 
 @dataclass
