@@ -24,7 +24,7 @@ from streamdump.core.frame import Frame
 from streamdump.core.pipeline import Notice
 from streamdump.spec.dissector import MessageRow, dissector_of
 from streamdump.spec.registry import FieldSpec, Protocol
-from streamdump.views.fieldnames import Names, field_types, names_of, value_items
+from streamdump.views.fieldnames import Names, field_types, messages_declared, names_of, value_items
 from streamdump.views.grouping import value_text
 from streamdump.views.render import _json_default
 
@@ -174,7 +174,7 @@ class Tables:
             }
             if fields:
                 protocol = next(p for p in protocols if p.name == name)
-                holders = frozenset(s.name for s in protocol.all_fields() if s.type == "amqp" and s.fields)
+                holders = frozenset(spec.name for spec in messages_declared(protocol))
                 self.message_fields[name] = (names_of(protocol), holders, fields)
         self.schemas = {
             "frames": pa.schema([*FRAME_COLUMNS, *self.frame_extra]),
@@ -312,9 +312,8 @@ def message_columns(protocol: Protocol) -> dict[str, pa.DataType]:
                 kind = types[spec.name].kind
                 out.setdefault(spec.name, INT64 if kind == "int" else BOOL if kind == "bool" else STRING)
 
-    for spec in protocol.all_fields():
-        if spec.type == "amqp" and spec.fields:
-            walk(spec.fields, True)
+    for spec in messages_declared(protocol):
+        walk(spec.fields, True)
     return out
 
 

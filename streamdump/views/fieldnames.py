@@ -75,40 +75,31 @@ def field_types(protocol: Protocol) -> dict[str, FieldType]:
 
 def hook_names(protocol: Protocol) -> frozenset[str]:
     """Names only an expanded frame has: what hooks add below the headers."""
-    names: set[str] = set()
+    return frozenset(name for hook in protocol.hooks.values() for name in _flat_names(hook.adds))
 
-    def walk(specs: tuple[FieldSpec, ...]) -> None:
-        for spec in specs:
-            names.add(spec.name)
-            if spec.type == "map":
-                names.update((f"{spec.name}.key", f"{spec.name}.value"))
-            walk(spec.fields)
-            if spec.of is not None:
-                walk(spec.of.fields)
 
-    for hook in protocol.hooks.values():
-        walk(hook.adds)
-    return frozenset(names)
+def messages_declared(protocol: Protocol) -> list[FieldSpec]:
+    """The AMQP message fields whose sections the spec declares (type amqp with `of:`), once each."""
+    return list(
+        {spec.name: spec for spec in protocol.all_fields() if spec.type == "amqp" and spec.fields}.values()
+    )
 
 
 def message_names(protocol: Protocol) -> frozenset[str]:
     """The names inside AMQP messages (and of the messages themselves), as filters use them."""
-    names: set[str] = set()
-    for spec in protocol.all_fields():
-        if spec.type == "amqp" and spec.fields:  # a message, not one of its values
-            names.add(spec.name)
-            names.update(_flat_names(spec.fields))
-    return frozenset(names)
+    return frozenset(name for spec in messages_declared(protocol) for name in _flat_names((spec,)))
 
 
 def _flat_names(specs: tuple[FieldSpec, ...]) -> Iterator[str]:
-    """Every flat name a struct's members give filters (a map's entries included)."""
+    """Every flat name fields give filters: theirs, a map's entries, their members' and elements'."""
     for spec in specs:
         yield spec.name
         if spec.type == "map":
             yield f"{spec.name}.key"
             yield f"{spec.name}.value"
         yield from _flat_names(spec.fields)
+        if spec.of is not None:
+            yield from _flat_names(spec.of.fields)
 
 
 def _every(frame: Frame) -> bool:
@@ -136,9 +127,8 @@ def entry_names(protocol: Protocol) -> dict[str, dict[str, str]]:
             if spec.fields:
                 walk(spec.name, spec.fields)
 
-    for spec in protocol.all_fields():
-        if spec.type == "amqp" and spec.fields:
-            walk(spec.name, spec.fields)
+    for spec in messages_declared(protocol):
+        walk(spec.name, spec.fields)
     return out
 
 
