@@ -520,10 +520,9 @@ def _message_columns(
 def _field_names(setup: Setup, names: list[str] | None, option: str) -> tuple[str, ...]:
     """Names given to --by or --column, refused in one line when no protocol of the read has them."""
     try:
-        check_names(setup.decoders.values(), names or (), option)
+        return check_names(setup.decoders.values(), names or (), option)
     except UnknownName as exc:
         raise _fail(str(exc), 2) from None
-    return tuple(dict.fromkeys(names or ()))
 
 
 def _counted(frames: Iterable[Frame], statistics: Mapping[str, Statistics]) -> Iterator[Frame]:

@@ -207,9 +207,20 @@ def test_messages_column_shows_each_messages_value() -> None:
             "--column mesage_id: no field of that name (did you mean",
         ),
         (("read", "-e", "message_id"), "--column names values --messages lines show; add --messages"),
+        (
+            ("stats", "--by", "content_type == 1"),
+            "--by content_type == 1: give a field name, not an expression",
+        ),
     ],
 )
 def test_unknown_or_misplaced_names_are_refused_in_one_line(args: tuple[str, ...], error: str) -> None:
     result = streamdump(args[0], str(CAPTURE), *args[1:])
     assert result.returncode == 2
     assert error in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_name_may_carry_its_protocols_prefix() -> None:
+    plain = streamdump("read", str(CAPTURE), "--messages", "-e", "message_id")
+    prefixed = streamdump("read", str(CAPTURE), "--messages", "-e", "rabbitmq_stream.message_id")
+    assert prefixed.returncode == 0 and prefixed.stdout == plain.stdout
+    assert "message_id=cmp-1" in plain.stdout

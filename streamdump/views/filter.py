@@ -130,6 +130,11 @@ class Filter:
         return self._test(lookup)
 
 
+def is_field_name(text: str) -> bool:
+    """Whether text is a field name as filters spell it (not an expression)."""
+    return _NAME.fullmatch(text) is not None
+
+
 def nothing(text: str) -> Filter:
     """A filter that selects no frame (for a protocol the text cannot apply to)."""
     return Filter(text, frozenset(), _never, native=False)

@@ -16,7 +16,7 @@ from streamdump.core.frame import Frame
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRow, MessageRules
 from streamdump.views.fieldnames import Names, field_types, names_of, value_items
-from streamdump.views.filter import FilterError, compile_filter
+from streamdump.views.filter import FilterError, compile_filter, is_field_name
 
 NONE = "(none)"  # what a message without the field is counted under
 
@@ -25,20 +25,30 @@ class UnknownName(ValueError):
     """A --by or --column name no protocol of the read has; str() is one line."""
 
 
-def check_names(decoders: Iterable[Decoder], names: Iterable[str], option: str) -> None:
-    """Refuse names no protocol has, with the filter's own "did you mean"."""
+def check_names(decoders: Iterable[Decoder], names: Iterable[str], option: str) -> tuple[str, ...]:
+    """The flat names asked for (a protocol's prefix dropped, as message values carry none),
+    each once; a name no protocol has is refused with the filter's own "did you mean"."""
     decoders = list(decoders)
+    out: dict[str, None] = {}
     for name in names:
+        if not is_field_name(name):
+            raise UnknownName(f"{option} {name}: give a field name, not an expression")
         errors: list[FilterError] = []
         for decoder in decoders:
+            types = field_types(decoder.protocol)
+            bare = name.removeprefix(f"{decoder.protocol.name}.")
+            if bare in types:
+                out[bare] = None
+                break
             try:
-                compile_filter(name, field_types(decoder.protocol), decoder.protocol.name)
+                compile_filter(name, types, decoder.protocol.name)
             except FilterError as exc:
                 errors.append(exc)
-        if len(errors) == len(decoders):
+        else:
             best = next((e for e in errors if e.suggestions), errors[0])
             hint = f" (did you mean {', '.join(best.suggestions)}?)" if best.suggestions else ""
             raise UnknownName(f"{option} {name}: no field of that name{hint}")
+    return tuple(out)
 
 
 def row_values(row: MessageRow, name: str, names: Names) -> list[Any]:
