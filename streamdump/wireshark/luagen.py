@@ -15,13 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from streamdump.codecs.compression import MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
-from streamdump.core.findings import expert_entries
+from streamdump.core.findings import Finding, expert_entries
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
@@ -194,8 +194,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         # One expert entry per kind of finding and severity (core/findings.py) told on frames.
         "experts": [
             {"name": name, "kind": kind, "severity": severity, "group": finding.group, "title": finding.title}
-            for name, kind, finding, severity in expert_entries()
-            if finding.on_frame
+            for name, kind, finding, severity in _frame_experts()
         ],
     }
 
@@ -260,12 +259,15 @@ def glossary(protocol: Protocol) -> list[tuple[str, str, str]]:
     """What the plugin registers, as (abbreviation, type, title): its fields, then its expert
     entries; what `tshark -G fields` lists of it once Wireshark loads it."""
     out = [(f"{protocol.name}.{e['name']}", e["ftype"], e["title"]) for e in field_names(protocol)]
-    for name, _, finding, severity in expert_entries():
-        if not finding.on_frame:
-            continue
+    for name, _, finding, severity in _frame_experts():
         what = f"expert ({finding.group}, {severity})"
         out.append((f"{protocol.name}.expert.{name}", what, finding.title))
     return out
+
+
+def _frame_experts() -> Iterator[tuple[str, str, Finding, str]]:
+    """The expert entries of findings told on frames: the plugin has no end of a read."""
+    return (entry for entry in expert_entries() if entry[2].on_frame)
 
 
 def _ftype(spec: FieldSpec) -> str:
