@@ -93,15 +93,9 @@ class StreamMessages(MessageRules):
         self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
     ) -> MessageRow:
         size = record.get("record_size", 0)
-        message = record.get("message")
-        if message is not None and len(message.sections) == 1 and message.error is None:
-            # The commonest record, a body alone: _summary's first step, without its call.
-            section = message.sections[0]
-            body = section.value
-            plain = "tracking" not in record and "bytes" not in record
-            if plain and section.name in BODIES and body is not None:
-                text = amqp.preview(body, PREVIEW_CHARS).rstrip()
-                return MessageRow(stream, where, size, text, tag, at, record)
+        message = record.get("message")  # a record holds a message, bytes or tracking entries
+        if message is not None:
+            return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at, record)
         if "tracking" in record:
             parts = [
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"
@@ -112,10 +106,7 @@ class StreamMessages(MessageRules):
             return MessageRow(
                 stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag, at, record
             )
-        message = record.get("message")
-        if message is None:
-            return MessageRow(stream, where, size, "", tag, at, record)
-        return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at, record)
+        return MessageRow(stream, where, size, "", tag, at, record)
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""

@@ -782,7 +782,7 @@ def decode_message(data: bytes | bytearray | memoryview, base: int = 0) -> Messa
 
 def plain_message(data: bytes | memoryview, base: int = 0) -> Message | None:
     """decode_message's result for a message of the shape clients send (see _plain_message),
-    None for any other: the caller's fast path, before looks_like_amqp and decode_message."""
+    None for any other: the shortcut decode_message tries first, on its own."""
     mv = data if type(data) is memoryview and data.format == "B" and data.ndim == 1 else _view(data)
     return _plain_message(mv, len(mv), base)
 
@@ -909,11 +909,17 @@ def _json_float(value: float) -> Any:
     return value
 
 
+def plain_float(value: float) -> bool:
+    """Whether Python writes this float without an exponent (0.0 and 1e-4 <= |x| < 1e16), as
+    JSON writers other than json.dumps write it too (orjson writes 1e-05 as 0.00001)."""
+    return value == 0.0 or 1e-4 <= abs(value) < 1e16
+
+
 def _plain_json_float(value: float) -> Any:
     """As _json_float, refusing a float that Python writes with an exponent (1e-05), which
     JSON writers other than json.dumps write otherwise."""
     out = _json_float(value)
-    if type(out) is float and out != 0.0 and not 1e-4 <= abs(out) < 1e16:
+    if type(out) is float and not plain_float(out):
         raise ValueError(f"{out!r} has an exponent")
     return out
 
@@ -981,17 +987,8 @@ def message_json(message: Message, plain_floats: bool = False) -> dict[str, Any]
         section = sections[0]
         value = section.value
         return {section.name: value.hex() if type(value) is bytes else _json(value, on_float)}
-    counts: dict[str, int] = {}
-    for section in sections:
-        counts[section.name] = counts.get(section.name, 0) + 1
-    out: dict[str, Any] = {}
-    for section in sections:
-        value = _json(section.value, on_float)
-        if counts[section.name] > 1:
-            out.setdefault(section.name, []).append(value)
-        else:
-            out[section.name] = value
-    return out
+    # A repeated section's values come as a list, whose JSON is the list of their JSON forms.
+    return {name: _json(value, on_float) for name, value in message.section_values().items()}
 
 
 def _printable(text: str) -> str:
@@ -1017,13 +1014,7 @@ def preview(value: Any, limit: int = 40) -> str:
             text = head.decode("ascii")
             if not text.isprintable():
                 text = _printable(text)
-            return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-        text = value[: limit * 4 + 4].decode("utf-8", errors="replace")
-        if "\ufffd" in text:
-            text = text.replace("\ufffd", ".")
-        if not text.isprintable():
-            text = _printable(text)
-        return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+            return _cut(text, limit)
     if isinstance(value, bytes | bytearray | memoryview):
         # Enough bytes for limit + 1 characters, so a longer value always gets its '…'.
         raw = bytes(value[: limit * 4 + 4])

@@ -280,7 +280,7 @@ _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATE
 def _plain_float(value: Any) -> bool:
     """Whether orjson writes this value as json.dumps does: not a float, or one Python writes
     without an exponent (orjson writes 1e-05 as 0.00001, 1e+16 as 1e16 and NaN as null)."""
-    return type(value) is not float or value == 0.0 or 1e-4 <= abs(value) < 1e16
+    return type(value) is not float or amqp.plain_float(value)
 
 
 def _plain_links(links: dict[str, Any]) -> bool:
@@ -326,10 +326,6 @@ def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
 def _orjson_default(value: Any) -> Any:
     # What frames with messages hold most: a message per record, an object with its JSON form per entry.
     if type(value) is amqp.Message:
-        sections = value.sections
-        if len(sections) == 1 and type(sections[0].value) is bytes:
-            # A data body alone, the commonest message: message_json's first step, without its call.
-            return {sections[0].name: sections[0].value.hex()}
         return amqp.message_json(value, True)
     as_json = getattr(value, "as_json", None)
     if as_json is not None:
