@@ -2243,7 +2243,6 @@ LITE.plan = function(element, version)
     end
   else
     local step = element.width and LITE.step(element)
-    if step then step.name = 1 end
     plan = step and { step, scalar = true } or false
   end
   by_version[version] = plan
@@ -4451,12 +4450,10 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     if f then show_links(tree, tvb, f) end
-    show_notes(tree, frame.notes)
-    if f then show_notes(tree, f.tnotes) end
-  elseif root then
-    show_notes(root, frame.notes)
-    if f then show_notes(root, f.tnotes) end
   end
+  -- Without a tree the notes go to the root item, so expert checks still see them.
+  show_notes(tree or root, frame.notes)
+  if f then show_notes(tree or root, f.tnotes) end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   pinfo.cols.protocol = SPEC.short
   if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then

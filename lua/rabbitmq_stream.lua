@@ -4017,7 +4017,6 @@ LITE.plan = function(element, version)
     end
   else
     local step = element.width and LITE.step(element)
-    if step then step.name = 1 end
     plan = step and { step, scalar = true } or false
   end
   by_version[version] = plan
@@ -6097,12 +6096,10 @@ function AMQP_WALK.sections(s, len, pos, sections)
   end
 end
 
--- The sections of the message in [pos, pos + len): a list of {code, pos, len, value_at,
--- value_code}, and the error text of the first malformed byte, if any. s: the message's
--- bytes, where the caller has them.
-local function amqp_sections(tvb, pos, len, s)
+-- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
+-- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
+local function amqp_sections(s, pos, len)
   local sections = {}
-  s = s or (len > 0 and tvb:raw(pos, len) or "")
   local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
   if ok then return sections, nil end
   if type(err) == "table" and err.amqp then return sections, err.text end
@@ -6339,7 +6336,8 @@ end
 
 -- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
 -- their CRC-32, sub-batches (uncompressed, gzip, and zstd where Wireshark's Lua API can
--- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP section names.
+-- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
+-- messages (their sections, and their values when a tree is built).
 
 -- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
 local function read_entry(tvb, pos, stop, name, base)
@@ -6528,7 +6526,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
   else
     local amqp, bytes = amqp_looks_like(btvb, pos, len)
     if amqp then
-      local sections, err = amqp_sections(btvb, pos, len, bytes)
+      local sections, err = amqp_sections(bytes, pos, len)
       if child then
         for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
         AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
@@ -6575,21 +6573,18 @@ HOOKS.osiris_entry = {
     if a < 0x80 then
       local size = ((a * 256 + b) * 256 + c) * 256 + d
       if left - 4 < size then return nil end
-      siblings.records = true
       return true, i + 4 + size
     end
     if left < 11 then return nil end
     a, b, c, d = s:byte(i + 7, i + 10)
     local length = ((a * 256 + b) * 256 + c) * 256 + d
     if length > 0x7FFFFFFF or left - 11 < length then return nil end
-    siblings.records = true
     return true, i + 11 + length
   end,
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
     if ctx.lite then
-      siblings.records = true
       return entry, after
     end
     local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
@@ -6601,7 +6596,6 @@ HOOKS.osiris_entry = {
     local holder = nil
     if tree then holder = tree:add(whole, "Records: " .. #bodies) end
     show_records(holder, tvb, { bodies }, nil, ctx, false, false, nil)
-    siblings.records = true
     return entry, after
   end,
 }
@@ -6859,12 +6853,10 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     if f then show_links(tree, tvb, f) end
-    show_notes(tree, frame.notes)
-    if f then show_notes(tree, f.tnotes) end
-  elseif root then
-    show_notes(root, frame.notes)
-    if f then show_notes(root, f.tnotes) end
   end
+  -- Without a tree the notes go to the root item, so expert checks still see them.
+  show_notes(tree or root, frame.notes)
+  if f then show_notes(tree or root, f.tnotes) end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   pinfo.cols.protocol = SPEC.short
   if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then

@@ -1,6 +1,7 @@
 -- Lua twin of dissectors/rabbitmq_stream/osiris.py: Osiris entries (Publish) and chunks (Deliver),
 -- their CRC-32, sub-batches (uncompressed, gzip, and zstd where Wireshark's Lua API can
--- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP section names.
+-- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
+-- messages (their sections, and their values when a tree is built).
 
 -- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
 local function read_entry(tvb, pos, stop, name, base)
@@ -189,7 +190,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
   else
     local amqp, bytes = amqp_looks_like(btvb, pos, len)
     if amqp then
-      local sections, err = amqp_sections(btvb, pos, len, bytes)
+      local sections, err = amqp_sections(bytes, pos, len)
       if child then
         for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
         AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
@@ -236,21 +237,18 @@ HOOKS.osiris_entry = {
     if a < 0x80 then
       local size = ((a * 256 + b) * 256 + c) * 256 + d
       if left - 4 < size then return nil end
-      siblings.records = true
       return true, i + 4 + size
     end
     if left < 11 then return nil end
     a, b, c, d = s:byte(i + 7, i + 10)
     local length = ((a * 256 + b) * 256 + c) * 256 + d
     if length > 0x7FFFFFFF or left - 11 < length then return nil end
-    siblings.records = true
     return true, i + 11 + length
   end,
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
     if ctx.lite then
-      siblings.records = true
       return entry, after
     end
     local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
@@ -262,7 +260,6 @@ HOOKS.osiris_entry = {
     local holder = nil
     if tree then holder = tree:add(whole, "Records: " .. #bodies) end
     show_records(holder, tvb, { bodies }, nil, ctx, false, false, nil)
-    siblings.records = true
     return entry, after
   end,
 }

@@ -115,12 +115,10 @@ function AMQP_WALK.sections(s, len, pos, sections)
   end
 end
 
--- The sections of the message in [pos, pos + len): a list of {code, pos, len, value_at,
--- value_code}, and the error text of the first malformed byte, if any. s: the message's
--- bytes, where the caller has them.
-local function amqp_sections(tvb, pos, len, s)
+-- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
+-- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
+local function amqp_sections(s, pos, len)
   local sections = {}
-  s = s or (len > 0 and tvb:raw(pos, len) or "")
   local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
   if ok then return sections, nil end
   if type(err) == "table" and err.amqp then return sections, err.text end

@@ -723,7 +723,6 @@ LITE.plan = function(element, version)
     end
   else
     local step = element.width and LITE.step(element)
-    if step then step.name = 1 end
     plan = step and { step, scalar = true } or false
   end
   by_version[version] = plan
