@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from streamdump.codecs import lenient_json
+from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.keyed import title
@@ -149,7 +150,8 @@ def api_error(raw: bytes, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
     detail = error.get("err_code")
     which = f" ({detail})" if isinstance(detail, int) else ""
     said = f": {description}" if isinstance(description, str) else ""
-    ctx.expert.append(Expert("warn", f"JetStream API error {code}{which}{said}", pos, group="response_code"))
+    text = f"JetStream API error {code}{which}{said}"
+    ctx.expert.append(Expert("warn", text, pos, group=FINDINGS["api_error"].group))
 
 
 def ack_parts(reply: str, siblings: dict[str, Any]) -> None:

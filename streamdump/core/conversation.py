@@ -47,12 +47,16 @@ class Diagnosis:
     """One finding about the conversation, as a user should read it."""
 
     severity: str
-    group: str  # Wireshark's expert groups: response_code, sequence, protocol
     kind: str  # what was found: error_response, auth_failure, unanswered, server_close, ...
     summary: str  # the same text for every occurrence of one problem (the expert summary's row)
     message: str  # one line with the whole story, naming packets
     number: int  # the packet it names first
     conn: int
+
+    @property
+    def group(self) -> str:
+        """Wireshark's expert group of its kind: response_code, sequence, protocol."""
+        return FINDINGS[self.kind].group
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -1043,17 +1047,14 @@ class Tracker:
         ended = self._ended_soon(conn, last_sent) if last_sent is not None and not lost else None
         first = min(items.values(), default=(0, 0.0))[0]
         span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
-        self._add(
-            Diagnosis(
-                "note" if conn.lossy or ended else "warn",
-                FINDINGS["unconfirmed"].group,
-                "unconfirmed",
-                f"{spec.noun}s never confirmed",
-                f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
-                f"({span}; first sent in packet {first}){lost}{ended or ''}",
-                first,
-                conn.number,
-            )
+        self._diagnose_at(
+            conn,
+            first,
+            "note" if conn.lossy or ended else "warn",
+            "unconfirmed",
+            f"{spec.noun}s never confirmed",
+            f"{count} {spec.noun}{'s' * (count != 1)} of {where} never confirmed "
+            f"({span}; first sent in packet {first}){lost}{ended or ''}",
         )
 
     # ------------------------------------------------------------------ credit
@@ -1192,7 +1193,7 @@ class Tracker:
     def _diagnose_at(
         self, conn: ConnState, number: int, severity: str, kind: str, summary: str, message: str
     ) -> None:
-        self._add(Diagnosis(severity, FINDINGS[kind].group, kind, summary, message, number, conn.number))
+        self._add(Diagnosis(severity, kind, summary, message, number, conn.number))
 
     def _add(self, diagnosis: Diagnosis) -> None:
         """Keep the finding, or past MAX_DIAGNOSES only count it: a capture of any length fits."""
