@@ -12,7 +12,7 @@ of Publish and Deliver frames, ...), as --messages prints a line for each.
     python bench/against_revision.py CAPTURE... [--rev 10fcc7b] [--repeat 3]
                                      [--modes one-line,stats]   (also json, messages)
 
-The JSON and --messages figures of issue 20 (today's code is bb28704):
+The README's JSON and --messages figures, against bb28704 (the code before that work):
 
     python bench/against_revision.py /tmp/streamdump-bench/flood1m-mtu1500.pcap \
         /tmp/streamdump-bench/flood1m-lo.pcap --rev bb28704 --modes json,messages,one-line --repeat 2

@@ -102,6 +102,10 @@ FRAMING_PROTO = "rmqs_framing"
 FRAMING_ARGS = {"one-line": [], "detail": ["-V"], "json": ["-T", "json", "-J", FRAMING_PROTO]}
 # Both references split frames on the 4-byte size and register on the stream port alike.
 REGISTER_LUA = """\
+local function pdu_len(tvb, pinfo, offset)
+  return tvb(offset, 4):uint() + 4
+end
+
 function p.dissector(tvb, pinfo, tree)
   dissect_tcp_pdus(tvb, tree, 4, pdu_len, pdu)
   return tvb:len()
@@ -114,10 +118,6 @@ FRAMING_LUA = f"""\
 local p = Proto("{FRAMING_PROTO}", "RabbitMQ Streams framing only")
 local f_key = ProtoField.uint16("{FRAMING_PROTO}.key", "Key", base.HEX)
 p.fields = {{ f_key }}
-
-local function pdu_len(tvb, pinfo, offset)
-  return tvb(offset, 4):uint() + 4
-end
 
 local function pdu(tvb, pinfo, tree)
   pinfo.cols.protocol = "RMQS"
@@ -143,10 +143,6 @@ local f_item = ProtoField.uint32("{ITEMS_PROTO}.item", "Item")
 p.fields = {{ f_key, f_count, f_item }}
 local PER_MESSAGE = %(per_message)s
 local FANOUT = {ITEMS_FANOUT}
-
-local function pdu_len(tvb, pinfo, offset)
-  return tvb(offset, 4):uint() + 4
-end
 
 -- Messages of a Publish or ids of a PublishConfirm (after the publisher id), records of a
 -- Deliver's chunk (after the subscription id, and from version 2 the committed chunk id).
