@@ -54,7 +54,8 @@ def exported(rev: str, into: Path) -> Path:
 
 
 def side_env(site: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    # PYTHONSAFEPATH: `python -c` and `-m` would put the working folder (the checkout) first.
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1", PYTHONSAFEPATH="1")
     # The check that each side imports its own copy, not an editable install of the checkout.
     probe = [sys.executable, "-c", "import streamdump, sys; sys.stdout.write(streamdump.__file__)"]
     found = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout
