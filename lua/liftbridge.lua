@@ -1242,6 +1242,7 @@ local SPEC = {
 -- no integer division operator, no bit operators, no bit32; arithmetic only.
 
 local P = Proto(SPEC.name, SPEC.title)
+
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
@@ -1977,88 +1978,84 @@ LITE.key = function(item)
 end
 
 -- Elements from [pos, limit) into items while they are plain: how many, and where they end.
--- (Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them integers.)
+-- Each plan's loop is written out as Lua source once and compiled (LITE.compile): a million
+-- elements then cost no per-step dispatch, and each element's table is built at its size.
 LITE.read_array = function(plan, tvb, pos, limit, count, items)
   local n = limit - pos
   if n <= 0 then return 0, pos end
-  local s = tvb:raw(pos, n)
-  local byte, little, steps, scalar = string.byte, LITTLE, #plan, plan.scalar
-  local i, index = 1, 0
-  if scalar and plan[1].width == 8 then
-    -- The loop below for one 64-bit integer an element (a confirm's publishing ids, a
-    -- million in a bench capture), without its per-step dispatch.
-    while (count == nil and i <= n) or (count ~= nil and index < count) do
-      if i + 7 > n then return index, pos + i - 1 end
-      local a, b, c, d, e, f, g, h = byte(s, i, i + 7)
-      if little then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
-      if a ~= 0 or b ~= 0 or c >= 64 then return index, pos + i - 1 end
-      local v = ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
-      if v >= 1000000000000 then return index, pos + i - 1 end
-      index = index + 1
-      items[index] = v
-      i = i + 8
-    end
-    return index, pos + i - 1
-  end
-  while (count == nil and i <= n) or (count ~= nil and index < count) do
-    local value, at = nil, i
-    if not scalar then value = {} end
-    for k = 1, steps do
-      local step = plan[k]
-      local width, v = step.width, nil
-      if width == 8 then
-        if at + 7 > n then return index, pos + i - 1 end
-        local a, b, c, d, e, f, g, h = byte(s, at, at + 7)
-        if little then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
-        if a ~= 0 or b ~= 0 or c >= 64 then return index, pos + i - 1 end  -- 2^46 or more, or negative
-        v = ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
-        if v >= 1000000000000 then return index, pos + i - 1 end  -- kept below 10^12: see LITE.key
-        at = at + 8
-      elseif width == 4 or step.prefix == 4 then
-        if at + 3 > n then return index, pos + i - 1 end
-        local a, b, c, d = byte(s, at, at + 3)
-        if little then a, b, c, d = d, c, b, a end
-        v = ((a * 256 + b) * 256 + c) * 256 + d
-        if step.signed and a >= 128 then v = v - 4294967296 end
-        at = at + 4
-      elseif width == 2 or step.prefix == 2 then
-        if at + 1 > n then return index, pos + i - 1 end
-        local a, b = byte(s, at, at + 1)
-        if little then a, b = b, a end
-        v = a * 256 + b
-        if step.signed and a >= 128 then v = v - 65536 end
-        at = at + 2
-      elseif width == 1 then
-        if at > n then return index, pos + i - 1 end
-        v = byte(s, at)
-        if step.signed and v >= 128 then v = v - 256 end
-        at = at + 1
-      end
-      if step.prefix then
-        -- v is the string's length: -1 a null where the prefix is signed
-        if v >= 0 then
-          if at + v - 1 > n then return index, pos + i - 1 end
-          local text = s:sub(at, at + v - 1)
-          if not utf8_valid(text) then return index, pos + i - 1 end
-          at, v = at + v, text
-        elseif v == -1 and step.signed then
-          v = nil
-        else
-          return index, pos + i - 1
-        end
-      elseif step.skip then
-        local after
-        v, after = step.skip(s, at, n, value)
-        if v == nil then return index, pos + i - 1 end
-        at = after
-      end
-      if scalar then value = v else value[step.name] = v end
-    end
-    index = index + 1
-    items[index] = value
-    i = at
-  end
+  plan.fn = plan.fn or LITE.compile(plan)
+  local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
   return index, pos + i - 1
+end
+
+-- A plan's loop. Every element is read whole or not at all: where one does not fit, or holds
+-- what the general reader must explain, the loop returns how many it read and where that one
+-- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
+-- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
+LITE.compile = function(plan)
+  local src = { "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
+    "return function(s, n, count, items)\n  local i, index = 1, 0\n",
+    "  while (count == nil and i <= n) or (count ~= nil and index < count) do\n    local at = i\n" }
+  local function put(text) src[#src + 1] = text end
+  local names, skips = {}, {}
+  local function int_step(k, width, signed)
+    local vars = ({ [1] = { "a" }, [2] = { "a", "b" }, [4] = { "a", "b", "c", "d" },
+      [8] = { "a", "b", "c", "d", "e", "f", "g", "h" } })[width]
+    local list = table.concat(vars, ", ")
+    put(string.format("    do\n      if at + %d > n then return index, i end\n", width - 1))
+    put(string.format("      local %s = byte(s, at, at + %d)\n", list, width - 1))
+    if LITTLE and width > 1 then
+      local reversed = {}
+      for j = width, 1, -1 do reversed[#reversed + 1] = vars[j] end
+      put(string.format("      %s = %s\n", list, table.concat(reversed, ", ")))
+    end
+    local expr = vars[1]
+    local first = 1
+    if width == 8 then
+      -- 2^46 or more, or negative: the general reader's
+      put("      if a ~= 0 or b ~= 0 or c >= 64 then return index, i end\n")
+      expr, first = "c", 3
+    end
+    for j = first + 1, width do expr = "(" .. expr .. ") * 256 + " .. vars[j] end
+    put(string.format("      v%d = %s\n", k, expr))
+    if width == 8 then
+      put(string.format("      if v%d >= 1000000000000 then return index, i end\n", k))
+    elseif signed then
+      local range = ({ [1] = "256", [2] = "65536", [4] = "4294967296" })[width]  -- text: 5.4 keeps it an integer
+      put(string.format("      if a >= 128 then v%d = v%d - %s end\n", k, k, range))
+    end
+    put(string.format("      at = at + %d\n    end\n", width))
+  end
+  for k, step in ipairs(plan) do
+    put(string.format("    local v%d\n", k))
+    if step.width then
+      int_step(k, step.width, step.signed)
+    elseif step.prefix then
+      int_step(k, step.prefix, step.signed)
+      -- v is the string's length: -1 a null where the prefix is signed
+      put(string.format("    if v%d >= 0 then\n", k))
+      put(string.format("      if at + v%d - 1 > n then return index, i end\n", k))
+      put(string.format("      local text = sub(s, at, at + v%d - 1)\n", k))
+      put("      if not valid(text) then return index, i end\n")
+      put(string.format("      at, v%d = at + v%d, text\n", k, k))
+      put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
+      put("    else\n      return index, i\n    end\n")
+    else
+      skips[#skips + 1] = step.skip
+      put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
+      put(string.format("    if v%d == nil then return index, i end\n    at = after%d\n", k, k))
+    end
+    names[k] = string.format("[%q] = v%d", step.name or "", k)
+  end
+  put("    index = index + 1\n")
+  if plan.scalar then
+    put("    items[index] = v1\n")
+  else
+    put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
+  end
+  put("    i = at\n  end\n  return index, i\nend\n")
+  local chunk = assert(load(table.concat(src), "=lite plan", "t"))
+  return chunk(utf8_valid, skips)
 end
 
 -- Field decoding ---------------------------------------------------------------------

@@ -230,7 +230,7 @@ HOOKS.osiris_entry = {
   min_size = 4,
   -- Without a tree (lite): the entry at byte i of s is stepped over, its records left unread;
   -- nil where the entry does not fit (read then tells why).
-  skip = function(s, i, n, siblings)
+  skip = function(s, i, n)
     local left = n - i + 1
     if left < 4 then return nil end
     local a, b, c, d = s:byte(i, i + 3)
