@@ -997,6 +997,10 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else "." for c in text)
 
 
+# The bytes str.isprintable() accepts in ASCII: what a body's preview shows as it is.
+_PRINTABLE_ASCII = bytes(range(0x20, 0x7F))
+
+
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
@@ -1007,14 +1011,11 @@ def preview(value: Any, limit: int = 40) -> str:
     Bytes show as UTF-8 text with '.' for what is not printable; strings show their text (control
     characters as '.'); other values their compact JSON (to_json), uuids and decimals unquoted.
     """
-    if type(value) is bytes:  # a data body, the commonest: as below, in fewer steps
+    if type(value) is bytes and limit > 0:  # a data body, the commonest: as below, in fewer steps
         head = value[: limit + 1]
-        if head.isascii():
-            # A byte a character: these limit + 1 say all the line shows, '…' or not.
-            text = head.decode("ascii")
-            if not text.isprintable():
-                text = _printable(text)
-            return _cut(text, limit)
+        if not head.translate(None, _PRINTABLE_ASCII):
+            # Printable ASCII, a byte a character: these limit + 1 say all the line shows.
+            return head[: limit - 1].decode("ascii") + "…" if len(head) > limit else head.decode("ascii")
     if isinstance(value, bytes | bytearray | memoryview):
         # Enough bytes for limit + 1 characters, so a longer value always gets its '…'.
         raw = bytes(value[: limit * 4 + 4])

@@ -326,6 +326,9 @@ def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
 def _orjson_default(value: Any) -> Any:
     # What frames with messages hold most: a message per record, an object with its JSON form per entry.
     if type(value) is amqp.Message:
+        sections = value.sections
+        if len(sections) == 1 and type(sections[0].value) is bytes:  # a body alone: message_json's
+            return {sections[0].name: sections[0].value.hex()}
         return amqp.message_json(value, True)
     as_json = getattr(value, "as_json", None)
     if as_json is not None:
