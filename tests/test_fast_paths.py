@@ -35,11 +35,11 @@ from streamdump.core.frame import Frame
 from streamdump.core.paths import path_values
 from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, _merge_notes
-from streamdump.spec.dissector import MessageRow, message_text
+from streamdump.spec.dissector import MessageRow, dissector_of, message_text
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
 from streamdump.spec.registry import default_registry
-from streamdump.views.messages import _plain_lines, line
+from streamdump.views.messages import MessageLines, _plain_lines, line
 from streamdump.views.render import Renderer, _json_default, _orjson_default
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
@@ -384,6 +384,8 @@ def test_a_body_alone_is_summarised_as_message_text_would(sections: list[tuple[s
     (section,) = message.sections
     expected = message_text(section.value, ((name, None) for name in KEY_PROPERTIES), {}, "app properties")
     assert _summary(message) == expected
+    record = {"record_size": 9, "message": message}
+    assert StreamMessages(PROTOCOL)._text(record) == (9, expected.rstrip())  # the record's shortcut
 
 
 @settings(max_examples=200, deadline=None)
@@ -406,6 +408,35 @@ def test_a_record_row_says_what_the_general_summary_says(sections: list[tuple[st
 def test_plain_lines_are_line_lines(size: int | None, text: str) -> None:
     rows = [MessageRow("stream-1", "deliver offset=5 chunk=0", size, text)]
     assert _plain_lines("  12   0.5", iter(rows)) == [line("  12   0.5", row) for row in rows]
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: str(p.relative_to(CAPTURE_ROOT)))
+def test_plain_rows_are_the_rows_of_whole_frames(path: Path) -> None:
+    """Where a package gives a frame's rows as (where, size, text), they are its rows' values,
+    and the lines made of them are the lines of its rows."""
+    decoders = _decoders(None)
+    views = MessageLines(
+        {name: dissector_of(d.protocol).messages(d.protocol) for name, d in decoders.items()}
+    )
+    tracker = Conversations(d.protocol for d in decoders.values())
+    plain_frames = 0
+    for frame in analysed(read_frames(path, Dissection(decoders.values()), None, ReadStats()), tracker):
+        rules = views.rules[frame.protocol]
+        if not rules.carries(frame):
+            continue
+        decoders[frame.protocol].expand(frame)
+        rows = list(rules.rows(frame))
+        plain = rules.plain_rows(frame)
+        if plain is None:
+            continue
+        plain_frames += 1
+        assert not any(row.tag or row.size is None for row in rows)
+        assert [(row.subject, row.where, row.size, row.text) for row in rows] == [
+            (plain[0], *values) for values in plain[1]
+        ]
+        assert views.lines(frame, 0.0) == _plain_lines(f"{frame.number:>6} {frame.ts:>11.6f}", rows)
+    if path.name in ("bulk.pcap", "compression.pcap"):
+        assert plain_frames > 0  # the shortcut is taken where clients publish and consume
 
 
 # ---------------------------------------------------------------- the conversation tracker

@@ -89,24 +89,62 @@ class StreamMessages(MessageRules):
                     at=at,
                 )
 
+    def plain_rows(self, frame: Frame) -> tuple[str, list[tuple[str, int, str]]] | None:
+        """rows' Publish and Deliver rows of a complete frame whose every message is one record
+        (no sub-batch), as (where, size, text): the same walk and text, without the rows."""
+        if frame.incomplete is not None:
+            return None
+        fields = frame.fields
+        stream = (frame.links or {}).get("stream") or "?"
+        text = self._text
+        out: list[tuple[str, int, str]] = []
+        add = out.append
+        if frame.command == PUBLISH:
+            publisher = f"publish pub={fields.get('publisher_id', '?')}"
+            for message in fields.get("messages") or []:
+                entry, records = message.get("entry"), message.get("records")
+                if entry is None or entry.kind == SUB_BATCH or records is None or len(records) != 1:
+                    return None
+                size, said = text(records[0])
+                add((f"{publisher} id={message.get('publishing_id', '?')}", size, said))
+            return stream, out
+        chunk = fields.get("chunk") or {}
+        records = chunk.get("records") or []
+        declared = chunk.get("num_records")
+        if isinstance(declared, int) and len(records) < declared:
+            return None
+        in_chunk = f" chunk={chunk.get('chunk_id')}"
+        for record in records:
+            size, said = text(record)
+            add((f"deliver offset={record.get('offset')}{in_chunk}", size, said))
+        return stream, out
+
     def _row(
         self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
     ) -> MessageRow:
+        return MessageRow(stream, where, *self._text(record), tag, at, record)
+
+    def _text(self, record: dict[str, Any]) -> tuple[int, str]:
+        """A record's size and what its line says."""
         size = record.get("record_size", 0)
         message = record.get("message")  # a record holds a message, bytes or tracking entries
         if message is not None:
-            return MessageRow(stream, where, size, _summary(message).rstrip(), tag, at, record)
+            sections = message.sections
+            if len(sections) == 1 and message.error is None and sections[0].name in BODIES:
+                # The commonest message, a body alone: _summary would say its preview alone.
+                body = sections[0].value
+                if body is not None:
+                    return size, amqp.preview(body, PREVIEW_CHARS).rstrip()
+            return size, _summary(message).rstrip()
         if "tracking" in record:
             parts = [
                 f"{self.tracking_names.get(t['tracking_type'], t['tracking_type'])} {t['id']!r}={t['value']}"
                 for t in record["tracking"]
             ]
-            return MessageRow(stream, where, size, f"tracking: {'; '.join(parts)}", tag, at, record)
+            return size, f"tracking: {'; '.join(parts)}"
         if "bytes" in record:
-            return MessageRow(
-                stream, where, size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS), tag, at, record
-            )
-        return MessageRow(stream, where, size, "", tag, at, record)
+            return size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS)
+        return size, ""
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""
@@ -128,12 +166,6 @@ class StreamMessages(MessageRules):
 
 def _summary(message: amqp.Message) -> str:
     """A record's body and key AMQP properties, then its first application properties."""
-    sections = message.sections
-    if len(sections) == 1 and message.error is None and sections[0].name in BODIES:
-        # The commonest message, a body alone: message_text would say its preview and nothing else.
-        body = sections[0].value
-        if body is not None:
-            return amqp.preview(body, PREVIEW_CHARS)
     body = None
     props: dict[str, Any] = {}
     app: dict[Any, Any] = {}

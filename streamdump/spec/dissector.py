@@ -100,6 +100,12 @@ class MessageRules:
     def rows(self, frame: Frame) -> Iterator[MessageRow]:
         return iter(())
 
+    def plain_rows(self, frame: Frame) -> tuple[str, list[tuple[str, int, str]]] | None:
+        """What rows gives for a frame whose rows are all whole messages (none tagged, none
+        only a note), as (subject, [(where, size, text), ...]): lines need no more, and a
+        frame holds hundreds. None: ask rows (the default, for a package without the shortcut)."""
+        return None
+
     def volume(self, frame: Frame) -> Volume | None:
         return None
 

@@ -40,6 +40,15 @@ class MessageLines:
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         names = self.names.get(frame.protocol)
         if names is None and not tag:
+            plain = rules.plain_rows(frame)
+            if plain is not None:
+                # line's commonest lines (f"{size:>8}" of f"{size} B": padded to six, then " B"),
+                # their common start made once
+                start = f"{head} {plain[0]} "
+                return [
+                    f"{start}{where} {size:>6} B  {text}" if text else f"{start}{where} {size:>6} B"
+                    for where, size, text in plain[1]
+                ]
             return _plain_lines(head, rules.rows(frame))
         out = []
         for row in rules.rows(frame):
