@@ -104,12 +104,14 @@ class Framer:
 
     def gap(self, gap: Gap) -> list[Piece]:
         out: list[Piece] = []
+        guessed = False  # a frame start found just before this gap, no next header to confirm it
         if not self.synced and self.buf:
             # A frame that ends exactly where the bytes stop is still found, and so is one that
             # this gap cuts, when the part present decodes cleanly.
             self._hunt(out, at_end=True)
             if not self.synced:
                 self._hunt_cut(out)
+                guessed = self.synced
         if not self.synced:
             self.passed += len(self.buf)
             if self.passed_from is None and self.buf:
@@ -144,9 +146,10 @@ class Framer:
                 end = self.pos + total  # type: ignore[operator]
                 head = bytes(self.buf)
                 self.buf.clear()
-                if end > gap.end:
+                if end > gap.end and not guessed:
                     # The frame's own size says where the next one starts: no hunting needed,
-                    # and the bytes up to there are the frame's tail.
+                    # and the bytes up to there are the frame's tail. (Not a guessed frame's: a
+                    # size no next header confirmed could pass over the frames behind the gap.)
                     self.cut = (self.pos, head, total, f"cut by a gap: {missing}")  # type: ignore[assignment]
                     self.islands = [bytearray()]
                     self.pos = gap.end
