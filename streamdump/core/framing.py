@@ -42,8 +42,9 @@ class Piece:
 
 
 class Framer:
-    def __init__(self, rule: FramingRule, *, synced: bool = False) -> None:
+    def __init__(self, rule: FramingRule, *, synced: bool = False, from_client: bool | None = None) -> None:
         self.rule = rule
+        self.from_client = from_client  # which side's bytes these are, when the connection says
         # The protocol's sanity cap, not a negotiated maximum: peers exceed those, and the
         # conversation tracker says so.
         self.limit = rule.limit
@@ -282,7 +283,9 @@ class Framer:
             total = check.total(buf, o)
             if total is None or total <= 0 or total > self.limit or o + total <= len(buf):
                 continue
-            if check.plausible(bytes(buf[o : o + check.header_len])) and check.clean_prefix(bytes(buf[o:])):
+            if check.plausible(bytes(buf[o : o + check.header_len])) and check.clean_prefix(
+                bytes(buf[o:]), self.from_client
+            ):
                 self._sync_at(o, out)
                 return
 

@@ -54,8 +54,9 @@ class FramingRule:
         """Whether data is one whole PDU that decodes without warnings or errors."""
         raise NotImplementedError
 
-    def clean_prefix(self, data: bytes) -> bool:
-        """Whether the start of a PDU (the rest cut off) decodes without errors up to its end."""
+    def clean_prefix(self, data: bytes, from_client: bool | None = None) -> bool:
+        """Whether the start of a PDU (the rest cut off) decodes without errors up to its end;
+        from_client: which side sent the bytes, when known, to refuse a command that side never sends."""
         raise NotImplementedError
 
 
@@ -69,11 +70,21 @@ class DecodedRule(FramingRule):
         frame = self.decoder.decode(data)
         return frame.command is not None and frame.worst_severity not in ("warn", "error")
 
-    def clean_prefix(self, data: bytes) -> bool:
+    def clean_prefix(self, data: bytes, from_client: bool | None = None) -> bool:
         frame = self.decoder.decode(data, partial=True)
-        return frame.command is not None and all(
-            e.cut or e.severity not in ("warn", "error") for e in frame.expert
+        return (
+            frame.command is not None
+            and self._sent_by(frame.command, frame.kind, from_client)
+            and all(e.cut or e.severity not in ("warn", "error") for e in frame.expert)
         )
+
+    def _sent_by(self, command_name: str, kind: str, from_client: bool | None) -> bool:
+        """Whether this side may send the command in this kind (the spec's `from`): a client's
+        request in the server's bytes is a guess gone wrong."""
+        command = self.decoder.protocol.commands.get(command_name)
+        if from_client is None or command is None or command.sender == "both":
+            return True
+        return ((command.sender == "client") != (kind == "response")) == from_client
 
     def plausible(self, data: bytes) -> bool:
         return self.decoder.plausible(data)

@@ -368,8 +368,8 @@ class Reader:
         conn = Connection(
             client,
             server,
-            self._side(client, server, number, runtime),
-            self._side(server, client, number, runtime),
+            self._side(client, server, number, runtime, True),
+            self._side(server, client, number, runtime, False),
             runtime,
             number,
             state=DecodeState() if runtime.stateful else None,
@@ -377,8 +377,8 @@ class Reader:
         self.connections[key] = conn
         return conn
 
-    def _side(self, src: Endpoint, dst: Endpoint, conn: int, runtime: Runtime) -> Side:
-        side = Side(src, dst, Stream(), Framer(runtime.rule), conn=conn)
+    def _side(self, src: Endpoint, dst: Endpoint, conn: int, runtime: Runtime, from_client: bool) -> Side:
+        side = Side(src, dst, Stream(), Framer(runtime.rule, from_client=from_client), conn=conn)
         side.stream.on_conflict = lambda c: self._conflict(side, c)
         side.stream.on_late = lambda g, n: self._late(side, g, n)
         return side
