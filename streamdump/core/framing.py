@@ -20,8 +20,10 @@ from streamdump.core.reassembly import Gap
 # Hunting keeps at most this much unsynced data that holds no candidate start.
 HUNT_WINDOW = 64 << 10
 # A frame start found just before a gap must show this many bytes past its header, so that a
-# clean partial decode means something.
-MIN_CUT_PREFIX = 32
+# clean partial decode means something. (32 let the damage property find control frames made of
+# other frames' bytes; Publish and Deliver frames cut by gaps show far more, and the flood
+# recovery check recovers as many messages with 128.)
+MIN_CUT_PREFIX = 128
 
 
 @dataclass(frozen=True, slots=True)
