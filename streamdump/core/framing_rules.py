@@ -10,6 +10,7 @@ meanings) subclasses it or writes its own, and names it in its DISSECTOR.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from streamdump.spec.registry import INT_TYPES
@@ -42,9 +43,11 @@ class FramingRule:
         """Why no PDU starts at start (seq is its TCP sequence number), for the notice."""
         return f"no frame starts at seq {seq}"
 
-    def candidates(self, buf: bytearray, start: int) -> list[int]:
-        """Offsets from start where a PDU may begin, in order (a list: buf may grow meanwhile)."""
-        return list(range(start, len(buf)))
+    def candidates(self, buf: bytearray, start: int) -> Iterable[int]:
+        """Offsets from start where a PDU may begin, in order. Taken lazily: a hunt usually
+        decides within the first few, and buf may be megabytes. (An iterator must hold no
+        export of buf between its steps: the framer cuts buf once it has found a start.)"""
+        return range(start, len(buf))
 
     def plausible(self, data: bytes) -> bool:
         """Whether the first header_len bytes of data look like a PDU's header."""
@@ -121,21 +124,29 @@ class LengthRule(DecodedRule):
         (value,) = self.length_st.unpack_from(buf, start + self.length_at)
         return f"a frame size of {value} at seq {seq} is impossible"
 
-    def candidates(self, buf: bytearray, start: int) -> list[int]:
+    def candidates(self, buf: bytearray, start: int) -> Iterable[int]:
         if self.pattern is None:
-            return super().candidates(buf, start)
-        return [m.start() for m in self.pattern.finditer(buf, start)]
+            yield from super().candidates(buf, start)
+            return
+        # The bytes a start shows at its offset, found one search at a time (each search holds
+        # buf only while it runs), from where a start at `start` would show them.
+        pattern, offset = self.pattern
+        at = start + offset
+        while (found := pattern.search(buf, at)) is not None:
+            yield found.start() - offset
+            at = found.start() + 1
 
     @staticmethod
-    def _pattern(decoder: Decoder) -> re.Pattern[bytes] | None:
-        """What a PDU start shows at a fixed offset: its magic, or one of the known command keys.
+    def _pattern(decoder: Decoder) -> tuple[re.Pattern[bytes], int] | None:
+        """What a PDU start shows at a fixed offset: its magic, or one of the known command keys;
+        and that offset.
 
         One regex keeps hunting at C speed even through megabytes of unsynced bytes.
         """
         protocol = decoder.protocol
         wiring = protocol.wiring
         if wiring.magic is not None:
-            return re.compile(b"(?=[\\x00-\\xff]{%d}%s)" % (wiring.magic_offset, re.escape(wiring.magic)))
+            return re.compile(re.escape(wiring.magic)), wiring.magic_offset
         offset = 0
         for spec in protocol.header:
             if spec.name == protocol.frame.key:
@@ -156,4 +167,4 @@ class LengthRule(DecodedRule):
         if not keys:
             return None
         alternatives = b"|".join(re.escape(key_st.pack(k)) for k in sorted(keys))
-        return re.compile(b"(?=[\\x00-\\xff]{%d}(?:%s))" % (offset, alternatives))
+        return re.compile(alternatives), offset
