@@ -12,11 +12,13 @@ such a field nothing is recovered: a guess would be decoding garbage.
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, Short, StructCodec
+from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, FixedRun, Short, StructCodec
 from streamdump.spec.registry import FieldSpec
 
 
@@ -25,6 +27,10 @@ class TailRule:
     array: str  # name of the frame's last field, an array
     element: StructCodec
     increasing: str  # the element field that must grow
+    # Where the increasing field lies when the element opens with a fixed run holding it: the
+    # run's struct, the field's place in it, and its byte offset, width and byte order, for a
+    # check before any decode.
+    probe: tuple[struct.Struct, int, int, int, str] | None = None
 
 
 def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
@@ -39,7 +45,13 @@ def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
     increasing = next((f.name for f in element_spec.fields if f.increasing), None)
     if increasing is None:
         return None
-    return TailRule(last.spec.name, codec.element, increasing)
+    first = codec.element.ops[0] if codec.element.ops else None
+    probe = None
+    if isinstance(first, FixedRun) and increasing in first.names and not first.checks:
+        i = first.names.index(increasing)
+        order = "little" if first.st.format[:1] == "<" else "big"
+        probe = (first.st, i, first.offsets[i], first.widths[i], order)
+    return TailRule(last.spec.name, codec.element, increasing, probe)
 
 
 def recover(
@@ -92,16 +104,30 @@ def _island(
     ctx = Ctx([])
     ends: dict[int, tuple[dict[str, Any], int]] = {}
     cut_here: set[int] = set()  # starts where only the end of the bytes stopped an element
-    for start in range(n + 1):
+
+    decoded: set[int] = set()
+
+    def read(start: int) -> None:
+        decoded.add(start)
         try:
             value, end = rule.element.read(mv, start, n, ctx, None, rule.array)
         except Short:
             cut_here.add(start)
-            continue
+            return
         except BadValue:
-            continue
+            return
         if end > start:
             ends[start] = (value, end)
+
+    # An accepted chain's values all lie between floor and ceiling (they grow from above the one
+    # and end below the other), so a start whose increasing field lies outside is never one of its
+    # elements and is not decoded: only starts that pass a cheap look at that field are. Where a
+    # start matters only as an end (a chain stopping where the bytes cut an element), it is
+    # decoded below, once a chain is found to end there.
+    for start in _starts(rule, mv, data, floor, ceiling):
+        read(start)
+    for end in sorted({end for _, end in ends.values()} - decoded):
+        read(end)
     finish = {n} if exact_end else cut_here
     reaches = set(finish)
     for start in sorted(ends, reverse=True):
@@ -124,6 +150,53 @@ def _island(
         ):
             return chain, pos - start
     return [], 0
+
+
+def _starts(
+    rule: TailRule, mv: memoryview, data: bytes, floor: int | None, ceiling: int | None
+) -> Iterator[int]:
+    """The starts in data worth a decode, in order: those whose increasing field lies between
+    floor and ceiling, where the field can be read; every start, without a probe or a bound."""
+    n = len(data)
+    probe = rule.probe
+    if probe is None or (floor is None and ceiling is None):
+        yield from range(n + 1)
+        return
+    st, index, offset, width, order = probe
+    readable = n - st.size + 1  # starts from here on cannot hold the run: decoded, to say why
+    lo, hi = (floor + 1 if floor is not None else None), (ceiling - 1 if ceiling is not None else None)
+    common = _common_bytes(lo, hi, width, order)
+    if common:
+        # Every value between the bounds shows these bytes at a fixed place: found at C speed.
+        at = offset + (0 if order == "big" else width - len(common))
+        found = data.find(common, at)
+        while found >= 0 and found - at < readable:
+            start = found - at
+            value = st.unpack_from(mv, start)[index]
+            if lo <= value <= hi:  # type: ignore[operator]
+                yield start
+            found = data.find(common, found + 1)
+    else:
+        for start in range(max(readable, 0)):
+            value = st.unpack_from(mv, start)[index]
+            if (lo is None or value >= lo) and (hi is None or value <= hi):
+                yield start
+    yield from range(max(readable, 0), n + 1)
+
+
+def _common_bytes(lo: int | None, hi: int | None, width: int, order: str) -> bytes:
+    """The bytes all values from lo to hi share in their encoding (the leading ones in big
+    endian, the trailing ones in little), when both bounds are known and not negative."""
+    if lo is None or hi is None or lo < 0 or hi < lo or hi >= 1 << (8 * width):
+        return b""
+    a, b = lo.to_bytes(width, order), hi.to_bytes(width, order)  # type: ignore[arg-type]
+    if order == "little":
+        a, b = a[::-1], b[::-1]
+    same = 0
+    while same < width and a[same] == b[same]:
+        same += 1
+    common = a[:same]
+    return common if order == "big" else common[::-1]
 
 
 def last_value(items: list[Any], key: str) -> int | None:
