@@ -127,6 +127,19 @@ class EntryHook(Hook):
     def write(self, buf: bytearray, value: Any) -> None:
         write_entry(buf, value)
 
+    def skip(self, data: bytes, pos: int, end: int) -> int | None:
+        # read_entry's sizes, without its Entry
+        if end - pos < 4:
+            return None
+        if not data[pos] & 0x80:
+            (size,) = _U32.unpack_from(data, pos)
+            return pos + 4 + size if end - pos - 4 >= size else None
+        if end - pos < _SUB_BATCH.size:
+            return None
+        length = _SUB_BATCH.unpack_from(data, pos)[3]
+        after = pos + _SUB_BATCH.size + length
+        return after if length <= 0x7FFFFFFF and after <= end else None
+
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         if node is None and value.kind == SIMPLE:
             # Most entries: their record as entry_records makes it, without its loop, while

@@ -13,11 +13,12 @@ such a field nothing is recovered: a guess would be decoding garbage.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, FixedRun, Short, StructCodec
 from streamdump.spec.registry import FieldSpec
 
@@ -31,6 +32,9 @@ class TailRule:
     # run's struct, the field's place in it, and its byte offset, width and byte order, for a
     # check before any decode.
     probe: tuple[struct.Struct, int, int, int, str] | None = None
+    # The element's size step by step without a decode, when each of its fields has one: a
+    # fixed run's width, or a hook's skip. None: elements are only ever decoded.
+    steps: tuple[int | Callable[[bytes, int, int], int | None], ...] | None = None
 
 
 def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
@@ -51,7 +55,23 @@ def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
         i = first.names.index(increasing)
         order = "little" if first.st.format[:1] == "<" else "big"
         probe = (first.st, i, first.offsets[i], first.widths[i], order)
-    return TailRule(last.spec.name, codec.element, increasing, probe)
+    steps: list[int | Callable[[bytes, int, int], int | None]] = []
+    for op in codec.element.ops:
+        if isinstance(op, FixedRun) and not op.checks:
+            steps.append(op.min_size)
+        elif (
+            isinstance(op, FieldOp)
+            and op.hook is not None
+            and op.codec is op.hook
+            and op.when is None
+            and not op.optional
+            and type(op.hook).skip is not Hook.skip
+        ):
+            steps.append(op.hook.skip)
+        else:
+            steps = []
+            break
+    return TailRule(last.spec.name, codec.element, increasing, probe, tuple(steps) or None)
 
 
 def recover(
@@ -124,7 +144,12 @@ def _island(
     # elements and is not decoded: only starts that pass a cheap look at that field are. Where a
     # start matters only as an end (a chain stopping where the bytes cut an element), it is
     # decoded below, once a chain is found to end there.
-    for start in _starts(rule, mv, data, floor, ceiling):
+    starts: Iterable[int] = _starts(rule, mv, data, floor, ceiling)
+    if exact_end and rule.steps is not None:
+        # Only a chain that ends exactly at the end of the bytes counts: stepping over each
+        # candidate by its sizes alone finds the starts that can be on one; only those are decoded.
+        starts = _reaching(rule.steps, data, starts)
+    for start in starts:
         read(start)
     for end in sorted({end for _, end in ends.values()} - decoded):
         read(end)
@@ -182,6 +207,32 @@ def _starts(
             if (lo is None or value >= lo) and (hi is None or value <= hi):
                 yield start
     yield from range(max(readable, 0), n + 1)
+
+
+def _reaching(
+    steps: tuple[int | Callable[[bytes, int, int], int | None], ...], data: bytes, starts: Iterable[int]
+) -> list[int]:
+    """The starts whose elements, stepped over by size, chain to exactly the end of data."""
+    n = len(data)
+    after: dict[int, int] = {}
+    for start in starts:
+        pos: int | None = start
+        for step in steps:
+            if not isinstance(step, int):
+                pos = step(data, pos, n)  # type: ignore[arg-type]
+            elif n - pos >= step:  # type: ignore[operator]
+                pos += step  # type: ignore[operator]
+            else:
+                pos = None
+            if pos is None:
+                break
+        if pos is not None and pos > start:
+            after[start] = pos
+    reaches = {n}
+    for start in sorted(after, reverse=True):
+        if after[start] in reaches:
+            reaches.add(start)
+    return sorted(reaches & after.keys())
 
 
 def _common_bytes(lo: int | None, hi: int | None, width: int, order: str) -> bytes:

@@ -44,6 +44,12 @@ class Hook:
     def write(self, buf: bytearray, value: Any) -> None:
         raise NotImplementedError(f"hook {self.name} does not write fields of type hook")
 
+    def skip(self, data: bytes, pos: int, end: int) -> int | None:
+        """Where the value read at pos would end, from its size alone, or None where it could
+        not be read (read says why); the same end read gives whenever read succeeds. Recovery
+        behind a gap steps over candidates with it before decoding any. None: no such step."""
+        return None
+
     def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
         """Cheap checks on every decode; problems go to ctx.expert."""
 
