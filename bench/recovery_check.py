@@ -147,6 +147,7 @@ def main() -> int:
     ok = True
 
     frames, stats, took = decode(args.capture, decoder)
+    clean_took = took
     got = recovered(frames, publisher)
     ranges = message_ranges(frames, decoder)
     lost = lost_messages(ranges, gap_holes(stats))
@@ -183,6 +184,8 @@ def main() -> int:
             f"    gap report: {lossy_stats.gaps} gaps, {lossy_stats.gap_bytes} bytes; lost messages inside "
             f"reported gaps: {len(reported & expected_lost)} of {len(expected_lost)}; decode {took:.1f} s"
         )
+        # Resynchronising should cost in proportion to the bytes passed over: the target is 2x.
+        print(f"    decode time, lossy copy / as recorded: {took / clean_took:.2f}x")
         if lossy_got != sent - expected_lost:
             print(
                 f"    MISMATCH: {len(sent - expected_lost - lossy_got)} messages with all bytes present "
