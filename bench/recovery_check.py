@@ -73,9 +73,12 @@ def message_ranges(frames: list[Frame], decoder: Decoder) -> dict[str, list[tupl
 
 
 def drop_segments(src: Path, dst: Path, rate: float, seed: int) -> dict[str, list[tuple[int, int]]]:
-    """Copy a little-endian microsecond pcap without a random share of its data segments."""
+    """Copy a little-endian microsecond pcap without a random share of its data segments; the
+    byte ranges lost by it. A dropped segment whose bytes the copy still holds (a retransmission,
+    or tcpdump's own duplicate: the MTU bench capture has one) loses nothing."""
     rng = random.Random(seed)
     dropped: dict[str, list[tuple[int, int]]] = {}
+    kept: dict[str, dict[int, int]] = {}  # per direction: a kept segment's start -> its longest end
     with src.open("rb") as fh, dst.open("wb") as out:
         header = fh.read(24)
         if header[:4] != b"\xd4\xc3\xb2\xa1":
@@ -92,8 +95,14 @@ def drop_segments(src: Path, dst: Path, rate: float, seed: int) -> dict[str, lis
                 key = f"{seg.src}:{seg.sport}->{seg.dst}:{seg.dport}"
                 dropped.setdefault(key, []).append((seg.seq, seg.seq + len(seg.payload)))
                 continue
+            if isinstance(seg, Segment) and seg.payload:
+                starts = kept.setdefault(f"{seg.src}:{seg.sport}->{seg.dst}:{seg.dport}", {})
+                starts[seg.seq] = max(starts.get(seg.seq, 0), seg.seq + len(seg.payload))
             out.write(rec + data)
-    return dropped
+    return {
+        key: [(start, end) for start, end in rows if kept.get(key, {}).get(start, start) < end]
+        for key, rows in dropped.items()
+    }
 
 
 def unwrap_near(value: int, ref: int) -> int:
