@@ -215,6 +215,13 @@ def _reaching(
     """The starts whose elements, stepped over by size, chain to exactly the end of data."""
     n = len(data)
     after: dict[int, int] = {}
+    if len(steps) == 2 and isinstance(steps[0], int) and not isinstance(steps[1], int):
+        # The commonest element, a fixed run then a hooked value (a Publish message), in one step.
+        width, skip = steps
+        for start in starts:
+            if n - start >= width and (end := skip(data, start + width, n)) is not None:
+                after[start] = end
+        starts = ()
     for start in starts:
         pos: int | None = start
         for step in steps:
