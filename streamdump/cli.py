@@ -32,7 +32,7 @@ from streamdump.core.advertised import addresses
 from streamdump.core.capture import STDIN, CaptureError, read_stream
 from streamdump.core.conversation import Conversations, Tracker
 from streamdump.core.frame import Frame
-from streamdump.core.packet import Segment
+from streamdump.core.packet import LINKS_READ, Segment, Skip, unknown_links_text
 from streamdump.core.pipeline import (
     Dissection,
     ReadStats,
@@ -910,6 +910,10 @@ def _finish_read(setup: Setup, stats: ReadStats, error: str | None) -> None:
         print(f"streamdump: note: {summary}", file=sys.stderr)
     if error is not None:
         raise _fail(error)
+    if stats.frames == 0 and _all_unreadable(stats):
+        raise _fail(
+            f"{unknown_links_text(stats.unknown_links)}: not a link type streamdump reads ({LINKS_READ})"
+        )
     if stats.frames == 0:
         what = "no" if stats.segments_matched == 0 else "no complete"
         print(
@@ -919,8 +923,15 @@ def _finish_read(setup: Setup, stats: ReadStats, error: str | None) -> None:
         )
 
 
+def _all_unreadable(stats: ReadStats) -> bool:
+    """Every packet is of a link type streamdump has no parser for: an error, not a note."""
+    return stats.packets > 0 and stats.skipped.get(Skip.UNKNOWN_LINK, 0) == stats.packets
+
+
 def _print_notices(stats: ReadStats) -> None:
     for notice in stats.notices:
+        if notice.kind == "link type" and _all_unreadable(stats):
+            continue  # the read's one-line error says it
         print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
     stats.notices.clear()
 

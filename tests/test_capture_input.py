@@ -13,6 +13,7 @@ import zstandard
 from conftest import CAPTURES
 from typer.testing import CliRunner
 
+import streamdump.core.capture as capture_module
 from streamdump.cli import app
 from streamdump.core.capture import CaptureError, Skip, Tally, read_segments
 from streamdump.core.packet import Segment, parse
@@ -174,3 +175,49 @@ def test_pcap_record_claiming_gigabytes_is_damage_not_an_allocation(tmp_path: Pa
     whole = Tally()
     list(read_segments(SESSION, whole))
     assert tally.packets == whole.packets  # every packet before the damage was read
+
+
+def pcap_of(linktype: int, packets: list[bytes]) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+    for n, data in enumerate(packets):
+        out += struct.pack("<IIII", n + 1, 0, len(data), len(data)) + data
+    return out
+
+
+@pytest.mark.parametrize("command", ["read", "stats", "follow"])
+def test_a_link_type_not_read_is_named_in_one_line(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "user0.pcap"
+    path.write_bytes(pcap_of(147, [b"\0" * 60, b"\1" * 60]))  # LINKTYPE_USER0
+    result = CliRunner().invoke(app, [command, str(path)])
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("streamdump: error: link type 147 (2 packets): not a link type streamdump reads")
+    assert "Ethernet" in line
+
+
+def test_packets_of_a_link_type_not_read_are_named_beside_those_read(tmp_path: Path) -> None:
+    # A pcapng whose first interface is USER0 and second the session's Ethernet: the session
+    # decodes, and a warning says how many packets of which link type were left unread.
+    session = [bytes(buf) for _, _, buf in capture_packets(SESSION)]
+    data = shb("<") + pcapng_block("<", 1, struct.pack("<HHI", 147, 0, 65535))
+    data += pcapng_block("<", 1, struct.pack("<HHI", 1, 0, 65535))
+    data += pcapng_block("<", 6, struct.pack("<IIIII", 0, 0, 0, 3, 3) + b"abc")
+    for n, buf in enumerate(session):
+        data += pcapng_block("<", 6, struct.pack("<IIIII", 1, 0, n, len(buf), len(buf)) + buf)
+    path = tmp_path / "mixed.pcapng"
+    path.write_bytes(data)
+    result = CliRunner().invoke(app, ["read", str(path)])
+    assert result.exit_code == 0
+    whole = CliRunner().invoke(app, ["read", str(SESSION)])
+    assert len(result.stdout.splitlines()) == len(whole.stdout.splitlines())
+    (line,) = [ln for ln in result.stderr.splitlines() if "link type" in ln]
+    assert line == (
+        "streamdump: warn: packet 1: link type 147 (1 packet) not read: streamdump reads "
+        "Ethernet, Linux cooked (SLL and SLL2), raw IP, and BSD and OpenBSD loopback"
+    )
+
+
+def capture_packets(path: Path) -> list[tuple[float, int, bytes]]:
+    with path.open("rb") as fh:
+        src = capture_module._Exact(fh, str(path))
+        return [(ts, link, bytes(buf)) for ts, link, buf in capture_module._packets(src, str(path))]

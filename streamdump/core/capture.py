@@ -77,6 +77,8 @@ class Tally:
     compression: str | None = None
     skipped: Counter[Skip] = field(default_factory=Counter)
     first_skipped: dict[Skip, int] = field(default_factory=dict)
+    # Packets of link types there is no parser for, by link type: named in the report.
+    unknown_links: Counter[int] = field(default_factory=Counter)
     # How far into the file (compressed bytes, for compressed input) reading has come.
     position: Callable[[], int] | None = None
 
@@ -295,6 +297,8 @@ def segment_of(
     if isinstance(got, Skip):
         tally.skipped[got] += 1
         tally.first_skipped.setdefault(got, number)
+        if got is Skip.UNKNOWN_LINK:
+            tally.unknown_links[linktype] += 1
         return None
     return got
 

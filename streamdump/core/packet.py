@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -136,6 +136,17 @@ LINK_PARSERS: dict[int, LinkParser] = {
     113: _sll,  # LINUX_SLL (tcpdump -i any)
     276: _sll2,  # LINUX_SLL2 (tcpdump -i any, libpcap 1.10+)
 }
+
+
+# What the report calls the link types read, in LINK_PARSERS' order of importance.
+LINKS_READ = "Ethernet, Linux cooked (SLL and SLL2), raw IP, and BSD and OpenBSD loopback"
+
+
+def unknown_links_text(links: Mapping[int, int]) -> str:
+    """The link types no parser reads, with their packet counts: "link type 147 (3 packets)"."""
+    return ", ".join(
+        f"link type {link} ({count} packet{'s' * (count != 1)})" for link, count in sorted(links.items())
+    )
 
 
 def parse(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:

@@ -22,6 +22,7 @@ from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_seg
 from streamdump.core.frame import Endpoint, Expert, Frame
 from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
+from streamdump.core.packet import LINKS_READ, unknown_links_text
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
 from streamdump.core.tail import TailRule, last_value, recover, tail_rule
 from streamdump.core.wildcards import matches_any
@@ -44,7 +45,7 @@ class Notice:
     severity: str
     message: str
     number: int  # packet number it relates to
-    kind: str = "note"  # gap, skipped, conflict, late, midstream, fragments, truncated, ended
+    kind: str = "note"  # gap, skipped, conflict, late, midstream, fragments, truncated, link type, ended
     src: Endpoint | None = None
     dst: Endpoint | None = None
     start: int | None = None  # TCP sequence numbers of the bytes concerned
@@ -691,6 +692,15 @@ def read_frames(
 
 
 def report_skips(stats: ReadStats) -> None:
+    if stats.unknown_links:
+        stats.notices.append(
+            Notice(
+                "warn",
+                f"{unknown_links_text(stats.unknown_links)} not read: streamdump reads {LINKS_READ}",
+                stats.first_skipped[Skip.UNKNOWN_LINK],
+                "link type",
+            )
+        )
     for skip, what in (
         (Skip.FRAGMENT, "IP fragments were not reassembled; their bytes show up as gaps"),
         (Skip.TRUNCATED, "packets were cut short inside their headers"),
