@@ -47,6 +47,9 @@ def test_an_entry_is_skipped_to_where_it_is_read_to(head: bytes, body: bytes, po
     except (Short, BadValue):
         read_end = None
     assert entry.skip(data, pos, len(data)) == read_end
+    # The general step-by-step walk: a publishing id's 8 bytes, then the entry.
+    padded = bytes(8) + data
+    assert tail._stepped(RULE.steps, padded, pos) == (None if read_end is None else read_end + 8)
 
 
 @settings(max_examples=300, deadline=None)

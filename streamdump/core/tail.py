@@ -154,10 +154,7 @@ def _island(
     for end in sorted({end for _, end in ends.values()} - decoded):
         read(end)
     finish = {n} if exact_end else cut_here
-    reaches = set(finish)
-    for start in sorted(ends, reverse=True):
-        if ends[start][1] in reaches:
-            reaches.add(start)
+    reaches = _chained_to({start: end for start, (_, end) in ends.items()}, finish)
     key = rule.increasing
     for start in sorted(reaches - finish):
         chain: list[dict[str, Any]] = []
@@ -221,25 +218,39 @@ def _reaching(
         for start in starts:
             if n - start >= width and (end := skip(data, start + width, n)) is not None:
                 after[start] = end
-        starts = ()
-    for start in starts:
-        pos: int | None = start
-        for step in steps:
-            if not isinstance(step, int):
-                pos = step(data, pos, n)  # type: ignore[arg-type]
-            elif n - pos >= step:  # type: ignore[operator]
-                pos += step  # type: ignore[operator]
-            else:
-                pos = None
-            if pos is None:
-                break
-        if pos is not None and pos > start:
-            after[start] = pos
-    reaches = {n}
+    else:
+        for start in starts:
+            end = _stepped(steps, data, start)
+            if end is not None and end > start:
+                after[start] = end
+    return sorted(_chained_to(after, {n}) & after.keys())
+
+
+def _stepped(
+    steps: tuple[int | Callable[[bytes, int, int], int | None], ...], data: bytes, start: int
+) -> int | None:
+    """Where the element at start ends, stepped over field by field; None where one does not fit."""
+    n = len(data)
+    pos = start
+    for step in steps:
+        if isinstance(step, int):
+            if n - pos < step:
+                return None
+            pos += step
+        elif (found := step(data, pos, n)) is None:
+            return None
+        else:
+            pos = found
+    return pos
+
+
+def _chained_to(after: dict[int, int], finish: set[int]) -> set[int]:
+    """finish, and every start whose element's end (after[start]) chains to one of them."""
+    reaches = set(finish)
     for start in sorted(after, reverse=True):
         if after[start] in reaches:
             reaches.add(start)
-    return sorted(reaches & after.keys())
+    return reaches
 
 
 def _common_bytes(lo: int | None, hi: int | None, width: int, order: str) -> bytes:
