@@ -11,6 +11,12 @@ Checks a large real recording (from bench/record_flood.py) twice:
    whether it sits in a frame cut by a gap or not, and every lost message must lie
    in a reported gap.
 
+Deliver records are checked the same way: each record's body names its index, which is
+its stream offset, so a record recovered behind a gap is known by its body, and any
+offset streamdump gives it must equal that index. Deliver must come within 0.1% of
+what the bytes allow; a record given a wrong offset, or one recovered despite missing
+bytes, fails the check.
+
 Prints the figures and exits non-zero on any mismatch.
 
     python bench/record_flood.py --messages 500000 --out /tmp/flood.pcap
@@ -22,11 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import struct
 import subprocess
 import sys
 import time
 from bisect import bisect_right
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdump.core.frame import Frame
@@ -39,6 +47,10 @@ PCAP_RECORD = struct.Struct("<IIII")
 SEQ_MOD = 1 << 32
 
 Message = tuple[int, int]  # (publisher id, publishing id)
+# The head every flood body starts with (record_flood.HEAD), after the AMQP data section header.
+FLOOD_HEAD = re.compile(rb"flood (\d{9}) ")
+# Deliver may fall short of what the bytes allow by this share (the issue's target).
+DELIVER_SLACK = 0.001
 
 
 def recovered(frames: list[Frame], sole_publisher: int | None = None) -> set[Message]:
@@ -135,6 +147,48 @@ def gap_holes(stats: ReadStats) -> dict[str, list[tuple[int, int]]]:
     return holes
 
 
+@dataclass
+class Delivered:
+    """What one read says about Deliver records."""
+
+    # Per direction, each record's stream position range and offset (complete frames only).
+    ranges: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    found: set[int] = field(default_factory=set)  # offsets (body indexes) recovered
+    behind: int = 0  # of them, records recovered from frames a gap cut
+    unknown: int = 0  # recovered records whose offset streamdump left unknown
+    wrong: int = 0  # records given an offset that is not their body's index
+
+    def take(self, frame: Frame, decoder: Decoder) -> None:
+        chunk = frame.fields.get("chunk") or {}
+        if frame.incomplete is None:
+            first, count = chunk["chunk_id"], chunk["num_records"]
+            self.found.update(range(first, first + count))
+            data = frame.data
+            at = len(data) - chunk["data_length"]  # the broker sends no trailer
+            rows = self.ranges.setdefault(f"{frame.src}->{frame.dst}", [])
+            for offset in range(first, first + count):
+                (size,) = struct.unpack_from(">I", data, at)  # flood chunks hold simple entries
+                start = frame.seq + at
+                rows.append((start, start + 4 + size, offset))
+                at += 4 + size
+            return
+        decoder.expand(frame)
+        for record in chunk.get("records") or []:
+            message = record.get("message")
+            body = bytes(message.sections[0].value) if message is not None else b""
+            match = FLOOD_HEAD.match(body)
+            if match is None:
+                self.wrong += 1
+                continue
+            index = int(match.group(1))
+            self.found.add(index)
+            self.behind += 1
+            if record.get("offset") is None:
+                self.unknown += 1
+            elif record["offset"] != index:
+                self.wrong += 1
+
+
 def read_time(path: Path) -> float:
     """Wall seconds of `streamdump read path`, its output thrown away."""
     start = time.perf_counter()
@@ -147,11 +201,26 @@ def read_time(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def decode(path: Path, decoder: Decoder) -> tuple[list[Frame], ReadStats, float]:
+def decode(path: Path, decoder: Decoder) -> tuple[list[Frame], Delivered, ReadStats, float]:
+    """The Publish frames, what the Deliver frames held, the read's stats and its seconds."""
     stats = ReadStats()
+    delivered = Delivered()
+    frames: list[Frame] = []
     start = time.perf_counter()
-    frames = [f for f in read_frames(path, decoder, [5552], stats) if f.command == "Publish"]
-    return frames, stats, time.perf_counter() - start
+    for frame in read_frames(path, decoder, [5552], stats):
+        if frame.command == "Publish":
+            frames.append(frame)
+        elif frame.command == "Deliver":
+            delivered.take(frame, decoder)
+    return frames, delivered, stats, time.perf_counter() - start
+
+
+def lost_records(
+    ranges: dict[str, list[tuple[int, int, int]]], holes: dict[str, list[tuple[int, int]]]
+) -> set[int]:
+    """Offsets of the records some of whose bytes lie in the holes."""
+    as_messages = {key: [(s, e, (0, o)) for s, e, o in rows] for key, rows in ranges.items()}
+    return {offset for _, offset in lost_messages(as_messages, holes)}
 
 
 def main() -> int:
@@ -168,7 +237,7 @@ def main() -> int:
     sent = {(publisher, i) for i in range(sidecar["first_publishing_id"], sidecar["last_publishing_id"] + 1)}
     ok = True
 
-    frames, stats, took = decode(args.capture, decoder)
+    frames, delivered, stats, took = decode(args.capture, decoder)
     clean_took = took
     got = recovered(frames, publisher)
     ranges = message_ranges(frames, decoder)
@@ -189,7 +258,7 @@ def main() -> int:
         holes = drop_segments(args.capture, lossy, args.drop_rate, args.seed)
         dropped_bytes = sum((e - s) % SEQ_MOD for rows in holes.values() for s, e in rows)
         expected_lost = lost_messages(ranges, holes)
-        lossy_frames, lossy_stats, took = decode(lossy, decoder)
+        lossy_frames, lossy_delivered, lossy_stats, took = decode(lossy, decoder)
         lossy_got = recovered(lossy_frames, publisher)
         reported = lost_messages(ranges, gap_holes(lossy_stats))
         in_cut_frames = len(recovered([f for f in lossy_frames if f.incomplete is not None], publisher))
@@ -206,6 +275,25 @@ def main() -> int:
             f"    gap report: {lossy_stats.gaps} gaps, {lossy_stats.gap_bytes} bytes; lost messages inside "
             f"reported gaps: {len(reported & expected_lost)} of {len(expected_lost)}; decode {took:.1f} s"
         )
+        records = delivered.found
+        records_lost = lost_records(delivered.ranges, holes)
+        allowed = records - records_lost
+        got_records = lossy_delivered.found
+        short = len(allowed - got_records)
+        print(
+            f"    Deliver records whose bytes are missing: {len(records_lost)}; recovered "
+            f"{len(got_records & records)} of {len(records)} (the bytes allow {len(allowed)}, "
+            f"{short} short: {short / max(1, len(allowed)):.4%}); {lossy_delivered.behind} from frames "
+            f"a gap cut, {lossy_delivered.unknown} of those with an unknown offset, "
+            f"{lossy_delivered.wrong} with a wrong one"
+        )
+        if short > DELIVER_SLACK * len(allowed) or lossy_delivered.wrong or got_records - allowed:
+            print(
+                f"    MISMATCH: Deliver short by more than {DELIVER_SLACK:.1%}, or records with wrong "
+                f"offsets ({lossy_delivered.wrong}), or recovered despite missing bytes "
+                f"({len(got_records - allowed)})"
+            )
+            ok = False
         # Resynchronising should cost in proportion to the bytes passed over: the target is 2x.
         # The decode above keeps every Publish frame for the checks; a read as users run it
         # streams them, so both files are also read by `streamdump read`, alternately, best of 2.

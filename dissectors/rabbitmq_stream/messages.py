@@ -3,7 +3,8 @@
 Deliver frames name a subscription and Publish frames a publisher, not a stream; the
 stream is what the conversation tracker linked to the frame (from the Subscribe or
 DeclarePublisher that opened them), "?" when the capture does not show it. Stats count
-messages from the Osiris headers alone, so nothing is decompressed for them.
+messages from the Osiris headers alone, so nothing is decompressed for them; a chunk a gap
+cut counts the records it still holds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH
 from streamdump.codecs import amqp
 from streamdump.core.frame import Frame
 from streamdump.spec.dissector import PREVIEW_CHARS, MessageRow, MessageRules, Volume, message_text
+from streamdump.spec.hooks import Cut
 from streamdump.spec.registry import Protocol
 
 PUBLISH, DELIVER = "Publish", "Deliver"
@@ -76,8 +78,8 @@ class StreamMessages(MessageRules):
             in_chunk = f" chunk={chunk.get('chunk_id')}"  # the same on every record's line
             row = self._row
             for record in records:
-                offset = record.get("offset")
-                where = f"deliver offset={offset}{in_chunk}"
+                offset = record.get("offset")  # unknown behind a gap that nothing pins
+                where = f"deliver offset={'?' if offset is None else offset}{in_chunk}"
                 yield row(stream, where, record, tag, (*at, ("offset", offset)))
             declared = chunk.get("num_records")
             if isinstance(declared, int) and len(records) < declared:
@@ -160,6 +162,13 @@ class StreamMessages(MessageRules):
             chunk = frame.fields.get("chunk")
             if not isinstance(chunk, dict) or chunk.get("chunk_type", 0) != 0:
                 return None  # tracking chunks carry offsets and sequences, not messages
+            data = chunk.get("chunk_data")
+            if type(data) is Cut:  # a gap cut it: the records it still holds, whole
+                present = len(data.head) + sum(entry.size for entry, _, _ in data.tail)
+                return Volume(stream, direction, data.found, present)
+            if frame.incomplete is not None and "records" in chunk:  # the same, expanded
+                present = sum(e.get("entry_size", 0) for e in chunk.get("entries") or [])
+                return Volume(stream, direction, len(chunk["records"]), present)
             return Volume(stream, direction, chunk.get("num_records") or 0, chunk.get("data_length") or 0)
         return None
 

@@ -10,20 +10,29 @@ On every decode the chunk's CRC-32 is checked (zlib's, over the data, as the bro
 computes it) and entry headers are read, nothing more; records, decompression and AMQP
 sections wait for `expand`, i.e. for a view that shows them. Every inconsistency
 between headers, entries and records becomes an expert note, never an exception.
+
+A chunk a gap cut still gives its records: the whole entries before the gap, with their
+offsets, and those behind each gap that chain entry by entry to where the bytes end
+(`ChunkHook.tail`). Behind the last gap, entries that end where the frame ends are
+numbered back from the header's counts, or, when the gap took the header, from the
+next chunk of the same subscription; behind an earlier gap, and wherever nothing pins
+them, their offsets stay unknown rather than guessed.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamdump.codecs import amqp
 from streamdump.codecs.compression import Budget, DecompressionError, decompress
 from streamdump.core.frame import Expert, Node
-from streamdump.spec.hooks import Hook
+from streamdump.core.tail import chained_to
+from streamdump.spec.hooks import Around, Cut, Hook
 from streamdump.spec.layout import BadValue, Ctx, Short
 
 _U32 = struct.Struct(">I")
@@ -34,6 +43,15 @@ MAGIC = 5
 DELTA, SNAPSHOT = 1, 2  # chunk types whose records are tracking entries, not messages
 PRODUCER = 0  # tracking entry type of a producer's sequence
 DATA = 0x75  # the AMQP data section's descriptor
+# A sub-batch's first byte: the top bit, a known compression in bits 4-6, reserved bits clear.
+SUB_BATCH_FLAGS = frozenset(0x80 | c << 4 for c in range(5))
+# Where an entry may start behind a gap, by how many bytes follow: a simple entry's size must
+# fit them (its leading bytes are zero), or a sub-batch's flags byte is one of the known ones.
+_STARTS = (
+    (0xFFFF, re.compile(rb"(?=\x00\x00|[\x80\x90\xa0\xb0\xc0])")),
+    (0xFFFFFF, re.compile(rb"(?=\x00|[\x80\x90\xa0\xb0\xc0])")),
+)
+CUT_OFF = -1  # an entry the end of the bytes cuts: where a chain behind an earlier gap stops
 
 
 @dataclass(slots=True)
@@ -182,6 +200,11 @@ class ChunkHook(Hook):
     """`osiris_chunk`: a chunk's data, checked against its header, walked into records on demand."""
 
     name = "osiris_chunk"
+    cuts = True
+    items = "records"
+
+    def tail(self, cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]:
+        return _tail(cut, siblings, around)
 
     def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
         magic_version = siblings.get("magic_version")
@@ -192,6 +215,10 @@ class ChunkHook(Hook):
         chunk_type = siblings.get("chunk_type")
         if chunk_type not in self.protocol.enums["chunk_type"]:
             ctx.expert.append(Expert("warn", f"unknown chunk type {chunk_type}", pos - 47))
+        if type(value) is Cut:
+            # The CRC covers bytes a gap took. The records whole before it count for stats.
+            value.found = _headers(bytes(value.head), 0, siblings.get("num_entries", 0))[1]
+            return
         crc = siblings.get("crc")
         actual = zlib.crc32(value)
         siblings["crc_valid"] = crc == actual
@@ -203,6 +230,9 @@ class ChunkHook(Hook):
             )
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
+        cut = value if type(value) is Cut else None
+        if cut is not None:
+            value = cut.head
         mv = value if isinstance(value, memoryview) else memoryview(value)
         chunk_id = siblings.get("chunk_id", 0)
         num_entries = siblings.get("num_entries", 0)
@@ -225,7 +255,7 @@ class ChunkHook(Hook):
                 counted += len(walked[1])
                 if index >= num_entries:
                     break
-            if at >= end:
+            if at >= end and cut is None:
                 ctx.expert.append(
                     Expert(
                         "error", f"chunk declares {num_entries} entries but its data holds {index}", pos + at
@@ -234,9 +264,12 @@ class ChunkHook(Hook):
                 break
             try:
                 entry, next_at = read_entry(mv, at, end, f"entry {index}")
-            except (Short, BadValue) as exc:
-                what = exc.message() if isinstance(exc, Short) else exc.text
-                ctx.expert.append(Expert("error", f"entry {index}: {what}", pos + at))
+            except Short as exc:
+                if cut is None:  # a cut chunk's data ends inside the entry the gap took: no news
+                    ctx.expert.append(Expert("error", f"entry {index}: {exc.message()}", pos + at))
+                break
+            except BadValue as exc:
+                ctx.expert.append(Expert("error", f"entry {index}: {exc.text}", pos + at))
                 break
             entry.pos = pos + at
             entry_node = None
@@ -258,6 +291,17 @@ class ChunkHook(Hook):
             counted += entry.record_count
             at = next_at
             index += 1
+        if cut is not None:
+            for entry, offset, entry_index in cut.tail:
+                where = f"entry {entry_index}" if entry_index is not None else "an entry behind the gap"
+                records += entry_records(
+                    entry, where, entry_index, ctx, offset, None, tracking=tracking, snapshot=snapshot
+                )
+                entries.append(entry.as_json())
+            siblings["entries"] = entries
+            siblings["records"] = records
+            siblings.pop("chunk_data", None)
+            return
         if at < end and len(entries) == num_entries:
             ctx.expert.append(Expert("warn", f"{end - at} bytes after the chunk's last entry", pos + at))
         declared = siblings.get("num_records", 0)
@@ -269,6 +313,164 @@ class ChunkHook(Hook):
         siblings["records"] = records
         # The records say what the raw data said, decoded; JSON need not carry both.
         siblings.pop("chunk_data", None)
+
+
+def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]:
+    """ChunkHook.tail: the entries behind each gap, numbered where the counts pin them."""
+    if siblings.get("chunk_type") in (DELTA, SNAPSHOT):
+        return 0, 0  # tracking entries: a few bytes, and nothing to check a chain of them against
+    num_entries, num_records = siblings.get("num_entries"), siblings.get("num_records")
+    head = bytes(cut.head)
+    limit = num_entries if isinstance(num_entries, int) else 1 << 31
+    head_entries, head_records, _ = _headers(head, 0, limit)
+    amqp_only = _amqp_records(head, head_entries)
+    # The offset after the chunk's last record: from its header, or (the header lost) from the
+    # next chunk, when one subscription's chunks are all this direction carries.
+    end_offset: int | None = None
+    floor: int | None = None
+    counted = isinstance(num_entries, int) and isinstance(num_records, int)
+    if counted and isinstance(siblings.get("chunk_id"), int):
+        end_offset = siblings["chunk_id"] + num_records
+    elif not siblings and around.one_session and around.after is not None and around.before is not None:
+        after_id, before_id = around.after.get("chunk_id"), around.before.get("chunk_id")
+        before_count = around.before.get("num_records")
+        if isinstance(after_id, int) and isinstance(before_id, int) and isinstance(before_count, int):
+            end_offset, floor = after_id, before_id + before_count
+    found, entries, used = 0, 0, 0
+    last = len(around.islands) - 1
+    for i, island in enumerate(around.islands):
+        exact = around.anchored and i == last
+        data = island
+        if exact and around.span >= 0 and cut.size >= 0:
+            extra = around.span - (cut.pos + cut.size)  # a trailer the broker sent after the data
+            exact = 0 <= extra <= len(data)
+            data = data[: len(data) - extra] if exact else data
+        data_at = cut.pos + cut.size - len(data) if exact and cut.size >= 0 else 0
+        for chain in _chains(data, exact, amqp_only):
+            records = sum(count for _, _, count in chain)
+            first: int | None = None
+            index: int | None = None
+            if exact and end_offset is not None:
+                first = end_offset - records
+                if counted:
+                    # Behind what came before (the head, earlier islands) and at least one entry,
+                    # with its records, that a gap took.
+                    index = num_entries - len(chain)  # type: ignore[operator]
+                    behind = siblings["chunk_id"] + head_records + found
+                    if index <= head_entries + entries or first <= behind:
+                        continue
+                elif floor is not None and first < floor:
+                    continue
+            mv = memoryview(data)
+            for start, _end, count in chain:
+                entry, _ = read_entry(mv, start, len(data), "entry")
+                entry.pos = data_at + start
+                cut.tail.append((entry, first, index))
+                if first is not None:
+                    first += count
+                if index is not None:
+                    index += 1
+            found += records
+            entries += len(chain)
+            used += chain[-1][1] - chain[0][0]
+            break
+    cut.found += found
+    return found, used
+
+
+def _step(data: bytes, start: int, n: int) -> tuple[int, int]:
+    """The end of the entry at start and its record count; (CUT_OFF, 0) when the end of the
+    bytes cuts it, (start, 0) when it cannot be an entry."""
+    if n - start < 4:
+        return CUT_OFF, 0
+    flags = data[start]
+    if not flags & 0x80:
+        (size,) = _U32.unpack_from(data, start)
+        return (start + 4 + size, 1) if n - start - 4 >= size else (CUT_OFF, 0)
+    if flags not in SUB_BATCH_FLAGS:
+        return start, 0
+    if n - start < _SUB_BATCH.size:
+        return CUT_OFF, 0
+    _, count, _, length = _SUB_BATCH.unpack_from(data, start)
+    if count == 0 or length > 0x7FFFFFFF:
+        return start, 0
+    end = start + _SUB_BATCH.size + length
+    return (end, count) if end <= n else (CUT_OFF, 0)
+
+
+def _headers(data: bytes, at: int, limit: int) -> tuple[int, int, int]:
+    """Whole entries from at, at most limit of them, by their headers alone: (entries,
+    records, where they end)."""
+    n = len(data)
+    entries = records = 0
+    while entries < limit:
+        end, count = _step(data, at, n)
+        if end <= at:
+            break
+        entries += 1
+        records += count
+        at = end
+    return entries, records, at
+
+
+def _amqp_records(head: bytes, entries: int) -> bool:
+    """Whether records behind a gap must be AMQP 1.0 messages to be believed: unless the
+    chunk's first simple record before the gap shows the stream holds something else."""
+    at = 0
+    for _ in range(entries):
+        end, _count = _step(head, at, len(head))
+        if not head[at] & 0x80:
+            return amqp.looks_like_amqp(head[at + 4 : end])
+        at = end
+    return True
+
+
+def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[int, int, int]]]:
+    """Chains of entries in data, earliest start first, as (start, end, records) each: when
+    exact, those ending exactly at the end of data; else those ending in an entry the end
+    of data cuts (or exactly at it). Every record must pass _believable."""
+    n = len(data)
+    # A cut entry's size is not bounded by the bytes left; a whole one's is.
+    pattern = next((p for limit, p in _STARTS if n <= limit), None) if exact else _STARTS[1][1]
+    starts = (m.start() for m in pattern.finditer(data)) if pattern is not None else range(n)
+    after: dict[int, tuple[int, int]] = {}
+    finish = {n}
+    for start in starts:
+        end, count = _step(data, start, n)
+        if end == CUT_OFF:
+            if not exact:
+                finish.add(start)
+        elif end > start:
+            after[start] = (end, count)
+    reaches = chained_to({start: end for start, (end, _) in after.items()}, finish)
+    believed: dict[int, bool] = {}
+    for start in sorted(reaches & after.keys(), reverse=True):
+        end = after[start][0]
+        believed[start] = (end in finish or believed.get(end, False)) and _believable(
+            data, start, end, amqp_only
+        )
+    for start in sorted(s for s, ok in believed.items() if ok):
+        chain = []
+        at = start
+        while at in after:
+            end, count = after[at]
+            chain.append((at, end, count))
+            at = end
+        yield chain
+
+
+def _believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
+    """Whether the entry from start to end holds what a chunk holds: a sub-batch whose header
+    adds up, or a record that is an AMQP 1.0 message where the stream's are."""
+    if data[start] & 0x80:
+        _, _, uncompressed, length = _SUB_BATCH.unpack_from(data, start)
+        return (data[start] >> 4) & 0x07 != 0 or uncompressed == length
+    if not amqp_only:
+        return True
+    body = data[start + 4 : end]
+    if not amqp.looks_like_amqp(body):
+        return False
+    return amqp.data_message(body, 0, len(body), 0) is not None or amqp.decode_message(body).error is None
 
 
 def _simple_entries(

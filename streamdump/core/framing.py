@@ -67,6 +67,11 @@ class Framer:
         # length, reason); the bytes after each later gap collect in islands.
         self.cut: tuple[int, bytes, int, str] | None = None
         self.islands: list[bytearray] = []
+        # Hunting: a frame start found just before a gap, whose size no next header confirmed.
+        # It waits (start, bytes before the gap, length, reason) until the hunt finds a frame:
+        # one starting exactly where its size says it ends confirms it, and the bytes passed
+        # over are its tail; any other outcome hands it on without them.
+        self.guess: tuple[int, bytes, int, str] | None = None
 
     def start_hunting(self, reason: str) -> None:
         self.synced = False
@@ -116,6 +121,14 @@ class Framer:
                 self._hunt_cut(out)
                 guessed = self.synced
         if not self.synced:
+            if self.guess is not None:
+                start, head, total, reason = self.guess
+                self.guess = (
+                    start,
+                    head,
+                    total,
+                    f"{reason}; {gap.length} bytes missing at seq {gap.seq_range[0]}",
+                )
             self.passed += len(self.buf)
             if self.passed_from is None and self.buf:
                 self.passed_from = self.pos
@@ -149,7 +162,10 @@ class Framer:
                 end = self.pos + total  # type: ignore[operator]
                 head = bytes(self.buf)
                 self.buf.clear()
-                if end > gap.end and not guessed:
+                # A head too short to say which command it is cannot use its tail: hunting
+                # passes over it, and the tail is then recovered as a frame whose start was lost.
+                whole_header = len(head) >= self.rule.header_len
+                if end > gap.end and not guessed and whole_header:
                     # The frame's own size says where the next one starts: no hunting needed,
                     # and the bytes up to there are the frame's tail. (Not a guessed frame's: a
                     # size no next header confirmed could pass over the frames behind the gap.)
@@ -157,6 +173,11 @@ class Framer:
                     self.islands = [bytearray()]
                     self.pos = gap.end
                     self.skip_until = end
+                    return out
+                if end > gap.end and whole_header:
+                    self.guess = (self.pos, head, total, f"cut by a gap: {missing}")  # type: ignore[assignment]
+                    self.pos = gap.end
+                    self.start_hunting(f"after the gap at seq {gap.seq_range[0]}")
                     return out
                 out.append(Piece("incomplete", self.pos, head, total, f"cut by a gap: {missing}"))  # type: ignore[arg-type]
                 if end == gap.end:
@@ -173,6 +194,7 @@ class Framer:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
         out: list[Piece] = []
         self._release_cut(out, anchored=False)
+        self._release_guess(out)
         if self.synced:
             while self.buf:
                 total = self.rule.total_at_end(self.buf, 0)
@@ -188,10 +210,16 @@ class Framer:
                 self.buf.clear()
             return out
         self._hunt(out, at_end=True)
+        if not self.synced:
+            self._hunt_cut(out)  # a frame the end of the bytes cuts, as a gap would
         if self.synced:
             out.extend(self.finish(reason))
         elif self.buf or self.passed:
-            self._pass_over(len(self.buf), out, f"no frame boundary found before the stream ended ({reason})")
+            # The bytes since the last gap may end inside a frame: a run, but not one that ends
+            # where a frame does.
+            run = bytes(self.orphan + self.buf) if self.orphan is not None else b""
+            why = f"no frame boundary found before the stream ended ({reason})"
+            self._pass_over(len(self.buf), out, why, run, anchored=False)
         return out
 
     # ------------------------------------------------------------------ in sync
@@ -291,7 +319,37 @@ class Framer:
                 self._sync_at(o, out)
                 return
 
+    def _release_guess(self, out: list[Piece]) -> None:
+        if self.guess is not None:
+            start, head, total, reason = self.guess
+            out.append(Piece("incomplete", start, head, total, reason))
+            self.guess = None
+
     def _sync_at(self, o: int, out: list[Piece]) -> None:
+        guess = self.guess
+        if guess is not None and self.orphan is not None and self.pos + o == guess[0] + guess[2]:  # type: ignore[operator]
+            # The frame found starts where the guessed one's size said it ends: the guess holds,
+            # and every byte since is its tail.
+            start, head, total, reason = guess
+            out.append(
+                Piece(
+                    "incomplete",
+                    start,
+                    head,
+                    total,
+                    reason,
+                    (*self.runs, bytes(self.orphan + self.buf[:o])),
+                    True,
+                )
+            )
+            self.guess = None
+            del self.buf[:o]
+            self.pos += o  # type: ignore[operator]
+            self.passed = 0
+            self.passed_from = None
+            self.orphan = bytearray()
+            o = 0
+        self._release_guess(out)
         if o or self.passed:
             # The bytes before the frame found end where it starts: a frame's tail, perhaps.
             run = bytes(self.orphan + self.buf[:o]) if self.orphan is not None else b""
@@ -303,12 +361,14 @@ class Framer:
         self.scan = 0
         self._cut(rest, self.pos, out)  # type: ignore[arg-type]
 
-    def _pass_over(self, n: int, out: list[Piece], reason: str, run: bytes = b"") -> None:
+    def _pass_over(
+        self, n: int, out: list[Piece], reason: str, run: bytes = b"", anchored: bool = True
+    ) -> None:
         start = self.passed_from if self.passed_from is not None else self.pos
         total = self.passed + n
         # Earlier runs ride along as islands: their whole elements may be recovered too.
         islands = (*self.runs, run) if run else ()
-        out.append(Piece("skipped", start, b"", total, reason, islands, bool(run)))  # type: ignore[arg-type]
+        out.append(Piece("skipped", start, b"", total, reason, islands, anchored and bool(run)))  # type: ignore[arg-type]
         self.orphan = bytearray()
         del self.buf[:n]
         self.pos += n  # type: ignore[operator]

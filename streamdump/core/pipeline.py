@@ -24,10 +24,11 @@ from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
 from streamdump.core.packet import LINKS_READ, unknown_links_text
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
-from streamdump.core.tail import TailRule, last_value, recover, tail_rule
+from streamdump.core.tail import HookTail, TailRule, last_value, recover, tail_rule
 from streamdump.core.wildcards import matches_any
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
+from streamdump.spec.hooks import Around, Cut
 from streamdump.spec.registry import SpecError
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
@@ -77,6 +78,13 @@ class Side:
     stream: Stream
     framer: Framer
     floors: dict[tuple, int] = field(default_factory=dict)  # layout -> last increasing value
+    # Layouts with a hooked tail: the last frame's session and the values beside the field,
+    # and the layouts whose frames in this direction belonged to more than one session.
+    beside: dict[tuple, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    mixed: set[tuple] = field(default_factory=set)
+    # Bytes passed over with runs that may hold elements, waiting for the frame after them:
+    # (the piece, its packet number, its time).
+    waiting: tuple[Piece, int, float] | None = None
     conn: int = 0  # the connection's number
 
     @property
@@ -94,6 +102,19 @@ class Connection:
     number: int = 0  # 1, 2, ... in the order connections first appear in the capture
     finished: bool = False
     state: DecodeState | None = None  # what decoding remembers between frames (requests' commands)
+
+
+def _holder(fields: dict[str, Any], path: tuple[str, ...], make: bool = False) -> dict[str, Any]:
+    """The dict at path in a frame's fields (the struct holding a field); {} where there is
+    none, or, with make, a new one put there."""
+    for name in path:
+        inner = fields.get(name)
+        if not isinstance(inner, dict):
+            if not make:
+                return {}
+            inner = fields[name] = {}
+        fields = inner
+    return fields
 
 
 @dataclass(slots=True)
@@ -125,10 +146,16 @@ class Runtime:
         self.rule = framing_rule(decoder)
         self.stateful = decoder.by_request  # responses learn their command from their requests
         # Layouts whose last array can be recovered after a gap, by (key, response, version).
-        self.tail_rules: dict[tuple, TailRule] = {
+        self.tail_rules: dict[tuple, TailRule | HookTail] = {
             ident: rule
             for ident, (_, ops) in decoder.compiled.items()
             if (rule := tail_rule(ops)) is not None
+        }
+        # The field naming each command's session (a subscription id), for hooked tails.
+        self.sessions: dict[str, str] = {
+            command: session.id
+            for session in decoder.protocol.conversation.sessions.values()
+            for command in session.used_by
         }
 
 
@@ -399,6 +426,9 @@ class Reader:
             if events:
                 yield from self._events(conn, side, events, None, number)
             yield from self._pieces(side, side.framer.finish(why), None, number, conn)
+            if side.waiting is not None:
+                waiting, side.waiting = side.waiting, None
+                yield from self._passed_over(side, conn, *waiting)
         del self.connections[key]
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
@@ -432,50 +462,27 @@ class Reader:
         conn: Connection,
     ) -> Iterator[Frame]:
         number = seg.number if seg is not None else number
+        ts = seg.ts if seg is not None else self.ts
         from_client = side is conn.to_server
         for piece in pieces:
+            frame = None
+            if side.waiting is not None:
+                # Bytes passed over wait for the frame found after them, which can say what
+                # they held (the chunk after a chunk whose start was lost): decode it first.
+                if piece.kind != "skipped":
+                    frame = self._frame(side, piece, seg, number, conn, from_client)
+                waiting, side.waiting = side.waiting, None
+                yield from self._passed_over(side, conn, *waiting, after=frame)
             if piece.kind == "skipped":
-                self.stats.skipped_bytes += piece.length
-                self.stats.lossy.add(conn.number)
-                orphan = self._orphan(side, piece, conn.runtime) if piece.islands else None
-                found = f"; {orphan.expert[1].message}" if orphan is not None else ""
-                self._notice(
-                    "warn",
-                    number,
-                    f"{side.where}: {piece.length} bytes from seq {piece.pos % SEQ_MOD} "
-                    f"passed over: {piece.reason}{found}",
-                    "skipped",
-                    side,
-                    start=piece.pos,
-                    end=piece.pos + piece.length,
-                    length=piece.length,
-                )
-                if orphan is not None:
-                    orphan.number = number
-                    orphan.conn, orphan.from_client = conn.number, from_client
-                    orphan.ts = seg.ts if seg is not None else self.ts
-                    self.stats.incomplete += 1
-                    yield orphan
-                continue
-            frame = conn.runtime.decoder.decode(
-                piece.data, partial=piece.kind == "incomplete", state=conn.state, from_client=from_client
-            )
-            frame.number = number
-            frame.ts = seg.ts if seg is not None else self.ts
-            frame.src = side.src
-            frame.dst = side.dst
-            frame.seq = piece.pos % SEQ_MOD
-            frame.conn, frame.from_client = conn.number, from_client
-            if piece.kind == "incomplete":
                 if piece.islands:
-                    self._recover_tail(frame, piece, conn.runtime)
+                    side.waiting = (piece, number, ts)
+                else:
+                    yield from self._passed_over(side, conn, piece, number, ts)
+                continue
+            if frame is None:
+                frame = self._frame(side, piece, seg, number, conn, from_client)
+            if piece.kind == "incomplete":
                 self.stats.incomplete += 1
-                have = len(piece.data)
-                whole = f" of {piece.length}" if piece.length >= 0 else ""
-                frame.incomplete = piece.reason
-                frame.expert.insert(
-                    0, Expert("error", f"incomplete frame ({have}{whole} bytes): {piece.reason}", 0)
-                )
             else:
                 self.stats.frames += 1
             self._note_floor(side, frame, conn.runtime)
@@ -484,39 +491,124 @@ class Reader:
             if carried and frame.incomplete is None:
                 yield from carried_frames(frame, carried)
 
+    def _passed_over(
+        self, side: Side, conn: Connection, piece: Piece, number: int, ts: float, after: Frame | None = None
+    ) -> Iterator[Frame]:
+        """Bytes the framer passed over: a notice, and the whole elements they hold, if any."""
+        self.stats.skipped_bytes += piece.length
+        self.stats.lossy.add(conn.number)
+        orphan = self._orphan(side, piece, conn.runtime, after) if piece.islands else None
+        found = f"; {orphan.expert[1].message}" if orphan is not None else ""
+        self._notice(
+            "warn",
+            number,
+            f"{side.where}: {piece.length} bytes from seq {piece.pos % SEQ_MOD} "
+            f"passed over: {piece.reason}{found}",
+            "skipped",
+            side,
+            start=piece.pos,
+            end=piece.pos + piece.length,
+            length=piece.length,
+        )
+        if orphan is not None:
+            orphan.number = number
+            orphan.conn, orphan.from_client = conn.number, side is conn.to_server
+            orphan.ts = ts
+            self.stats.incomplete += 1
+            yield orphan
+
+    def _frame(
+        self, side: Side, piece: Piece, seg: Segment | None, number: int, conn: Connection, from_client: bool
+    ) -> Frame:
+        """A frame or an incomplete frame the framer cut, decoded, with what a gap left of it."""
+        frame = conn.runtime.decoder.decode(
+            piece.data, partial=piece.kind == "incomplete", state=conn.state, from_client=from_client
+        )
+        frame.number = number
+        frame.ts = seg.ts if seg is not None else self.ts
+        frame.src = side.src
+        frame.dst = side.dst
+        frame.seq = piece.pos % SEQ_MOD
+        frame.conn, frame.from_client = conn.number, from_client
+        if piece.kind == "incomplete":
+            if piece.islands:
+                self._recover_tail(side, frame, piece, conn.runtime)
+            have = len(piece.data)
+            whole = f" of {piece.length}" if piece.length >= 0 else ""
+            frame.incomplete = piece.reason
+            frame.expert.insert(
+                0, Expert("error", f"incomplete frame ({have}{whole} bytes): {piece.reason}", 0)
+            )
+        return frame
+
     @staticmethod
     def _layout(frame: Frame) -> tuple[Any, bool, int]:
         return (frame.key, frame.kind == "response", frame.version)
 
     def _note_floor(self, side: Side, frame: Frame, runtime: Runtime) -> None:
-        """Remember the last increasing value (e.g. publishing id) each layout had in this direction."""
+        """Remember, per layout with a tail rule, what the last frame in this direction ended
+        with: its last increasing value (e.g. publishing id), or the values beside a hooked
+        field (a chunk's header) with the session they belong to."""
         if not runtime.tail_rules:
             return
         ident = self._layout(frame)
         rule = runtime.tail_rules.get(ident)
         if rule is None:
             return
+        if isinstance(rule, HookTail):
+            holder = _holder(frame.fields, rule.path[:-1])
+            if holder:
+                session = frame.fields.get(runtime.sessions.get(frame.command, ""))
+                seen = side.beside.get(ident)
+                if seen is not None and seen[0] != session:
+                    side.mixed.add(ident)
+                side.beside[ident] = (session, holder)
+            return
         items = frame.fields.get(rule.array)
         value = last_value(items, rule.increasing) if isinstance(items, list) else None
         if value is not None:
             side.floors[ident] = value
 
-    def _orphan(self, side: Side, piece: Piece, runtime: Runtime) -> Frame | None:
+    def _orphan(self, side: Side, piece: Piece, runtime: Runtime, after: Frame | None) -> Frame | None:
         """Whole elements in bytes that end where a found frame starts: the tail of a frame whose
-        start a gap took. Tried only for layouts seen before in this direction, whose last value
-        bounds the chain from below; the command is inferred, and the frame says so."""
+        start a gap took. Tried only for layouts seen before in this direction: an array's last
+        value bounds the chain from below; a hook is told what the frames on either side held.
+        The command is inferred, and the frame says so."""
         decoder = runtime.decoder
         for ident, rule in runtime.tail_rules.items():
-            floor = side.floors.get(ident)
-            if floor is None:
-                continue
-            items, unused = recover(rule, piece.islands, True, [], floor)
-            if not items:
-                continue
+            if isinstance(rule, HookTail):
+                seen = side.beside.get(ident)
+                if seen is None:
+                    continue
+                beside = None
+                if after is not None and self._layout(after) == ident:
+                    beside = _holder(after.fields, rule.path[:-1])
+                    session = after.fields.get(runtime.sessions.get(after.command, ""))
+                    one = ident not in side.mixed and session == seen[0]
+                else:
+                    one = False
+                cut = Cut(b"", -1, -1)
+                around = Around(piece.islands, piece.anchored, -1, seen[1], beside, one)
+                count, used = rule.hook.tail(cut, {}, around)
+                if not count:
+                    continue
+                fields: dict[str, Any] = {}
+                _holder(fields, rule.path[:-1], make=True)[rule.path[-1]] = cut
+                what = rule.hook.items
+            else:
+                floor = side.floors.get(ident)
+                if floor is None:
+                    continue
+                items, unused = recover(rule, piece.islands, piece.anchored, [], floor)
+                if not items:
+                    continue
+                fields, count, what = {rule.array: items}, len(items), rule.array
+                used = sum(map(len, piece.islands)) - unused
             key, response, version = ident
             layout = decoder.compiled[ident][0]
             command = decoder.protocol.commands[layout.command]
             wire_key = decoder.wire_key(key, response)
+            present = sum(map(len, piece.islands))
             return Frame(
                 protocol=decoder.protocol.name,
                 wire_key=wire_key,
@@ -525,18 +617,19 @@ class Reader:
                 command=command.name,
                 version=version,
                 size=0,
-                fields={rule.array: items},
+                fields=fields,
                 expert=[
                     Expert(
                         "error",
                         "incomplete frame: its start was lost in a gap; the command is "
-                        f"inferred from the {rule.array} chained to the next frame",
+                        f"inferred from the {what} chained to "
+                        f"{'the next frame' if piece.anchored else 'the end of the bytes'}",
                         0,
                     ),
                     Expert(
                         "note",
-                        f"{len(items)} whole {rule.array} recovered from {sum(map(len, piece.islands))} "
-                        f"bytes ({unused} bytes belong to elements a gap cut)",
+                        f"{count} whole {what} recovered from {present} "
+                        f"bytes ({present - used} bytes belong to elements a gap cut)",
                         0,
                     ),
                 ],
@@ -549,23 +642,37 @@ class Reader:
             )
         return None
 
-    def _recover_tail(self, frame: Frame, piece: Piece, runtime: Runtime) -> None:
-        """Add the whole elements found after the gap to the frame's last array, and say so."""
+    def _recover_tail(self, side: Side, frame: Frame, piece: Piece, runtime: Runtime) -> None:
+        """Add the whole elements found after the gap to the frame's last array (or its hooked
+        field's Cut), and say so."""
         rule = runtime.tail_rules.get(self._layout(frame))
         if rule is None:
             return
-        before = frame.fields.get(rule.array)
-        if not isinstance(before, list):
-            return
-        items, unused = recover(rule, piece.islands, piece.anchored, before, span=piece.length)
-        if items:
+        present = sum(map(len, piece.islands))
+        if isinstance(rule, HookTail):
+            holder = _holder(frame.fields, rule.path[:-1], make=True)
+            cut = holder.get(rule.path[-1])
+            if type(cut) is not Cut:
+                if cut is not None:
+                    return  # the field is whole: the gap cut what follows it
+                cut = holder[rule.path[-1]] = Cut(b"", -1, -1)  # the gap took the field's start
+            seen = side.beside.get(self._layout(frame))
+            around = Around(piece.islands, piece.anchored, piece.length, seen[1] if seen else None)
+            count, used = rule.hook.tail(cut, holder, around)
+            unused, what = present - used, rule.hook.items
+        else:
+            before = frame.fields.get(rule.array)
+            if not isinstance(before, list):
+                return
+            items, unused = recover(rule, piece.islands, piece.anchored, before, span=piece.length)
             before.extend(items)
-            present = sum(map(len, piece.islands))
+            count, what = len(items), rule.array
+        if count:
             frame.expert.insert(
                 1,
                 Expert(
                     "note",
-                    f"{len(items)} whole {rule.array} recovered from the {present} bytes present after "
+                    f"{count} whole {what} recovered from the {present} bytes present after "
                     f"the gap ({unused} bytes belong to elements the gap cut)",
                     0,
                 ),

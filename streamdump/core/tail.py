@@ -8,6 +8,9 @@ is found by chaining element sizes so they end exactly at the frame's end; a fie
 the spec marks `increasing` must grow along the chain and continue the elements
 before the gap, which rules out chains that start in the cut element's bytes. Without
 such a field nothing is recovered: a guess would be decoding garbage.
+
+A layout that ends with a sized raw field whose hook takes cuts (Deliver's chunk data)
+leaves the search to the hook, which knows what its items look like (HookTail).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from itertools import pairwise
 from typing import Any
 
 from streamdump.spec.hooks import Hook
-from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, FixedRun, Short, StructCodec
+from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, FixedRun, RawCodec, Short, StructCodec
 from streamdump.spec.registry import FieldSpec
 
 
@@ -37,14 +40,37 @@ class TailRule:
     steps: tuple[int | Callable[[bytes, int, int], int | None], ...] | None = None
 
 
-def tail_rule(ops: tuple[Any, ...]) -> TailRule | None:
-    """How to recover a layout's tail, when its last field is an array of structs with an increasing field."""
-    if not ops or not isinstance(ops[-1], FieldOp):
+@dataclass(frozen=True, slots=True)
+class HookTail:
+    """A layout whose last field (optional ones after it aside) is a raw field with a hook
+    that takes cuts: the hook finds the items behind a gap."""
+
+    path: tuple[str, ...]  # the structs that hold the field, then the field
+    hook: Hook
+
+
+def hook_tail(ops: tuple[Any, ...], path: tuple[str, ...] = ()) -> HookTail | None:
+    """The layout's last required field, through the structs that end it, when its hook takes cuts."""
+    required = [op for op in ops if not (isinstance(op, FieldOp) and (op.optional or op.when is not None))]
+    last = required[-1] if required else None
+    if not isinstance(last, FieldOp):
         return None
+    if isinstance(last.codec, StructCodec) and last.hook is None:
+        return hook_tail(last.codec.ops, (*path, last.name))
+    if isinstance(last.codec, RawCodec) and last.hook is not None and last.hook.cuts:
+        return HookTail((*path, last.name), last.hook)
+    return None
+
+
+def tail_rule(ops: tuple[Any, ...]) -> TailRule | HookTail | None:
+    """How to recover a layout's tail: its last field is an array of structs with an increasing
+    field, or a hooked field whose hook takes cuts."""
+    if not ops or not isinstance(ops[-1], FieldOp):
+        return hook_tail(ops) if ops else None
     last = ops[-1]
     codec = last.codec
     if not isinstance(codec, ArrayCodec) or not isinstance(codec.element, StructCodec):
-        return None
+        return hook_tail(ops)
     element_spec: FieldSpec = codec.element_spec
     increasing = next((f.name for f in element_spec.fields if f.increasing), None)
     if increasing is None:
@@ -154,7 +180,7 @@ def _island(
     for end in sorted({end for _, end in ends.values()} - decoded):
         read(end)
     finish = {n} if exact_end else cut_here
-    reaches = _chained_to({start: end for start, (_, end) in ends.items()}, finish)
+    reaches = chained_to({start: end for start, (_, end) in ends.items()}, finish)
     key = rule.increasing
     for start in sorted(reaches - finish):
         chain: list[dict[str, Any]] = []
@@ -223,7 +249,7 @@ def _reaching(
             end = _stepped(steps, data, start)
             if end is not None and end > start:
                 after[start] = end
-    return sorted(_chained_to(after, {n}) & after.keys())
+    return sorted(chained_to(after, {n}) & after.keys())
 
 
 def _stepped(
@@ -244,7 +270,7 @@ def _stepped(
     return pos
 
 
-def _chained_to(after: dict[int, int], finish: set[int]) -> set[int]:
+def chained_to(after: dict[int, int], finish: set[int]) -> set[int]:
     """finish, and every start whose element's end (after[start]) chains to one of them."""
     reaches = set(finish)
     for start in sorted(after, reverse=True):

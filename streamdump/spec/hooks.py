@@ -8,11 +8,16 @@ protocol's package (dissectors/<name>/), each with a Lua twin in the generated p
 A hook works in three steps, cheapest first: `read` finds a `type: hook` field's extent
 and value on every decode; `check` runs on every decode for checks worth their cost
 (a CRC); `expand` runs only when a view needs what lies below (records, sections).
+
+A hook on a sized raw field may also take the field cut by a gap (`cuts`): its check
+and expand then get a Cut, the bytes present before the gap, and its `tail` looks for
+whole items in the bytes present after each gap (Deliver's records behind a gap).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamdump.spec.dissector import dissector_of
@@ -21,6 +26,48 @@ from streamdump.spec.registry import Protocol, SpecError
 if TYPE_CHECKING:
     from streamdump.core.frame import Node
     from streamdump.spec.layout import Ctx
+
+
+@dataclass(slots=True)
+class Cut:
+    """A hooked raw field that a gap cut: what its check and expand get instead of its bytes.
+
+    head: the field's bytes present before the first gap; size: what its size field says
+    (-1 when the frame's start was lost, and with it the field's start); pos: where it
+    starts in the frame. tail: what the hook's `tail` found after the gaps, in the hook's
+    own terms; found: how many messages the head and tail hold, for counts that must not
+    wait for an expand.
+    """
+
+    head: memoryview | bytes
+    size: int
+    pos: int
+    tail: list[Any] = field(default_factory=list)
+    found: int = 0
+
+    def as_json(self) -> str:
+        """Unexpanded, it stands for the bytes present, as a raw field's bytes would."""
+        return bytes(self.head).hex()
+
+
+@dataclass(frozen=True, slots=True)
+class Around:
+    """What a hook's tail knows beyond its field's own bytes.
+
+    islands: the runs of bytes present after each gap, in order; anchored: the last run
+    ends where the frame does; span: the frame's whole length (-1 when unknown).
+    before, after: the values beside the field (its siblings) in the frame of the same
+    layout and session just before the loss and just after it, in this direction, when
+    the capture has them; one_session: every such frame so far belonged to one session,
+    so the frame the loss hit is the one between them.
+    """
+
+    islands: tuple[bytes, ...]
+    anchored: bool
+    span: int = -1
+    before: Mapping[str, Any] | None = None
+    after: Mapping[str, Any] | None = None
+    one_session: bool = False
 
 
 class Hook:
@@ -32,6 +79,11 @@ class Hook:
     # only that value and its siblings: Decoder.expand then works on the values a decode
     # already gave instead of decoding the frame again. Such a hook's `check` notes are malformed.
     expands_in_place = False
+    # On a sized raw field: a partial decode that the frame's end cuts inside the field gives
+    # check and expand a Cut instead of raising past the hook.
+    cuts = False
+    # What `tail` finds, as notes name them.
+    items = "items"
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
@@ -55,6 +107,13 @@ class Hook:
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         """Add the declared fields to siblings (and nodes under node) when a view needs them."""
+
+    def tail(self, cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]:
+        """Whole items in the bytes after the gaps that cut this field, kept in cut.tail for
+        expand: how many messages they hold, and how many bytes of the islands they cover.
+        siblings has what the frame's bytes before the gap gave (empty when its start was
+        lost). Only for `cuts` hooks."""
+        return 0, 0
 
     def expand_run(self, holders: list[Any], start: int, name: str, ctx: Ctx) -> int:
         """expand, without a tree, for the run of holders from start (each holding this hook's

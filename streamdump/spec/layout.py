@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from streamdump.codecs import lenient_json
 from streamdump.codecs.protobuf import ProtobufError, Schema
 from streamdump.core.frame import Expert, Node
+from streamdump.spec.hooks import Cut
 from streamdump.spec.keyed import MASKED, Keyed, key_of, label, member_nodes, title, value_nodes
 from streamdump.spec.registry import INT_TYPES, FieldSpec
 
@@ -910,7 +911,9 @@ class FieldOp:
                 exc.partial = None  # type: ignore[attr-defined]
             if node is not None:
                 node.length = max(0, min(exc.offset, end) - pos)
-                node.value = partial
+                node.value = partial.head if type(partial) is Cut else partial
+            if type(partial) is Cut:
+                run_hook(self.hook, partial, out, pos, ctx, node)
             raise
         self._store(out, value)
         if node is not None:
@@ -943,7 +946,11 @@ class FieldOp:
             # A negative length prefix means null, as for bytes.
             return None, pos
         if end - pos < size:
-            raise Short(self.name, pos, size, end - pos)
+            short = Short(self.name, pos, size, end - pos)
+            if ctx.partial and self.hook is not None and self.hook.cuts:
+                # The bytes before a gap: the hook still reads what is whole in them.
+                short.partial = Cut(mv[pos:end], size, pos)  # type: ignore[attr-defined]
+            raise short
         stop = pos + size
         if isinstance(codec, SwitchCodec):
             value, after = self._read_case(mv, pos, stop, out, ctx, node)
