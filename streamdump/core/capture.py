@@ -214,7 +214,7 @@ class _Prefixed:
     def __init__(self, prefix: bytes, fh: _Exact) -> None:
         self.prefix = prefix
         self.fh = fh
-        self.name = fh.name
+        self.name = getattr(fh, "name", "")  # a stream made in memory has none
 
     def read(self, size: int = -1) -> bytes:
         if not self.prefix:
