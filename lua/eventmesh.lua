@@ -1449,6 +1449,7 @@ local SPEC = {
   limits = {
     bytes = 67108864,
     records = 100000,
+    hint = "(the expanded and records limits: streamdump --limit raises them)",
   },
   conversation = {
     correlation = "seq",

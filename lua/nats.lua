@@ -1294,6 +1294,7 @@ local SPEC = {
   limits = {
     bytes = 67108864,
     records = 100000,
+    hint = "(the expanded and records limits: streamdump --limit raises them)",
   },
   conversation = {
     codes = "hex",

@@ -8253,6 +8253,7 @@ local SPEC = {
   limits = {
     bytes = 67108864,
     records = 100000,
+    hint = "(the expanded and records limits: streamdump --limit raises them)",
   },
   conversation = {
     correlation = "opaque",
@@ -11146,8 +11147,8 @@ local function budget_refuse(ctx, where, what)
   if not b.spent then
     b.spent = true
     note(ctx, "error", "malformed", string.format(
-      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records",
-      where, what, math.floor(SPEC.limits.bytes / 1048576), SPEC.limits.records))
+      "%s: %s; expanding this frame stops at %d MiB decompressed and %d records %s",
+      where, what, math.floor(SPEC.limits.bytes / 1048576), SPEC.limits.records, SPEC.limits.hint))
   end
 end
 

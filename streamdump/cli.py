@@ -45,6 +45,7 @@ from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
+from streamdump.spec.limits import LimitError, Limits, described
 from streamdump.spec.registry import SpecError, default_registry
 from streamdump.views.fieldnames import FrameFilter
 from streamdump.views.filter import FilterError
@@ -100,7 +101,18 @@ def _reader_may_leave() -> Iterator[None]:
         raise typer.Exit(0) from None
 
 
-def _decoders(protocols: list[str] | None) -> dict[str, Decoder]:
+def _limits(settings: list[str] | None) -> Limits:
+    """The bounds --limit NAME=VALUE sets (the defaults for the rest)."""
+    limits = Limits()
+    for text in settings or []:
+        try:
+            limits = limits.setting(text)
+        except LimitError as exc:
+            raise _fail(str(exc), 2) from None
+    return limits
+
+
+def _decoders(protocols: list[str] | None, limits: Limits | None = None) -> dict[str, Decoder]:
     """Decoders of the protocols named (every protocol the registry has, when none is)."""
     registry = default_registry()
     names = list(protocols or sorted(registry.protocols))
@@ -109,7 +121,7 @@ def _decoders(protocols: list[str] | None) -> dict[str, Decoder]:
         carried_by = registry.get(name).wiring.carried_by
         if carried_by is not None and carried_by[0] not in names:
             names.append(carried_by[0])
-    return {name: Decoder(registry.get(name)) for name in dict.fromkeys(names)}
+    return {name: Decoder(registry.get(name), limits=limits or Limits()) for name in dict.fromkeys(names)}
 
 
 class Views:
@@ -256,6 +268,16 @@ FileArg = Annotated[
     Path,
     typer.Argument(help="pcap or pcapng capture file; - reads it from standard input.", show_default=False),
 ]
+LimitOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--limit",
+        help="NAME=VALUE: raise or lower a bound decoding keeps (repeatable): "
+        + "; ".join(f"{name} ({default}): {what}" for name, default, what in described())
+        + ". Sizes take K, M, G.",
+        metavar="NAME=VALUE",
+    ),
+]
 DetailOpt = Annotated[bool, typer.Option("--detail", "-V", help="Print the field tree of every frame.")]
 MessagesOpt = Annotated[
     bool, typer.Option("--messages", "-m", help="One line per published or delivered message.")
@@ -344,6 +366,7 @@ def read(
         ),
     ] = False,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
     column: ColumnOpt = None,
 ) -> None:
@@ -351,7 +374,7 @@ def read(
     streaming = str(file) == STDIN
     if two_pass and streaming:
         raise _fail("--two-pass reads the capture twice; standard input can be read only once", 2)
-    setup = _setup(protocol, port, decode_as)
+    setup = _setup(protocol, port, decode_as, limit)
     columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=True)
@@ -385,6 +408,7 @@ def stats(
     ] = StatsFormat.text,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
     by: Annotated[
         list[str] | None,
@@ -396,7 +420,7 @@ def stats(
     ] = None,
 ) -> None:
     """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
-    setup = _setup(protocol, port, decode_as)
+    setup = _setup(protocol, port, decode_as, limit)
     selection = _selection(setup, filter_text)
     fields = _field_names(setup, by, "--by")
     read_stats = ReadStats()
@@ -441,6 +465,7 @@ def live(
     fmt: FormatOpt = Format.text,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
     column: ColumnOpt = None,
 ) -> None:
@@ -448,7 +473,7 @@ def live(
     then prints the stats summary on stderr."""
     if count < 0 or duration < 0:
         raise _fail("--count and --duration take numbers of 0 or more", 2)
-    setup = _setup(protocol, port, decode_as)
+    setup = _setup(protocol, port, decode_as, limit)
     columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     ports = set(setup.dissection.ports) | set(setup.dissection.guess)
@@ -576,13 +601,14 @@ def proxy(
     fmt: FormatOpt = Format.text,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
     column: ColumnOpt = None,
 ) -> None:
     """Pass clients' connections through to the real server unchanged and decode every frame on
     the way: no privileges needed. Ctrl-C stops, then prints the stats summary on stderr."""
     here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
-    setup = _setup(protocol, [there[1]], decode_as)
+    setup = _setup(protocol, [there[1]], decode_as, limit)
     columns = _message_columns(setup, messages, detail, fmt, column)
     selection = _selection(setup, filter_text)
     try:
@@ -693,6 +719,7 @@ def spark_command(
         str, typer.Option("--driver-memory", help="Driver memory of a local run (Spark's notation).")
     ] = "2g",
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     port: PortOpt = None,
     decode_as: DecodeAsOpt = None,
 ) -> None:
@@ -708,7 +735,7 @@ def spark_command(
             f"--master {master}: Spark takes local, local[N], local[*], spark://HOST:PORT, yarn or k8s://URL",
             2,
         )
-    setup = _setup(protocol, port, decode_as)
+    setup = _setup(protocol, port, decode_as, limit)
     out_dir = Path(out)
     if (
         "://" not in out
@@ -729,6 +756,7 @@ def spark_command(
         tuple(setup.decoders),
         tuple((port, runtime.name) for port, runtime in sorted(setup.dissection.ports.items())),
         tuple(sorted(setup.dissection.guess)),
+        next(iter(setup.decoders.values())).limits,
     )
     show = sys.stderr.isatty()
     parts = partitions or 0
@@ -784,12 +812,13 @@ def follow(
     ] = None,
     port: PortOpt = None,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
 ) -> None:
     """One connection's dialogue: requests and their responses side by side, with the times between."""
     if connection is not None and connection < 1:
         raise _fail(f"--connection takes a connection number from 1, got {connection}", 2)
-    setup = _setup(protocol, port, decode_as)
+    setup = _setup(protocol, port, decode_as, limit)
     read_stats = ReadStats()
     tracker = Conversations(d.protocol for d in setup.decoders.values())
     views = Views(setup.decoders)
@@ -847,9 +876,15 @@ def _progress(
     return ReadProgress(total, position, Console(stderr=True), label=label).follow(frames)
 
 
-def _setup(protocols: list[str] | None, ports: list[int] | None, decode_as: list[str] | None) -> Setup:
+def _setup(
+    protocols: list[str] | None,
+    ports: list[int] | None,
+    decode_as: list[str] | None,
+    limit: list[str] | None = None,
+) -> Setup:
+    limits = _limits(limit)
     try:
-        decoders = _decoders(protocols)
+        decoders = _decoders(protocols, limits)
     except SpecError as exc:
         raise _fail(str(exc)) from None
     bad_ports = [p for p in ports or [] if not 0 < p < 65536]
@@ -1033,10 +1068,11 @@ def decode(
     ] = True,
     fmt: FormatOpt = Format.text,
     protocol: ProtocolOpt = None,
+    limit: LimitOpt = None,
 ) -> None:
     """Decode frames given as hex, as pasted from logs or Wireshark (the protocol that reads them best)."""
     try:
-        decoders = _decoders(protocol)
+        decoders = _decoders(protocol, _limits(limit))
         data = parse_hex(" ".join(hexdump))
     except (SpecError, InputError) as exc:
         raise _fail(str(exc)) from None

@@ -352,7 +352,8 @@ def test_many_sub_batches_cannot_add_up_to_a_huge_expansion(decoder: Decoder) ->
     records = frame.fields["chunk"]["records"]
     assert len(records) == 4  # 64 MiB worth, then the budget says no
     assert [m for m in messages(frame) if "expanding this frame stops" in m] == [
-        "entry 4: 1 records not decoded; expanding this frame stops at 64 MiB decompressed and 100000 records"
+        "entry 4: 1 records not decoded; expanding this frame stops at 64 MiB decompressed and "
+        "100000 records (the expanded and records limits: streamdump --limit raises them)"
     ]
 
 

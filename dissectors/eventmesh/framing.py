@@ -58,7 +58,7 @@ class EventMeshRule(DecodedRule):
 
     def __init__(self, decoder: Decoder) -> None:
         super().__init__(decoder)
-        self.limit = decoder.protocol.wiring.max_size
+        self.limit = decoder.max_frame
 
     def total(self, buf: bytes | bytearray, start: int) -> int | None:
         avail = len(buf) - start

@@ -43,7 +43,7 @@ class NatsRule(DecodedRule):
 
     def __init__(self, decoder: Decoder) -> None:
         super().__init__(decoder)
-        self.limit = decoder.protocol.wiring.max_size
+        self.limit = decoder.max_frame
         names = [str(key).encode() for key in decoder.protocol.by_key if isinstance(key, str)]
         ops = sorted(re.escape(name) for name in names)
         self.op = re.compile(rb"(?i)(?:%s)(?:[ \t\r\n]|$)" % b"|".join(ops))

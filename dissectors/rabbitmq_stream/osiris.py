@@ -536,7 +536,7 @@ def entry_records(
             return []
         budget.bytes_left -= entry.uncompressed_length
         try:
-            result = decompress(entry.compression, entry.body, entry.uncompressed_length)
+            result = decompress(entry.compression, entry.body, entry.uncompressed_length, ctx.limits.sub_batch)
         except DecompressionError as exc:
             ctx.expert.append(Expert("error", f"{where}: sub-batch: {exc}", entry.pos))
             return []
@@ -609,7 +609,7 @@ def _decode_record(
     """One record: an AMQP 1.0 message, or bytes. at is its frame position, None inside compressed bytes."""
     base = entry_pos if at is None else at
     # decode_message tries the shape clients send first: no record is decoded twice.
-    message = amqp.decode_message(body, base) if amqp.looks_like_amqp(body) else None
+    message = amqp.decode_message(body, base, ctx.limits.amqp_depth) if amqp.looks_like_amqp(body) else None
     if message is None:
         record["bytes"] = body
         if node is not None:

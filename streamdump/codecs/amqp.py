@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 64
+TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels"
 
 # ---------------------------------------------------------------- value types
 
@@ -439,7 +440,7 @@ def _compound_head(name: str, wide: bool, mv: memoryview, pos: int, end: int) ->
 
 
 def _too_deep(name: str, pos: int) -> MalformedError:
-    return MalformedError(name, pos, f"nests deeper than {MAX_DEPTH} levels")
+    return MalformedError(name, pos, TOO_DEEP)
 
 
 def _elements(mv: memoryview, p: int, stop: int, count: int, depth: int) -> tuple[list[Any], int]:
@@ -770,14 +771,20 @@ def _kind(value: Any) -> str:
     )
 
 
-def decode_message(data: bytes | bytearray | memoryview, base: int = 0) -> Message:
-    """Decode a bare message; never raises on bad bytes. Offsets in the result are base + offset in data."""
+def decode_message(data: bytes | bytearray | memoryview, base: int = 0, depth: int = MAX_DEPTH) -> Message:
+    """Decode a bare message; never raises on bad bytes. Offsets in the result are base + offset in data.
+    Values may nest depth levels (the amqp_depth limit)."""
     mv = _view(data)
     end = len(mv)
     plain = _plain_message(mv, end, base)
     if plain is not None:
         return plain
-    return _general_message(mv, end, base)
+    # The walk counts levels up to MAX_DEPTH: starting it higher or lower sets the limit.
+    message = _general_message(mv, end, base, 1 + MAX_DEPTH - depth)
+    if message.error is not None and TOO_DEEP in message.error:
+        said = f"nests deeper than {depth} levels (the amqp_depth limit: streamdump --limit raises it)"
+        message.error = message.error.replace(TOO_DEEP, said)
+    return message
 
 
 def plain_message(data: bytes | memoryview, base: int = 0) -> Message | None:
@@ -799,7 +806,7 @@ def data_message(data: bytes, start: int, end: int, base: int) -> Message | None
     return None
 
 
-def _general_message(mv: memoryview, end: int, base: int) -> Message:
+def _general_message(mv: memoryview, end: int, base: int, level: int = 1) -> Message:
     message = Message()
     sections = message.sections
     pos = 0
@@ -813,7 +820,7 @@ def _general_message(mv: memoryview, end: int, base: int) -> Message:
                     f"byte 0x{mv[pos]:02x}", pos, "is not the start of a message section (0x00)"
                 )
             code, pos = _section_code(mv, pos + 1, end)
-            value, pos = _value(mv, pos, end, 1)
+            value, pos = _value(mv, pos, end, level)
             value = _section_value(code, value, base + start, message.notes)
             sections.append(Section(code, SECTION_NAMES[code], base + start, pos - start, value))
     except MalformedError as e:

@@ -30,10 +30,11 @@ import cramjam
 import zstandard
 
 from streamdump.core.frame import Expert
+from streamdump.spec.limits import DEFAULT_LIMITS, Limits, hint
 
 # No client batches anywhere near this much into one sub-entry; the broker's own frame
 # limit keeps real ones far below it.
-MAX_UNCOMPRESSED = 64 << 20
+MAX_UNCOMPRESSED = DEFAULT_LIMITS.sub_batch
 
 _SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
 _SNAPPY_XERIAL = b"\x82SNAPPY\x00"
@@ -58,12 +59,13 @@ class Decompressed:
     framing: str  # which variant matched, e.g. "snappy framed", "lz4 block, size-prefixed"
 
 
-def decompress(code: int, body: bytes | memoryview, declared: int) -> Decompressed:
-    """The body of a sub-batch with compression `code`, decompressed to exactly `declared` bytes."""
-    if declared > MAX_UNCOMPRESSED:
-        raise DecompressionError(
-            f"declared uncompressed length {declared} is over the {MAX_UNCOMPRESSED} byte cap"
-        )
+def decompress(
+    code: int, body: bytes | memoryview, declared: int, cap: int = MAX_UNCOMPRESSED
+) -> Decompressed:
+    """The body of a sub-batch with compression `code`, decompressed to exactly `declared` bytes,
+    at most cap (the sub_batch limit)."""
+    if declared > cap:
+        raise DecompressionError(f"declared uncompressed length {declared} is over {hint('sub_batch', cap)}")
     body = bytes(body)
     if code == 0:
         if len(body) != declared:
@@ -217,8 +219,10 @@ def compress(framing: str, data: bytes) -> bytes:
 # ---------------------------------------------------------------- bodies of no declared length
 
 # Per frame, whatever its parts declare; far above what any broker's frame limit allows.
-MAX_EXPANDED_BYTES = 64 << 20
-MAX_EXPANDED_RECORDS = 100_000
+MAX_EXPANDED_BYTES = DEFAULT_LIMITS.expanded
+MAX_EXPANDED_RECORDS = DEFAULT_LIMITS.records
+# How the budget's note says which limits stopped it (the plugin's note says the same).
+LIMITS_HINT = "(the expanded and records limits: streamdump --limit raises them)"
 
 
 class Budget:
@@ -228,17 +232,18 @@ class Budget:
     their sum. A hook takes the frame's budget from its decode context (Budget.of).
     """
 
-    __slots__ = ("bytes_left", "records_left", "spent")
+    __slots__ = ("bytes_left", "limits", "records_left", "spent")
 
-    def __init__(self) -> None:
-        self.bytes_left = MAX_EXPANDED_BYTES
-        self.records_left = MAX_EXPANDED_RECORDS
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or DEFAULT_LIMITS
+        self.bytes_left = self.limits.expanded
+        self.records_left = self.limits.records
         self.spent = False  # the frame has been told once
 
     @staticmethod
     def of(ctx: Any) -> Budget:
         if ctx.budget is None:
-            ctx.budget = Budget()
+            ctx.budget = Budget(ctx.limits)
         return ctx.budget  # type: ignore[no-any-return]
 
     def refuse(self, ctx: Any, where: str, what: str, pos: int) -> None:
@@ -247,8 +252,8 @@ class Budget:
             ctx.expert.append(
                 Expert(
                     "error",
-                    f"{where}: {what}; expanding this frame stops at {MAX_EXPANDED_BYTES >> 20} MiB "
-                    f"decompressed and {MAX_EXPANDED_RECORDS} records",
+                    f"{where}: {what}; expanding this frame stops at {self.limits.expanded >> 20} MiB "
+                    f"decompressed and {self.limits.records} records {LIMITS_HINT}",
                     pos,
                 )
             )

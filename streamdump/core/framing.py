@@ -219,6 +219,7 @@ class Framer:
             # where a frame does.
             run = bytes(self.orphan + self.buf) if self.orphan is not None else b""
             why = f"no frame boundary found before the stream ended ({reason})"
+            why += f", hunting {self.hunt_reason}" if self.hunt_reason else ""
             self._pass_over(len(self.buf), out, why, run, anchored=False)
         return out
 

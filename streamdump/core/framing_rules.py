@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from streamdump.spec.limits import hint
 from streamdump.spec.registry import INT_TYPES
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ class LengthRule(DecodedRule):
         self.length_at = decoder.length_at
         self.header_len = decoder.header_size
         self.min_total = decoder.header_size
-        self.limit = wiring.max_size + wiring.uncounted
+        self.max_frame = decoder.max_frame  # as the size field counts, and as the user sets it
+        self.limit = decoder.max_frame + wiring.uncounted
         self.pattern = self._pattern(decoder)
 
     def total(self, buf: bytes | bytearray, start: int) -> int | None:
@@ -122,7 +124,9 @@ class LengthRule(DecodedRule):
 
     def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
         (value,) = self.length_st.unpack_from(buf, start + self.length_at)
-        return f"a frame size of {value} at seq {seq} is impossible"
+        if value > self.limit:  # larger than allowed, rather than smaller than any header
+            return f"after a frame size of {value} at seq {seq}, over {hint('frame', self.max_frame)}"
+        return f"after a frame size of {value} at seq {seq}, which is impossible"
 
     def candidates(self, buf: bytearray, start: int) -> Iterable[int]:
         if self.pattern is None:

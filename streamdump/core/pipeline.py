@@ -23,12 +23,13 @@ from streamdump.core.frame import Endpoint, Expert, Frame
 from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
 from streamdump.core.packet import LINKS_READ, unknown_links_text
-from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
+from streamdump.core.reassembly import REORDER_FULL, SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
 from streamdump.core.tail import HookTail, TailRule, last_value, recover, tail_rule
 from streamdump.core.wildcards import matches_any
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.hooks import Around, Cut
+from streamdump.spec.limits import hint
 from streamdump.spec.registry import SpecError
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
@@ -406,7 +407,9 @@ class Reader:
         return conn
 
     def _side(self, src: Endpoint, dst: Endpoint, conn: int, runtime: Runtime, from_client: bool) -> Side:
-        side = Side(src, dst, Stream(), Framer(runtime.rule, from_client=from_client), conn=conn)
+        # The reorder limit, as the user set it for this protocol's decoder.
+        stream = Stream(reorder_cap=runtime.decoder.limits.reorder)
+        side = Side(src, dst, stream, Framer(runtime.rule, from_client=from_client), conn=conn)
         side.stream.on_conflict = lambda c: self._conflict(side, c)
         side.stream.on_late = lambda g, n: self._late(side, g, n)
         return side
@@ -710,11 +713,14 @@ class Reader:
         self.stats.gaps += 1
         self.stats.gap_bytes += gap.length
         lo, hi = gap.seq_range
+        cause = gap.cause
+        if cause == REORDER_FULL:
+            cause += f": {hint('reorder', side.stream.reorder_cap)}"
         self._notice(
             "warn",
             gap.number,
-            f"{side.where}: {gap.length} bytes missing at seq {lo}..{hi} "
-            f"({gap.cause}), found at packet {gap.number}",
+            f"{side.where}: {gap.length} bytes missing at seq {lo}..{hi} ({cause}), "
+            f"found at packet {gap.number}",
             "gap",
             side,
             start=gap.start,

@@ -29,6 +29,7 @@ TCP_ACK = 0x10
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
 
+REORDER_FULL = "reorder buffer full"  # a gap's cause when the reorder limit was hit
 DEFAULT_REORDER_CAP = 4 << 20  # bytes waiting for earlier bytes, per direction
 DEFAULT_HISTORY = 256 << 10  # delivered bytes kept to check retransmissions against
 
@@ -176,7 +177,7 @@ class Stream:
         self.pending[pos] = data
         self.pending_bytes += len(data)
         if self.pending_bytes > self.reorder_cap:
-            events.append(self._gap(self.pending_heap[0], number, "reorder buffer full"))
+            events.append(self._gap(self.pending_heap[0], number, REORDER_FULL))
 
     def _settle(self, number: int, events: list[Event]) -> None:
         """Hand on waiting segments that have become in-order; declare snap-length holes."""

@@ -34,6 +34,7 @@ from streamdump.core.splits import Split, SplitError, find_first, head_section, 
 from streamdump.spark.tables import Tables, batch
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
+from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import default_registry
 from streamdump.views.stats import Partial, Statistics
 
@@ -76,10 +77,11 @@ class Settings:
     protocols: tuple[str, ...]
     ports: tuple[tuple[int, str], ...] = ()
     guess: tuple[int, ...] = ()
+    limits: Limits = DEFAULT_LIMITS  # the bounds the driver's --limit set
 
     def dissection(self) -> tuple[dict[str, Decoder], Dissection]:
         registry = default_registry()
-        decoders = {name: Decoder(registry.get(name)) for name in self.protocols}
+        decoders = {name: Decoder(registry.get(name), limits=self.limits) for name in self.protocols}
         return decoders, Dissection(decoders.values(), dict(self.ports), self.guess)
 
 

@@ -29,6 +29,7 @@ from streamdump.spec.layout import (
     part_of,
     title,
 )
+from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol, flat_fields
 from streamdump.spec.specialise import Fallback, Specialised, specialise
 
@@ -141,8 +142,11 @@ class DecodeState:
 
 
 class Decoder:
-    def __init__(self, protocol: Protocol, *, fast: bool = True) -> None:
+    def __init__(self, protocol: Protocol, *, fast: bool = True, limits: Limits = DEFAULT_LIMITS) -> None:
         self.protocol = protocol
+        self.limits = limits
+        # The largest frame this decoder takes: the spec's sanity cap, unless the user set one.
+        self.max_frame = limits.frame_for(protocol.wiring.max_size)
         self.hooks = build_hooks(protocol)
         self.keyed = Keyed(protocol.enums)
         compiler = self.compiler = Compiler(protocol.order, self.hooks, self.keyed)
@@ -230,7 +234,7 @@ class Decoder:
         if len(data) < self.header_size:
             return False
         total = self.frame_length(data)
-        if total is None or not self.header_size <= total <= self.protocol.wiring.max_size + self.uncounted:
+        if total is None or not self.header_size <= total <= self.max_frame + self.uncounted:
             return False
         header: dict[str, Any] = {}
         ctx = Ctx([])
@@ -304,7 +308,7 @@ class Decoder:
         """
         mv = memoryview(data)
         expert: list[Expert] = []
-        ctx = Ctx(expert, nodes, expand=expand, partial=partial)
+        ctx = Ctx(expert, nodes, expand=expand, partial=partial, limits=self.limits)
         fields: dict[str, Any] = {}
         have = len(data)
         total = self.frame_length(data)
@@ -502,7 +506,9 @@ class Decoder:
             and not any(e.group == "malformed" for e in frame.expert)
         ):
             notes: list[Expert] = []
-            self._expand_values(layout.fields, frame.fields, Ctx(notes, expand=True), guarded=True)
+            self._expand_values(
+                layout.fields, frame.fields, Ctx(notes, expand=True, limits=self.limits), guarded=True
+            )
             frame.expert = _merge_notes(notes, frame.expert)
             frame.expanded = True
             return frame
@@ -514,7 +520,9 @@ class Decoder:
         # An incomplete frame may hold elements recovered after a gap, which decoding its
         # bytes again would not find: expand the values it has instead.
         if layout is not None:
-            self._expand_values(layout.fields, frame.fields, Ctx(frame.expert, expand=True))
+            self._expand_values(
+                layout.fields, frame.fields, Ctx(frame.expert, expand=True, limits=self.limits)
+            )
         frame.expanded = True
         return frame
 

@@ -21,6 +21,7 @@ from streamdump.codecs.protobuf import ProtobufError, Schema
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Cut
 from streamdump.spec.keyed import MASKED, Keyed, key_of, label, member_nodes, title, value_nodes
+from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import INT_TYPES, FieldSpec
 
 __all__ = ["BadValue", "Compiler", "Ctx", "Short", "decode_ops", "encode_ops", "title"]
@@ -75,6 +76,8 @@ class Ctx:
     # Text protocols: a `size: word` field just read its line's end, so a `size: line` field
     # after it has nothing left on that line.
     line_done: bool = False
+    # The bounds the decode keeps (its decoder's).
+    limits: Limits = DEFAULT_LIMITS
 
 
 class Op(Protocol):
