@@ -536,7 +536,9 @@ def entry_records(
             return []
         budget.bytes_left -= entry.uncompressed_length
         try:
-            result = decompress(entry.compression, entry.body, entry.uncompressed_length, ctx.limits.sub_batch)
+            result = decompress(
+                entry.compression, entry.body, entry.uncompressed_length, ctx.limits.sub_batch
+            )
         except DecompressionError as exc:
             ctx.expert.append(Expert("error", f"{where}: sub-batch: {exc}", entry.pos))
             return []
