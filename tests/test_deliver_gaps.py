@@ -21,11 +21,12 @@ from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry, sub_batch
 from streamdump.codecs import amqp
 from streamdump.core.capture import Segment
 from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, decode_segments, read_frames
+from streamdump.core.pipeline import Reader, ReadStats, decode_segments, read_frames
 from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.hooks import Cut
+from streamdump.spec.limits import Limits
 
 MSS = 1448
 CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 5552)
@@ -251,3 +252,43 @@ def test_every_record_whose_bytes_survive_is_recovered(
 def test_a_real_capture_reads_as_before(decoder: Decoder) -> None:
     frames = list(read_frames(CAPTURES / "bulk.pcap", decoder, None, ReadStats()))
     assert all(f.incomplete is None for f in frames)
+
+
+def test_a_view_expanding_each_frame_as_it_comes_recovers_the_same(decoder: Decoder) -> None:
+    """What recovery remembers of a frame is not what a view leaves of it after expanding it."""
+    sizes = [
+        [5, 5, 78],
+        [600, 5, 489, 430, 600, 600],
+        [600, 5, 600],
+        [227] + [5] * 9 + [256, 280] + [600] * 3 + [28],
+    ]
+    sizes.append([15])
+    wire, _ = chunks_stream(decoder, sizes)
+    segs, _ = segments(wire, {2, 4})
+    later = recovered(decoder, list(decode_segments(segs, decoder, [5552], ReadStats())))
+    at_once = []
+    for frame in decode_segments(segs, decoder, [5552], ReadStats()):
+        at_once += recovered(decoder, [frame])
+    assert at_once == later and (27, 27) in later
+
+
+def test_what_recovery_remembers_of_a_cut_chunk_outlives_its_expansion(decoder: Decoder) -> None:
+    """A view expands each frame before the next one is read, which replaces a cut chunk's data
+    by its records; recovery behind a later gap still needs what the data said (how many of
+    the chunk's records were seen), to bound the offsets of records whose chunk start was lost."""
+    wire, _ = chunks_stream(decoder, [[100] * 120, [100] * 120, [100] * 120])
+    segs, _ = segments(wire, {4})
+    # A small reorder buffer: the loss is declared at once, not when the capture ends.
+    hasty = Decoder(decoder.protocol, limits=Limits(reorder=2 * MSS))
+    reader = Reader(hasty, [5552], ReadStats())
+    cut = 0
+    for seg in segs:
+        for frame in reader.feed(seg):
+            hasty.expand(frame)
+            assert "chunk_data" not in frame.fields["chunk"]
+            if frame.incomplete is not None:
+                cut += 1
+                (conn,) = reader.connections.values()
+                (remembered,) = [holder for _, holder in conn.to_client.beside.values()]
+                assert type(remembered["chunk_data"]) is Cut
+    assert cut == 1

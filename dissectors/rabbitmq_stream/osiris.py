@@ -31,7 +31,6 @@ from typing import Any
 from streamdump.codecs import amqp
 from streamdump.codecs.compression import Budget, DecompressionError, decompress
 from streamdump.core.frame import Expert, Node
-from streamdump.core.tail import chained_to
 from streamdump.spec.hooks import Around, Cut, Hook
 from streamdump.spec.layout import BadValue, Ctx, Short
 
@@ -334,6 +333,9 @@ def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]
     elif not siblings and around.one_session and around.after is not None and around.before is not None:
         after_id, before_id = around.after.get("chunk_id"), around.before.get("chunk_id")
         before_count = around.before.get("num_records")
+        before_data = around.before.get("chunk_data")
+        if type(before_data) is Cut:  # a gap cut it too: only its records before that are known
+            before_count = before_data.found
         if isinstance(after_id, int) and isinstance(before_id, int) and isinstance(before_count, int):
             end_offset, floor = after_id, before_id + before_count
     found, entries, used = 0, 0, 0
@@ -428,35 +430,48 @@ def _amqp_records(head: bytes, entries: int) -> bool:
 def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[int, int, int]]]:
     """Chains of entries in data, earliest start first, as (start, end, records) each: when
     exact, those ending exactly at the end of data; else those ending in an entry the end
-    of data cuts (or exactly at it). Every record must pass _believable."""
+    of data cuts (or exactly at it). Every record must pass _believable.
+
+    Starts are tried in order, each chain followed entry by entry until it ends or meets a
+    position already settled: chains from false starts soon fail or join the true one, so
+    the work is about the bytes before the first true start plus one walk of the chain.
+    """
     n = len(data)
     # A cut entry's size is not bounded by the bytes left; a whole one's is.
     pattern = next((p for limit, p in _STARTS if n <= limit), None) if exact else _STARTS[1][1]
     starts = (m.start() for m in pattern.finditer(data)) if pattern is not None else range(n)
     after: dict[int, tuple[int, int]] = {}
-    finish = {n}
+    # Whether a believed chain runs from a position to where chains may stop: the end of data,
+    # and (not exact) an entry the end of data cuts.
+    ok: dict[int, bool] = {n: True}
     for start in starts:
-        end, count = _step(data, start, n)
-        if end == CUT_OFF:
-            if not exact:
-                finish.add(start)
-        elif end > start:
-            after[start] = (end, count)
-    reaches = chained_to({start: end for start, (end, _) in after.items()}, finish)
-    believed: dict[int, bool] = {}
-    for start in sorted(reaches & after.keys(), reverse=True):
-        end = after[start][0]
-        believed[start] = (end in finish or believed.get(end, False)) and _believable(
-            data, start, end, amqp_only
-        )
-    for start in sorted(s for s, ok in believed.items() if ok):
-        chain = []
+        if start in ok and not ok[start]:
+            continue
+        path: list[int] = []
         at = start
-        while at in after:
-            end, count = after[at]
-            chain.append((at, end, count))
+        while at not in ok:
+            end, count = _step(data, at, n)
+            if end == CUT_OFF:
+                ok[at] = not exact
+                break
+            if end <= at:
+                ok[at] = False
+                break
+            after[at] = (end, count)
+            path.append(at)
             at = end
-        yield chain
+        good = ok[at]
+        for at in reversed(path):  # settled from the end back: one unbelievable entry ends it
+            good = good and _believable(data, at, after[at][0], amqp_only)
+            ok[at] = good
+        if ok[start] and start in after:
+            chain = []
+            at = start
+            while at in after:
+                end, count = after[at]
+                chain.append((at, end, count))
+                at = end
+            yield chain
 
 
 def _believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:

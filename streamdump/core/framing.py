@@ -194,7 +194,6 @@ class Framer:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
         out: list[Piece] = []
         self._release_cut(out, anchored=False)
-        self._release_guess(out)
         if self.synced:
             while self.buf:
                 total = self.rule.total_at_end(self.buf, 0)
@@ -209,9 +208,12 @@ class Framer:
                 out.append(Piece("incomplete", self.pos, bytes(self.buf), total, reason))  # type: ignore[arg-type]
                 self.buf.clear()
             return out
+        # The last frame found may confirm a guess (its size says it ends there): only then is
+        # a guess still waiting handed on without its tail.
         self._hunt(out, at_end=True)
         if not self.synced:
             self._hunt_cut(out)  # a frame the end of the bytes cuts, as a gap would
+        self._release_guess(out)
         if self.synced:
             out.extend(self.finish(reason))
         elif self.buf or self.passed:

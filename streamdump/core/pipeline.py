@@ -559,7 +559,8 @@ class Reader:
         if rule is None:
             return
         if isinstance(rule, HookTail):
-            holder = _holder(frame.fields, rule.path[:-1])
+            # A copy: views expand the frame before the next one comes, replacing the field.
+            holder = dict(_holder(frame.fields, rule.path[:-1]))
             if holder:
                 session = frame.fields.get(runtime.sessions.get(frame.command, ""))
                 seen = side.beside.get(ident)
