@@ -39,6 +39,10 @@ from streamdump.views.render import Renderer
 
 # A stream target's input: a control word, then the bytes. Segments are at most this long.
 SEGMENT_MAX = 4096
+# How much of a connection one stream seed holds, and how many seeds a target takes at most
+# (evenly from all): a fuzzer runs every seed before it mutates any.
+STREAM_WINDOW = 4096
+MAX_SEEDS = 300
 CLIENT, SERVER = "10.9.0.1", "10.9.0.2"
 
 
@@ -170,21 +174,28 @@ def _frames(files: Iterable[Path], protocol: str) -> list[bytes]:
     return list(seen)
 
 
-def _streams(files: Iterable[Path], protocol: str) -> list[bytes]:
-    """Each capture's first connection, both directions' PDUs in order, behind a control word."""
+def _streams(files: Iterable[Path], protocol: str, window: int = STREAM_WINDOW) -> list[bytes]:
+    """Runs of a connection's PDUs (both directions, in order) behind a control word: from each
+    capture's first connection, starting at its first PDU and then every few, so that what comes
+    late in a connection (messages, chunks) is in the seeds too; at most 60 a capture."""
     out = []
     for path in files:
-        data = bytearray(b"\x00\x00\x00\x01")
         conn = None
+        pdus: list[bytes] = []
         for frame in _read(path):
             if frame.protocol != protocol or frame.incomplete is not None:
                 continue
             conn = frame.conn if conn is None else conn
-            if frame.conn == conn and len(data) < 65536:
-                data += frame.data
-        if len(data) > 4:
-            out.append(bytes(data))
-    return out
+            if frame.conn == conn:
+                pdus.append(bytes(frame.data))
+        for first in range(0, len(pdus), max(1, len(pdus) // 60)):
+            data = bytearray(b"\x00\x00\x00\x01")
+            for pdu in pdus[first:]:
+                if len(data) >= window:
+                    break
+                data += pdu
+            out.append(bytes(data[:window]))
+    return out[:: max(1, len(out) // MAX_SEEDS)]
 
 
 def _read(path: Path) -> Iterable[object]:
