@@ -27,11 +27,9 @@ from __future__ import annotations
 import difflib
 import functools
 import gzip
-import io
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -42,7 +40,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import dpkt
 import pytest
 import zstandard
 from streamdump.dissectors.rabbitmq_stream import osiris
@@ -53,6 +50,7 @@ from streamdump.spec.registry import Protocol, default_registry
 from streamdump.views.fieldnames import entry_names, message_names
 from streamdump.wireshark import luagen
 from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
+from tests.pcap_writer import tcp_pcap
 
 PLUGIN = ROOT / "lua" / "rabbitmq_stream.lua"
 TOP = ("size", "key", "version")
@@ -585,39 +583,6 @@ def differences(
 
 
 # ---------------------------------------------------------------- a capture of damage
-
-
-def tcp_pcap(
-    frames: list[tuple[bool, bytes]],
-    server: tuple[str, int] = ("127.0.0.1", 5552),
-    client: tuple[str, int] = ("127.0.0.1", 40000),
-) -> bytes:
-    """A pcap of one TCP connection (handshake, then one segment per frame) built with dpkt."""
-    out = io.BytesIO()
-    writer = dpkt.pcap.Writer(out)
-    seq = {True: 1000, False: 5000}
-    ts = 1_800_000_000.0
-
-    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
-        nonlocal ts
-        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
-        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
-                           flags=flags, win=65535, data=payload)  # fmt: skip
-        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
-        ip.data = tcp
-        ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP)
-        eth.data = ip
-        writer.writepkt(bytes(eth), ts=ts)
-        ts += 0.001
-        seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
-
-    packet(True, dpkt.tcp.TH_SYN)
-    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
-    packet(True, dpkt.tcp.TH_ACK)
-    for from_client, payload in frames:
-        packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload)
-    return out.getvalue()
 
 
 def damage_frames(decoder: Decoder) -> list[tuple[bool, bytes]]:

@@ -21,21 +21,19 @@ error, no hang), in CI.
 
 from __future__ import annotations
 
-import io
 import random
-import socket
 import struct
 import sys
 import zlib
 from pathlib import Path
 
-import dpkt
 import zstandard
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from pcap_writer import tcp_pcap  # noqa: E402
 from spec_strategies import encode_chunk  # noqa: E402
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry, sub_batch_entry  # noqa: E402
 
@@ -46,38 +44,6 @@ from streamdump.spec.decoder import Decoder  # noqa: E402
 from streamdump.spec.registry import default_registry  # noqa: E402
 
 TS = 1_800_000_000.0
-
-
-def tcp_pcap(frames: list[tuple[bool, bytes]], port: int) -> bytes:
-    """One TCP connection (handshake, then one segment per frame) as a pcap."""
-    out = io.BytesIO()
-    writer = dpkt.pcap.Writer(out)
-    client, server = ("127.0.0.1", 40000), ("127.0.0.1", port)
-    seq = {True: 1000, False: 5000}
-    ts = TS
-
-    def packet(from_client: bool, flags: int, payload: bytes = b"") -> None:
-        nonlocal ts
-        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
-        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
-                           flags=flags, win=65535, data=payload)  # fmt: skip
-        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
-        ip.data = tcp
-        ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP)
-        eth.data = ip
-        writer.writepkt(bytes(eth), ts=ts)
-        ts += 0.001
-        seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
-
-    packet(True, dpkt.tcp.TH_SYN)
-    packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
-    packet(True, dpkt.tcp.TH_ACK)
-    for from_client, payload in frames:
-        # IPv4 caps a packet at 64 KiB: a longer frame goes in several segments.
-        for at in range(0, max(len(payload), 1), 60000):
-            packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload[at : at + 60000])
-    return out.getvalue()
 
 
 def first_connection(protocol: str) -> tuple[list[tuple[bool, bytes]], int]:
@@ -99,7 +65,7 @@ def first_connection(protocol: str) -> tuple[list[tuple[bool, bytes]], int]:
 def damaged(protocol: str) -> bytes:
     frames, port = first_connection(protocol)
     rng = random.Random(f"hostile {protocol}")
-    return tcp_pcap([(side, damage(data, rng)[:16384]) for side, data in frames[:60]], port)
+    return tcp_pcap([(side, damage(data, rng)[:16384]) for side, data in frames[:60]], ("127.0.0.1", port))
 
 
 def deliver(decoder: Decoder, chunk: bytes, subscription: int = 1) -> bytes:
@@ -123,7 +89,7 @@ def bomb(decoder: Decoder) -> bytes:
         entry = sub_batch_entry([b""], code, packed)
         entry.record_count, entry.uncompressed_length = 65535, claim
         frames.append((False, deliver(decoder, encode_chunk([entry], chunk_id=len(frames) * 65535))))
-    return tcp_pcap(frames, 5552)
+    return tcp_pcap(frames, ("127.0.0.1", 5552))
 
 
 def deep(decoder: Decoder) -> bytes:
@@ -137,7 +103,7 @@ def deep(decoder: Decoder) -> bytes:
         {"publisher_id": 1, "messages": [{"publishing_id": 1, "entry": simple_entry(message)}]},
     )
     chunk = encode_chunk([simple_entry(message)], chunk_id=0)
-    return tcp_pcap([(True, publish), (False, deliver(decoder, chunk))], 5552)
+    return tcp_pcap([(True, publish), (False, deliver(decoder, chunk))], ("127.0.0.1", 5552))
 
 
 def absurd(decoder: Decoder) -> bytes:
@@ -153,7 +119,7 @@ def absurd(decoder: Decoder) -> bytes:
     frames.append((False, deliver(decoder, bytes(chunk))))
     # A frame that claims 2 GB, then what follows it.
     frames.append((True, b"\x7f\xff\xff\xff\x00\x02\x00\x01" + bytes(64)))
-    return tcp_pcap(frames, 5552)
+    return tcp_pcap(frames, ("127.0.0.1", 5552))
 
 
 def pcap_header(linktype: int = 1) -> bytes:
