@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 from streamdump.cli import app
 from streamdump.codecs import amqp
 from streamdump.codecs.compression import compress
+from streamdump.core.capture import Segment
 from streamdump.core.pipeline import ReadStats, decode_segments
+from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.limits import LimitError, Limits, described
 from streamdump.spec.registry import default_registry
@@ -43,6 +45,7 @@ def test_settings_parse_sizes_and_refuse_what_is_not_a_limit() -> None:
         "records",
         "amqp_depth",
         "reorder",
+        "buffered",
     ]
 
 
@@ -109,3 +112,44 @@ def test_the_cli_takes_limits_and_refuses_bad_ones_in_one_line() -> None:
     assert "--limit records: 'many' is not a positive number" in bad.output
     good = runner.invoke(app, ["read", "--limit", "records=7", "--limit", "reorder=1M", "-"], input=b"")
     assert "--limit" not in good.output
+
+
+def test_bytes_held_across_connections_are_the_limit_set() -> None:
+    """Connections each assembling a large frame: past the buffered limit, the one holding most
+    hands its frame on incomplete and goes on, and a notice names the limit."""
+    decoder = Decoder(PROTOCOL, limits=Limits(buffered=3 << 20))
+    big = amqp.encode_message([("data", bytes(3 << 20))])
+    frame = decoder.encode(
+        "Deliver", "command", {"subscription_id": 1, "chunk": chunk_fields(encode_chunk([simple_entry(big)]))}
+    )
+    segments: list[Segment] = []
+    for port in (40001, 40002, 40003):
+        client = ("10.0.0.1", port)
+        segments.append(
+            Segment(len(segments) + 1, 0.0, client[0], "10.0.0.2", port, 5552, 100, 0, TCP_SYN, b"")
+        )
+        segments.append(
+            Segment(
+                len(segments) + 1, 0.0, "10.0.0.2", client[0], 5552, port, 5000, 101, TCP_SYN | TCP_ACK, b""
+            )
+        )
+    # Each connection sends most of its frame, in turn, 1 MiB at a time.
+    for at in range(0, len(frame) - 1000, 1 << 20):
+        for port in (40001, 40002, 40003):
+            part = frame[at : min(at + (1 << 20), len(frame) - 1000)]
+            segments.append(
+                Segment(
+                    len(segments) + 1, 0.0, "10.0.0.2", "10.0.0.1", 5552, port, 5001 + at, 101, TCP_ACK, part
+                )
+            )
+    stats = ReadStats()
+    frames = list(decode_segments(segments, decoder, [5552], stats))
+    let_go = [n.message for n in stats.notices if n.kind == "buffered"]
+    assert let_go and all(
+        "over the buffered limit (3 MiB); raise it with --limit buffered=N" in m for m in let_go
+    )
+    assert len(frames) == 3 and all(f.incomplete for f in frames)
+    held = Decoder(PROTOCOL)  # the default limit holds all three to the end
+    stats = ReadStats()
+    assert len(list(decode_segments(segments, held, [5552], stats))) == 3
+    assert not [n for n in stats.notices if n.kind == "buffered"]

@@ -190,6 +190,25 @@ class Framer:
         self.start_hunting(f"after the gap at seq {gap.seq_range[0]}")
         return out
 
+    def held(self) -> int:
+        """Bytes this framer holds: a frame not yet whole, or bytes it hunts in."""
+        held = len(self.buf) + sum(map(len, self.runs)) + len(self.orphan or b"")
+        if self.cut is not None:
+            held += len(self.cut[1]) + sum(map(len, self.islands))
+        if self.guess is not None:
+            held += len(self.guess[1])
+        return held
+
+    def release(self, reason: str) -> list[Piece]:
+        """Hand on what is held, as at the end of the stream, then go on hunting: the bytes that
+        come next may be the rest of the frame handed on."""
+        out = self.finish(reason)
+        self.scan = 0
+        self.passed, self.passed_from = 0, None
+        self.skip_until = None
+        self.start_hunting(f"after letting go of what was held ({reason})")
+        return out
+
     def finish(self, reason: str) -> list[Piece]:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
         out: list[Piece] = []

@@ -23,17 +23,30 @@ from streamdump.core.frame import Endpoint, Expert, Frame
 from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
 from streamdump.core.packet import LINKS_READ, unknown_links_text
-from streamdump.core.reassembly import REORDER_FULL, SEQ_MOD, TCP_ACK, TCP_RST, TCP_SYN, Conflict, Gap, Stream
+from streamdump.core.reassembly import (
+    BUFFERED_FULL,
+    REORDER_FULL,
+    SEQ_MOD,
+    TCP_ACK,
+    TCP_RST,
+    TCP_SYN,
+    Conflict,
+    Gap,
+    Stream,
+)
 from streamdump.core.tail import HookTail, TailRule, last_value, recover, tail_rule
 from streamdump.core.wildcards import matches_any
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.hooks import Around, Cut
-from streamdump.spec.limits import hint
+from streamdump.spec.limits import DEFAULT_LIMITS, hint
 from streamdump.spec.registry import SpecError
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
+# How often, in bytes fed, the bytes held across all connections are counted against the
+# buffered limit: counting walks every connection, so not on every segment.
+HELD_CHECK_BYTES = 8 << 20
 # Connections on no known port, watched for a protocol's magic or first frame: how many at
 # once, and how many of their segments with bytes each gets before it is given up.
 WATCHED = 4096
@@ -47,7 +60,8 @@ class Notice:
     severity: str
     message: str
     number: int  # packet number it relates to
-    kind: str = "note"  # gap, skipped, conflict, late, midstream, fragments, truncated, link type, ended
+    # gap, skipped, conflict, late, midstream, fragments, truncated, link type, ended, buffered
+    kind: str = "note"
     src: Endpoint | None = None
     dst: Endpoint | None = None
     start: int | None = None  # TCP sequence numbers of the bytes concerned
@@ -261,6 +275,10 @@ class Reader:
         self.ignored: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
         self.watching = bool(self.dissection.magic or self.dissection.guess)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
+        # The buffered limit (every decoder has the same Limits), and bytes fed since it was checked.
+        runtimes = list(self.dissection.runtimes.values())
+        self.held_limit = runtimes[0].decoder.limits.buffered if runtimes else DEFAULT_LIMITS.buffered
+        self.fed = 0
 
     # ------------------------------------------------------------------ input
 
@@ -318,6 +336,39 @@ class Reader:
             yield from self._end(key, conn, seg.number, "the connection was reset")
         elif conn.to_server.stream.closed and conn.to_client.stream.closed:
             yield from self._end(key, conn, seg.number, "the connection closed")
+        self.fed += len(seg.payload)
+        if self.fed >= HELD_CHECK_BYTES:
+            self.fed = 0
+            yield from self._bound(seg.number)
+
+    def _bound(self, number: int) -> Iterator[Frame]:
+        """Keep the bytes held across connections under the buffered limit: the directions
+        holding most hand on what they hold (gaps declared, frames handed on incomplete)."""
+        held = [
+            (side.stream.pending_bytes + side.framer.held(), side, conn)
+            for conn in self.connections.values()
+            for side in (conn.to_server, conn.to_client)
+        ]
+        total = sum(h for h, _, _ in held)
+        if total <= self.held_limit:
+            return
+        limit = hint("buffered", self.held_limit)
+        for amount, side, conn in sorted(held, key=lambda h: h[0], reverse=True):
+            if total <= self.held_limit or not amount:
+                break
+            self._notice(
+                "warn",
+                number,
+                f"{side.where}: {amount} bytes held let go: {total} bytes held across "
+                f"{len(self.connections)} connections is over {limit}",
+                "buffered",
+                side,
+            )
+            events = side.stream.release(number, BUFFERED_FULL)
+            if events:
+                yield from self._events(conn, side, events, None, number)
+            yield from self._pieces(side, side.framer.release(BUFFERED_FULL), None, number, conn)
+            total -= amount
 
     def finish(self) -> Iterator[Frame]:
         """Flush every connection still open when the capture ends."""
@@ -717,6 +768,8 @@ class Reader:
         cause = gap.cause
         if cause == REORDER_FULL:
             cause += f": {hint('reorder', side.stream.reorder_cap)}"
+        elif cause == BUFFERED_FULL:
+            cause += f": {hint('buffered', self.held_limit)}"
         self._notice(
             "warn",
             gap.number,

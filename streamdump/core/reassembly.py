@@ -30,6 +30,7 @@ SEQ_MOD = 1 << 32
 HALF = 1 << 31
 
 REORDER_FULL = "reorder buffer full"  # a gap's cause when the reorder limit was hit
+BUFFERED_FULL = "too much held across connections"  # when the buffered limit was
 DEFAULT_REORDER_CAP = 4 << 20  # bytes waiting for earlier bytes, per direction
 DEFAULT_HISTORY = 256 << 10  # delivered bytes kept to check retransmissions against
 
@@ -125,6 +126,16 @@ class Stream:
             first = self.pending_heap[0] if self.pending_heap else upto
             if first > self.next:
                 events.append(self._gap(min(first, upto), number, "not captured"))
+            self._settle(number, events)
+        return events
+
+    def release(self, number: int, cause: str) -> list[Event]:
+        """Hand on everything waiting now, the holes before it declared gaps: the stream goes on."""
+        events: list[Event] = []
+        while self.pending_heap:
+            first = self.pending_heap[0]
+            if first > self.next:  # type: ignore[operator]
+                events.append(self._gap(first, number, cause))
             self._settle(number, events)
         return events
 

@@ -22,6 +22,7 @@ DOCS = {
     "records": "records (messages) decoded in one frame",
     "amqp_depth": "levels AMQP 1.0 values may nest",
     "reorder": "bytes held per direction of a connection while a missing segment may still come",
+    "buffered": "bytes held across all connections (waiting for missing segments, or frames not yet whole)",
 }
 # Deep AMQP values are decoded recursively: past this, Python's own recursion limit is near.
 MAX_AMQP_DEPTH = 200
@@ -41,6 +42,7 @@ class Limits:
     records: int = 100_000
     amqp_depth: int = MAX_DEPTH
     reorder: int = DEFAULT_REORDER_CAP
+    buffered: int = 1 << 30
 
     def frame_for(self, spec_max: int) -> int:
         return spec_max if self.frame is None else self.frame
