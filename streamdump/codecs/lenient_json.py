@@ -9,9 +9,17 @@ error with its byte offset. Writing is plain JSON.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 _BARE = frozenset("0123456789-+.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
+# What the character loops below need to look at, found at C speed: a string literal (to the end
+# of the text when it is not closed), the brackets outside them, and a place where a bare key could
+# start (after "{" or ",", past characters that leave a key expected). Text without the last is
+# returned by _quote_bare_keys unchanged, so it is refused without that loop.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_MAYBE_BARE = re.compile(r'[{,][^"{}\[\],:0-9A-Za-z_$+.\-]*[0-9A-Za-z_$+.\-]')
 
 
 class JsonError(ValueError):
@@ -30,22 +38,13 @@ def too_deep(text: str) -> bool:
     """Whether arrays and objects nest deeper than MAX_DEPTH (outside strings)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return False
-    depth, in_string, escaped = 0, False, False
-    for c in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
+    depth = 0
+    for bracket in _BRACKETS.findall(_STRING.sub("", text)):
+        if bracket in "[{":
             depth += 1
             if depth > MAX_DEPTH:
                 return True
-        elif c in "]}":
+        else:
             depth -= 1
     return False
 
@@ -57,7 +56,7 @@ def loads(text: str) -> tuple[Any, bool]:
     try:
         return _strict(text), False
     except json.JSONDecodeError as strict:
-        fixed = _quote_bare_keys(text)
+        fixed = _quote_bare_keys(text) if _MAYBE_BARE.search(text) else text
         if fixed == text:
             raise JsonError(strict.msg, strict.pos) from None
         try:

@@ -1,0 +1,57 @@
+"""Lenient JSON's quick looks (regular expressions) give what its character loops gave: the
+depth check and the gate before quoting bare keys, against those loops kept here, on text made
+of what matters to them (brackets, quotes, backslashes, keys, separators)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamdump.codecs import lenient_json
+from streamdump.codecs.lenient_json import MAX_DEPTH, _quote_bare_keys
+
+PIECES = st.lists(
+    st.sampled_from(['"', "\\", "[", "]", "{", "}", ",", ":", " ", "a", "0", "#", "-", "x\n", '\\"']),
+    max_size=400,
+)
+
+
+def deep_by_loop(text: str) -> bool:
+    depth, in_string, escaped = 0, False, False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(PIECES, st.integers(0, 260))
+def test_depth_is_what_the_loop_says(pieces: list[str], nesting: int) -> None:
+    text = "[" * nesting + "".join(pieces) + "]" * nesting
+    assert lenient_json.too_deep(text) == deep_by_loop(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(PIECES)
+def test_text_the_gate_turns_away_has_no_bare_key(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    if not lenient_json._MAYBE_BARE.search(text):
+        assert _quote_bare_keys(text) == text
+
+
+def test_bare_keys_are_still_read() -> None:
+    assert lenient_json.loads('{0:"127.0.0.1:10911"}') == ({"0": "127.0.0.1:10911"}, True)
+    assert lenient_json.loads('{"a":[1,2]}') == ({"a": [1, 2]}, False)
