@@ -52,6 +52,60 @@ def test_text_the_gate_turns_away_has_no_bare_key(pieces: list[str]) -> None:
         assert _quote_bare_keys(text) == text
 
 
+BARE = frozenset("0123456789-+.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
+
+
+def quoted_by_loop(text: str) -> str:
+    out: list[str] = []
+    stack: list[str] = []
+    at_key = False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            end = i + 1
+            while end < n:
+                if text[end] == "\\":
+                    end += 2
+                    continue
+                if text[end] == '"':
+                    end += 1
+                    break
+                end += 1
+            end = min(end, n)
+            out.append(text[i:end])
+            i, at_key = end, False
+            continue
+        if c in "{[":
+            stack.append(c)
+            at_key = c == "{"
+        elif c in "}]":
+            if stack:
+                stack.pop()
+            at_key = False
+        elif c == ",":
+            at_key = bool(stack) and stack[-1] == "{"
+        elif c == ":":
+            at_key = False
+        elif at_key and c in BARE:
+            start = i
+            while i < n and text[i] in BARE:
+                i += 1
+            out.append('"' + text[start:i] + '"')
+            at_key = False
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@settings(max_examples=600, deadline=None)
+@given(PIECES)
+def test_keys_are_quoted_as_the_loop_quoted_them(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert _quote_bare_keys(text) == quoted_by_loop(text)
+
+
 def test_bare_keys_are_still_read() -> None:
     assert lenient_json.loads('{0:"127.0.0.1:10911"}') == ({"0": "127.0.0.1:10911"}, True)
     assert lenient_json.loads('{"a":[1,2]}') == ({"a": [1, 2]}, False)

@@ -19,6 +19,9 @@ _BARE = frozenset("0123456789-+.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 # returned by _quote_bare_keys unchanged, so it is refused without that loop.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
 _BRACKETS = re.compile(r"[\[\]{}]")
+# A string (to the end of the text when it is not closed), one bracket or separator, a run of
+# characters a bare key is made of, or a run of anything else.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[{}\[\],:]|[0-9A-Za-z_$+.\-]+|[^"{}\[\],:0-9A-Za-z_$+.\-]+', re.S)
 _MAYBE_BARE = re.compile(r'[{,][^"{}\[\],:0-9A-Za-z_$+.\-]*[0-9A-Za-z_$+.\-]')
 
 
@@ -81,17 +84,19 @@ def dumps(value: Any) -> str:
 
 
 def _quote_bare_keys(text: str) -> str:
-    """The text with unquoted object keys quoted; strings and everything else untouched."""
+    """The text with unquoted object keys quoted; strings and everything else untouched.
+
+    Read token by token (a string, a bracket or separator, a run of key characters, a run of
+    anything else), so a long string or value costs one step, not one per character."""
     out: list[str] = []
     stack: list[str] = []  # "{" or "[" of the containers we are in
     at_key = False  # inside an object, where a key must come next
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        c = token[0]
         if c == '"':
-            end = _string_end(text, i)
-            out.append(text[i:end])
-            i, at_key = end, False
+            out.append(token)
+            at_key = False
             continue
         if c in "{[":
             stack.append(c)
@@ -105,24 +110,8 @@ def _quote_bare_keys(text: str) -> str:
         elif c == ":":
             at_key = False
         elif at_key and c in _BARE:
-            start = i
-            while i < n and text[i] in _BARE:
-                i += 1
-            out.append('"' + text[start:i] + '"')
+            out.append('"' + token + '"')
             at_key = False
             continue
-        out.append(c)
-        i += 1
+        out.append(token)
     return "".join(out)
-
-
-def _string_end(text: str, start: int) -> int:
-    i = start + 1
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] == '"':
-            return i + 1
-        i += 1
-    return len(text)
