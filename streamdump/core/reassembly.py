@@ -141,12 +141,7 @@ class Stream:
 
     def finish(self, number: int, cause: str = "not captured") -> list[Event]:
         """Everything still waiting, with the holes between it reported; called at the end."""
-        events: list[Event] = []
-        while self.pending_heap:
-            first = self.pending_heap[0]
-            if first > self.next:  # type: ignore[operator]
-                events.append(self._gap(first, number, cause))
-            self._settle(number, events)
+        events = self.release(number, cause)
         if self.fin is not None and self.next is not None and self.next < self.fin:
             events.append(self._gap(self.fin, number, cause))  # the bytes before a FIN we saw
         return events
