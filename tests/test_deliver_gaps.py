@@ -292,3 +292,17 @@ def test_what_recovery_remembers_of_a_cut_chunk_outlives_its_expansion(decoder: 
                 (remembered,) = [holder for _, holder in conn.to_client.beside.values()]
                 assert type(remembered["chunk_data"]) is Cut
     assert cut == 1
+
+
+def test_messages_say_what_a_gap_left_unknown(decoder: Decoder) -> None:
+    """A chunk whose header was lost, among chunks of two subscriptions: its records' lines say
+    neither chunk nor offset, rather than None or a guess."""
+    wire, _ = chunks_stream(decoder, [[100] * 120] * 4, subscriptions=(1, 2))
+    segs, _ = segments(wire, {frame_starts(wire)[2] // MSS})
+    rules = dissector_of(decoder.protocol).messages(decoder.protocol)
+    lines = []
+    for frame in decode_segments(segs, decoder, [5552], ReadStats()):
+        decoder.expand(frame)
+        if frame.incomplete == "start lost in a gap":
+            lines += [row.where for row in rules.rows(frame)]
+    assert lines and all(where == "deliver offset=? chunk=?" for where in lines)

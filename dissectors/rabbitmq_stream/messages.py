@@ -75,7 +75,8 @@ class StreamMessages(MessageRules):
             chunk = fields.get("chunk") or {}
             records = chunk.get("records") or []
             at = (("subscription_id", fields.get("subscription_id")), ("chunk_id", chunk.get("chunk_id")))
-            in_chunk = f" chunk={chunk.get('chunk_id')}"  # the same on every record's line
+            # The same on every record's line; "?" when a gap took the chunk's header.
+            in_chunk = f" chunk={chunk.get('chunk_id', '?')}"
             row = self._row
             for record in records:
                 offset = record.get("offset")  # unknown behind a gap that nothing pins
