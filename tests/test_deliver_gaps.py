@@ -9,6 +9,7 @@ be that one or unknown, never another, and no record recovered may have lost a b
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -104,16 +105,22 @@ def frame_starts(wire: bytes) -> list[int]:
     return out
 
 
-def segments(wire: bytes, dropped: set[int]) -> tuple[list[Segment], list[tuple[int, int]]]:
+def segments(
+    wire: bytes, dropped: set[int], per_frame: bool = False
+) -> tuple[list[Segment], list[tuple[int, int]]]:
     """The server's side of a connection (handshake seen) in MSS segments, without the dropped
-    ones; the byte ranges lost."""
+    ones; the byte ranges lost. per_frame: each frame is cut on its own, as a sender that writes
+    frame by frame has it, so segments end where frames end."""
     out = [
         Segment(1, 0.0, CLIENT[0], SERVER[0], CLIENT[1], SERVER[1], 100, 0, TCP_SYN, b"", 0),
         Segment(2, 0.0, SERVER[0], CLIENT[0], SERVER[1], CLIENT[1], ISN, 101, TCP_SYN | TCP_ACK, b"", 0),
     ]
     holes = []
-    for n, start in enumerate(range(0, len(wire), MSS)):
-        part = wire[start : start + MSS]
+    bounds = [*frame_starts(wire), len(wire)] if per_frame else [0, len(wire)]
+    starts = [at for a, b in itertools.pairwise(bounds) for at in range(a, b, MSS)]
+    ends = [*starts[1:], len(wire)]
+    for n, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        part = wire[start:end]
         if n in dropped:
             holes.append((start, start + len(part)))
             continue
@@ -139,10 +146,14 @@ def recovered(decoder: Decoder, frames: list[Frame]) -> list[tuple[int, int | No
 
 
 def check(
-    decoder: Decoder, sizes: list[list[int]], dropped: set[int], batched: set[int] = frozenset()
+    decoder: Decoder,
+    sizes: list[list[int]],
+    dropped: set[int],
+    batched: set[int] = frozenset(),
+    per_frame: bool = False,
 ) -> dict:
     wire, records = chunks_stream(decoder, sizes, batched)
-    segs, holes = segments(wire, dropped)
+    segs, holes = segments(wire, dropped, per_frame)
     stats = ReadStats()
     frames = list(decode_segments(segs, decoder, [5552], stats))
     got = recovered(decoder, frames)
@@ -240,13 +251,31 @@ def test_stats_count_the_records_a_cut_chunk_still_holds(decoder: Decoder) -> No
     st.lists(st.lists(st.integers(5, 600), min_size=1, max_size=150), min_size=2, max_size=5),
     st.sets(st.integers(2, 80), max_size=6),
     st.sets(st.integers(0, 4), max_size=2),
+    st.booleans(),
 )
 def test_every_record_whose_bytes_survive_is_recovered(
-    decoder: Decoder, sizes: list[list[int]], dropped: set[int], batched: set[int]
+    decoder: Decoder, sizes: list[list[int]], dropped: set[int], batched: set[int], per_frame: bool
 ) -> None:
     # The first two segments hold the first chunk's header: a direction's first Deliver is what
     # tells recovery that its lost starts are Deliver frames.
-    check(decoder, sizes, dropped, batched)
+    check(decoder, sizes, dropped, batched, per_frame)
+
+
+def test_a_chunk_that_lost_its_start_and_its_end_keeps_its_middle(decoder: Decoder) -> None:
+    """Seen in a real recording: a chunk whose first and last segments were both lost, the next
+    frame starting right where the second gap ends. Its middle records are recovered, their
+    offsets unknown (nothing says how many entries the second gap took)."""
+    wire, _ = chunks_stream(decoder, [[100] * 60] * 3)
+    starts = frame_starts(wire)
+    first = next(n for n, (s, _) in enumerate(segment_ranges(wire)) if s == starts[1])
+    last = next(n for n, (_, e) in enumerate(segment_ranges(wire)) if e == starts[2])
+    result = check(decoder, [[100] * 60] * 3, {first, last}, per_frame=True)
+    assert result["unknown"] >= 30
+
+
+def segment_ranges(wire: bytes) -> list[tuple[int, int]]:
+    segs, _ = segments(wire, set(), per_frame=True)
+    return [((s.seq - ISN - 1) % SEQ_MOD, (s.seq - ISN - 1) % SEQ_MOD + len(s.payload)) for s in segs[2:]]
 
 
 def test_a_real_capture_reads_as_before(decoder: Decoder) -> None:

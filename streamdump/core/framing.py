@@ -388,8 +388,10 @@ class Framer:
     ) -> None:
         start = self.passed_from if self.passed_from is not None else self.pos
         total = self.passed + n
-        # Earlier runs ride along as islands: their whole elements may be recovered too.
-        islands = (*self.runs, run) if run else ()
+        # Earlier runs ride along as islands: their whole elements may be recovered too. (With no
+        # run of its own, as when the frame found starts right where a gap ends, the last of them
+        # ends at that gap, not at a frame.)
+        islands = (*self.runs, run) if run else tuple(self.runs)
         out.append(Piece("skipped", start, b"", total, reason, islands, anchored and bool(run)))  # type: ignore[arg-type]
         self.orphan = bytearray()
         del self.buf[:n]
