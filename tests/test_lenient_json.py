@@ -4,6 +4,8 @@ of what matters to them (brackets, quotes, backslashes, keys, separators)."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,3 +111,38 @@ def test_keys_are_quoted_as_the_loop_quoted_them(pieces: list[str]) -> None:
 def test_bare_keys_are_still_read() -> None:
     assert lenient_json.loads('{0:"127.0.0.1:10911"}') == ({"0": "127.0.0.1:10911"}, True)
     assert lenient_json.loads('{"a":[1,2]}') == ({"a": [1, 2]}, False)
+
+
+def loads_quoting_always(text: str) -> tuple[object, bool]:
+    """loads as it was: the keys quoted whatever the strict parser's fault."""
+    try:
+        return json.loads(text), False
+    except json.JSONDecodeError as strict:
+        fixed = quoted_by_loop(text)
+        if fixed == text:
+            raise lenient_json.JsonError(strict.msg, strict.pos) from None
+        try:
+            return json.loads(fixed), True
+        except json.JSONDecodeError:
+            raise lenient_json.JsonError(strict.msg, strict.pos) from None
+
+
+JSONISH = st.lists(
+    st.sampled_from(['"', "[", "]", "{", "}", ",", ":", " ", "a", "0", "1.5", "true", '"k"', '"v"', "-"]),
+    max_size=40,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(JSONISH)
+def test_quoting_only_at_a_key_fault_reads_what_quoting_always_read(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    try:
+        expected: object = loads_quoting_always(text)
+    except (lenient_json.JsonError, RecursionError) as exc:
+        expected = ("error", str(exc))
+    try:
+        got: object = lenient_json.loads(text)
+    except lenient_json.JsonError as exc:
+        got = ("error", str(exc))
+    assert got == expected

@@ -59,7 +59,10 @@ def loads(text: str) -> tuple[Any, bool]:
     try:
         return _strict(text), False
     except json.JSONDecodeError as strict:
-        fixed = _quote_bare_keys(text) if _MAYBE_BARE.search(text) else text
+        # The parser stops at the first fault, and everything before it is JSON, so no bare key
+        # lies before it: quoting keys helps only when the fault is a key that is not a string.
+        bare = strict.msg.startswith("Expecting property name") and _MAYBE_BARE.search(text)
+        fixed = _quote_bare_keys(text) if bare else text
         if fixed == text:
             raise JsonError(strict.msg, strict.pos) from None
         try:
