@@ -29,7 +29,7 @@ from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_en
 from test_amqp import leading_sections, messages, values
 
 from streamdump.cli import _decoders, analysed
-from streamdump.codecs import amqp, compression
+from streamdump.codecs import amqp
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
 from streamdump.core.paths import path_values
@@ -38,6 +38,7 @@ from streamdump.spec.decoder import Decoder, _merge_notes
 from streamdump.spec.dissector import MessageRow, dissector_of, message_text
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
+from streamdump.spec.limits import Limits
 from streamdump.spec.registry import default_registry
 from streamdump.views.messages import MessageLines, _plain_lines, line
 from streamdump.views.render import Renderer, _json_default, _orjson_default
@@ -159,9 +160,9 @@ def reference_json(renderer: Renderer, frame: Frame) -> str:
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def expanded_twice(frame: Frame) -> Frame:
+def expanded_twice(frame: Frame, decoder: Decoder = DECODER) -> Frame:
     """The frame as the second decode (the general expansion) makes it."""
-    full = DECODER.decode(frame.data, expand=True, key=frame.key)
+    full = decoder.decode(frame.data, expand=True, key=frame.key)
     return replace(frame, fields=full.fields, expert=_merge_notes(full.expert, frame.expert), expanded=True)
 
 
@@ -169,14 +170,15 @@ def dumped(value: Any) -> str:
     return json.dumps(value, default=_json_default, ensure_ascii=False)
 
 
-def check_publish(wire: bytes) -> None:
-    frame = DECODER.decode(wire)
-    twice = expanded_twice(frame)
-    DECODER.expand(frame)
+def check_publish(wire: bytes, decoder: Decoder = DECODER) -> None:
+    renderer = RENDERER if decoder is DECODER else Renderer(decoder)
+    frame = decoder.decode(wire)
+    twice = expanded_twice(frame, decoder)
+    decoder.expand(frame)
     # Keys in the same order, values the same (JSON: memoryviews' reprs hold addresses, NaN != NaN).
     assert dumped(frame.fields) == dumped(twice.fields)
     assert frame.expert == twice.expert
-    assert RENDERER.json_line(frame) == reference_json(RENDERER, twice)
+    assert renderer.json_line(frame) == reference_json(renderer, twice)
 
 
 def test_publish_expands_without_a_second_decode() -> None:
@@ -200,11 +202,9 @@ def test_publish_frames_expand_and_write_as_before(bodies: list[bytes]) -> None:
 
 
 @pytest.mark.parametrize("left", [0, 1, 2, 3])
-def test_a_publish_frame_past_the_record_budget_is_cut_as_a_second_decode_cuts_it(
-    left: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(compression, "MAX_EXPANDED_RECORDS", left)
-    check_publish(publish([amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]))
+def test_a_publish_frame_past_the_record_budget_is_cut_as_a_second_decode_cuts_it(left: int) -> None:
+    budget = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_publish(publish([amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]), budget)
 
 
 def test_publish_runs_of_plain_records_are_expanded_at_once() -> None:
@@ -278,14 +278,15 @@ def deliver(entries: list[Any], declared: int | None) -> bytes:
     return DECODER.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
 
 
-def check_deliver(wire: bytes) -> None:
+def check_deliver(wire: bytes, decoder: Decoder = DECODER) -> None:
     """Expanded (simple entries in one loop) as the detail tree's decode makes it (each entry
     through entry_records), and written as json.dumps writes it."""
-    frame = DECODER.expand(DECODER.decode(wire))
-    walked = DECODER.decode(wire, nodes=[], key=frame.key)
+    renderer = RENDERER if decoder is DECODER else Renderer(decoder)
+    frame = decoder.expand(decoder.decode(wire))
+    walked = decoder.decode(wire, nodes=[], key=frame.key)
     assert dumped(frame.fields) == dumped(walked.fields)
     assert frame.expert == walked.expert
-    assert RENDERER.json_line(frame) == reference_json(RENDERER, frame)
+    assert renderer.json_line(frame) == reference_json(renderer, frame)
 
 
 chunk_entries = st.lists(
@@ -306,12 +307,10 @@ def test_chunks_expand_as_the_entry_by_entry_walk_does(entries: list[Any], decla
 
 
 @pytest.mark.parametrize("left", [0, 1, 2, 3])
-def test_a_chunk_past_the_record_budget_is_cut_as_the_walk_cuts_it(
-    left: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(compression, "MAX_EXPANDED_RECORDS", left)
+def test_a_chunk_past_the_record_budget_is_cut_as_the_walk_cuts_it(left: int) -> None:
+    budget = Decoder(PROTOCOL, limits=Limits(records=left))
     bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
-    check_deliver(deliver([simple_entry(b) for b in bodies], None))
+    check_deliver(deliver([simple_entry(b) for b in bodies], None), budget)
 
 
 def test_data_message_is_decode_message() -> None:

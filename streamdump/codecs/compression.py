@@ -32,10 +32,6 @@ import zstandard
 from streamdump.core.frame import Expert
 from streamdump.spec.limits import DEFAULT_LIMITS, Limits, hint
 
-# No client batches anywhere near this much into one sub-entry; the broker's own frame
-# limit keeps real ones far below it.
-MAX_UNCOMPRESSED = DEFAULT_LIMITS.sub_batch
-
 _SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
 _SNAPPY_XERIAL = b"\x82SNAPPY\x00"
 _LZ4_FRAME = b"\x04\x22\x4d\x18"
@@ -60,10 +56,11 @@ class Decompressed:
 
 
 def decompress(
-    code: int, body: bytes | memoryview, declared: int, cap: int = MAX_UNCOMPRESSED
+    code: int, body: bytes | memoryview, declared: int, cap: int = DEFAULT_LIMITS.sub_batch
 ) -> Decompressed:
     """The body of a sub-batch with compression `code`, decompressed to exactly `declared` bytes,
-    at most cap (the sub_batch limit)."""
+    at most cap (the sub_batch limit: no client batches anywhere near the default into one
+    sub-entry, and the broker's own frame limit keeps real ones far below it)."""
     if declared > cap:
         raise DecompressionError(f"declared uncompressed length {declared} is over {hint('sub_batch', cap)}")
     body = bytes(body)
@@ -218,15 +215,13 @@ def compress(framing: str, data: bytes) -> bytes:
 
 # ---------------------------------------------------------------- bodies of no declared length
 
-# Per frame, whatever its parts declare; far above what any broker's frame limit allows.
-MAX_EXPANDED_BYTES = DEFAULT_LIMITS.expanded
-MAX_EXPANDED_RECORDS = DEFAULT_LIMITS.records
 # How the budget's note says which limits stopped it (the plugin's note says the same).
 LIMITS_HINT = "(the expanded and records limits: streamdump --limit raises them)"
 
 
 class Budget:
-    """What expanding one frame may still produce: decompressed bytes and records.
+    """What expanding one frame may still produce: decompressed bytes and records (the expanded
+    and records limits, by default far above what any broker's frame limit allows).
 
     Each part is bounded by its own length, but a frame may hold many; the budget bounds
     their sum. A hook takes the frame's budget from its decode context (Budget.of).

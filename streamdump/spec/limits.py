@@ -68,13 +68,20 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+# The limits that count things rather than bytes.
+COUNTS = frozenset({"records", "amqp_depth"})
+
+
 def hint(name: str, value: int) -> str:
     """How a note names a limit that was hit: which one, its value, how to raise it."""
-    shown = value if name in ("records", "amqp_depth") else _size(value)
-    return f"the {name} limit ({shown}); raise it with --limit {name}=N"
+    return f"the {name} limit ({_shown(name, value)}); raise it with --limit {name}=N"
 
 
-def _size(value: int) -> str:
+def _shown(name: str, value: int | None) -> str:
+    if value is None:
+        return "per protocol"
+    if name in COUNTS:
+        return str(value)
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if value >= scale and value % scale == 0:
             return f"{value // scale} {unit}"
@@ -83,16 +90,4 @@ def _size(value: int) -> str:
 
 def described() -> list[tuple[str, str, str]]:
     """(name, default, what it bounds) for every limit, in order."""
-    defaults = Limits()
-    out = []
-    for f in fields(Limits):
-        value = getattr(defaults, f.name)
-        shown = (
-            "per protocol"
-            if value is None
-            else str(value)
-            if f.name in ("records", "amqp_depth")
-            else _size(value)
-        )
-        out.append((f.name, shown, DOCS[f.name]))
-    return out
+    return [(f.name, _shown(f.name, getattr(DEFAULT_LIMITS, f.name)), DOCS[f.name]) for f in fields(Limits)]

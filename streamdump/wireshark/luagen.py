@@ -20,11 +20,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from streamdump.codecs.compression import LIMITS_HINT, MAX_EXPANDED_BYTES, MAX_EXPANDED_RECORDS
+from streamdump.codecs.compression import LIMITS_HINT
 from streamdump.core.findings import Finding, expert_entries
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
+from streamdump.spec.limits import DEFAULT_LIMITS
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, Ref
 
 # What every frame carries besides its layout's fields (the JSON object's own keys).
@@ -189,7 +190,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         },
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
-        "limits": {"bytes": MAX_EXPANDED_BYTES, "records": MAX_EXPANDED_RECORDS, "hint": LIMITS_HINT},
+        "limits": {"bytes": DEFAULT_LIMITS.expanded, "records": DEFAULT_LIMITS.records, "hint": LIMITS_HINT},
         "conversation": _conversation(protocol),
         # One expert entry per kind of finding and severity (core/findings.py) told on frames.
         "experts": [
