@@ -45,7 +45,7 @@ from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.limits import LimitError, Limits, described
+from streamdump.spec.limits import DEFAULT_LIMITS, LimitError, Limits, described
 from streamdump.spec.registry import SpecError, default_registry
 from streamdump.views.fieldnames import FrameFilter
 from streamdump.views.filter import FilterError
@@ -103,7 +103,7 @@ def _reader_may_leave() -> Iterator[None]:
 
 def _limits(settings: list[str] | None) -> Limits:
     """The bounds --limit NAME=VALUE sets (the defaults for the rest)."""
-    limits = Limits()
+    limits = DEFAULT_LIMITS
     for text in settings or []:
         try:
             limits = limits.setting(text)
@@ -121,7 +121,9 @@ def _decoders(protocols: list[str] | None, limits: Limits | None = None) -> dict
         carried_by = registry.get(name).wiring.carried_by
         if carried_by is not None and carried_by[0] not in names:
             names.append(carried_by[0])
-    return {name: Decoder(registry.get(name), limits=limits or Limits()) for name in dict.fromkeys(names)}
+    return {
+        name: Decoder(registry.get(name), limits=limits or DEFAULT_LIMITS) for name in dict.fromkeys(names)
+    }
 
 
 class Views:

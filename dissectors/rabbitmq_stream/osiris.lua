@@ -109,9 +109,6 @@ local function split_records(btvb, bpos, blen, entry, where, ctx)
   return out
 end
 
--- A zstd sub-batch's body inflated, where Wireshark's Lua has TvbRange:uncompress_zstd (4.4
--- and later; 4.0's has none): the tvb, or nil and why not in codecs/compression.py's words;
--- false where there is no such method.
 -- The content size a zstd body's frames state, summed, found by walking their headers and
 -- block headers; nil and why where that cannot be known. Wireshark's zstd inflate has no output
 -- bound (a bomb of a few hundred MiB aborts tshark 4.4), so only a body whose frames all state
@@ -148,6 +145,9 @@ local function zstd_stated(tvb, pos, len)
   return total
 end
 
+-- A zstd sub-batch's body inflated, where Wireshark's Lua has TvbRange:uncompress_zstd (4.4
+-- and later; 4.0's has none): the tvb, or nil and why not in codecs/compression.py's words;
+-- false where there is no such method.
 local function unzstd(tvb, pos, len, declared)
   local found, fn = pcall(function() return tvb(pos, len).uncompress_zstd end)
   if not found or not fn then return false end

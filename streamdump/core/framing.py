@@ -120,15 +120,11 @@ class Framer:
             if not self.synced:
                 self._hunt_cut(out)
                 guessed = self.synced
+        missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
         if not self.synced:
             if self.guess is not None:
                 start, head, total, reason = self.guess
-                self.guess = (
-                    start,
-                    head,
-                    total,
-                    f"{reason}; {gap.length} bytes missing at seq {gap.seq_range[0]}",
-                )
+                self.guess = (start, head, total, f"{reason}; {missing}")
             self.passed += len(self.buf)
             if self.passed_from is None and self.buf:
                 self.passed_from = self.pos
@@ -141,7 +137,6 @@ class Framer:
             self.scan = 0
             self.orphan = bytearray()  # what comes after this gap is a new run
             return out
-        missing = f"{gap.length} bytes missing at seq {gap.seq_range[0]}"
         if self.skip_until is not None:
             if self.skip_until > gap.end:
                 self.pos = gap.end

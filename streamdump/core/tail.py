@@ -66,7 +66,7 @@ def tail_rule(ops: tuple[Any, ...]) -> TailRule | HookTail | None:
     """How to recover a layout's tail: its last field is an array of structs with an increasing
     field, or a hooked field whose hook takes cuts."""
     if not ops or not isinstance(ops[-1], FieldOp):
-        return hook_tail(ops) if ops else None
+        return hook_tail(ops)
     last = ops[-1]
     codec = last.codec
     if not isinstance(codec, ArrayCodec) or not isinstance(codec.element, StructCodec):
@@ -180,7 +180,7 @@ def _island(
     for end in sorted({end for _, end in ends.values()} - decoded):
         read(end)
     finish = {n} if exact_end else cut_here
-    reaches = chained_to({start: end for start, (_, end) in ends.items()}, finish)
+    reaches = _chained_to({start: end for start, (_, end) in ends.items()}, finish)
     key = rule.increasing
     for start in sorted(reaches - finish):
         chain: list[dict[str, Any]] = []
@@ -249,7 +249,7 @@ def _reaching(
             end = _stepped(steps, data, start)
             if end is not None and end > start:
                 after[start] = end
-    return sorted(chained_to(after, {n}) & after.keys())
+    return sorted(_chained_to(after, {n}) & after.keys())
 
 
 def _stepped(
@@ -270,7 +270,7 @@ def _stepped(
     return pos
 
 
-def chained_to(after: dict[int, int], finish: set[int]) -> set[int]:
+def _chained_to(after: dict[int, int], finish: set[int]) -> set[int]:
     """finish, and every start whose element's end (after[start]) chains to one of them."""
     reaches = set(finish)
     for start in sorted(after, reverse=True):
