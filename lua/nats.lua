@@ -1381,6 +1381,13 @@ local SPEC = {
       title = "Not decoded by the plugin (no codec in Wireshark's Lua)",
     },
     {
+      name = "content",
+      kind = "content",
+      severity = "note",
+      group = "protocol",
+      title = "Message content that points at a client bug",
+    },
+    {
       name = "api_error",
       kind = "api_error",
       severity = "warn",

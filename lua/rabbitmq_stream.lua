@@ -3164,6 +3164,13 @@ local SPEC = {
       title = "Not decoded by the plugin (no codec in Wireshark's Lua)",
     },
     {
+      name = "content",
+      kind = "content",
+      severity = "note",
+      group = "protocol",
+      title = "Message content that points at a client bug",
+    },
+    {
       name = "api_error",
       kind = "api_error",
       severity = "warn",
@@ -6563,6 +6570,85 @@ for _, member in ipairs(SPEC.structs.osiris_record) do
   if member.name == "message" then AMQPV.record_message = member.struct end
 end
 
+-- Twin of streamdump.codecs.amqp_content: notes on a message's content that point at a client
+-- bug (a null among the values an application fills, a body its content_type does not describe).
+-- (Kept in AMQPV: the generated file's main chunk is near Lua's limit of 200 locals.)
+AMQPV.CONTENT_MAPS = { [0x71] = true, [0x72] = true, [0x74] = true, [0x78] = true }
+AMQPV.CONTENT_TYPE = 7  -- content_type's place among the properties section's fields
+
+-- Whether s is UTF-8 as Python's strict decoder has it (no overlongs, surrogates or > U+10FFFF).
+function AMQPV.utf8_valid(s)
+  if not s:find("[\128-\255]") then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    if c < 0x80 then
+      i = i + 1
+    else
+      local need, lo, hi
+      if c >= 0xc2 and c <= 0xdf then need, lo, hi = 1, 0x80, 0xbf
+      elseif c == 0xe0 then need, lo, hi = 2, 0xa0, 0xbf
+      elseif c == 0xed then need, lo, hi = 2, 0x80, 0x9f
+      elseif c >= 0xe1 and c <= 0xef then need, lo, hi = 2, 0x80, 0xbf
+      elseif c == 0xf0 then need, lo, hi = 3, 0x90, 0xbf
+      elseif c >= 0xf1 and c <= 0xf3 then need, lo, hi = 3, 0x80, 0xbf
+      elseif c == 0xf4 then need, lo, hi = 3, 0x80, 0x8f
+      else return false end
+      local d = s:byte(i + 1)
+      if d == nil or d < lo or d > hi then return false end
+      for k = 2, need do
+        d = s:byte(i + k)
+        if d == nil or d < 0x80 or d > 0xbf then return false end
+      end
+      i = i + need + 1
+    end
+  end
+  return true
+end
+
+function AMQPV.body_mismatch(content_type, body)
+  local kind = content_type:match("^[^;]*"):match("^%s*(.-)%s*$"):lower()
+  local subtype = kind:match("/(.*)$") or ""
+  local is_json = subtype == "json" or subtype:sub(-5) == "+json"
+  if not is_json and kind:sub(1, 5) ~= "text/" then return nil end
+  if not AMQPV.utf8_valid(body) then
+    return string.format("content_type '%s' says %s, but the body is not UTF-8", content_type,
+      is_json and "JSON" or "text")
+  end
+  if is_json and not pcall(json_parse, body) then
+    return string.format("content_type '%s' says JSON, but the body does not parse as JSON", content_type)
+  end
+  return nil
+end
+
+function AMQPV.content_notes(btvb, sections, ctx)
+  local names, content_type, bodies = SPEC.enums.amqp_section, nil, {}
+  for _, s in ipairs(sections) do
+    if AMQPV.CONTENT_MAPS[s.code] or s.code == 0x73 then
+      local ok, value = pcall(AMQPV.value, btvb, s.value_at, s.pos + s.len, 1)
+      if ok and value.t == "map" and AMQPV.CONTENT_MAPS[s.code] then
+        for _, pair in ipairs(value.v) do
+          if pair[2].t == "null" then
+            note(ctx, "note", "content", string.format(
+              "AMQP 1.0 message: %s '%s' is null: no value crossed the wire (a client that cannot encode a value's type may write null)",
+              names[s.code], AMQPV.text(pair[1])))
+          end
+        end
+      elseif ok and value.t == "list" and s.code == 0x73 then
+        local item = value.v[AMQPV.CONTENT_TYPE]
+        if item ~= nil and item.t == "text" then content_type = item.v end
+      end
+    elseif s.code == 0x75 and (s.value_code == 0xa0 or s.value_code == 0xb0) then
+      local start = s.value_at + (s.value_code == 0xa0 and 2 or 5)
+      bodies[#bodies + 1] = btvb:raw(start, s.pos + s.len - start)
+    end
+  end
+  if content_type and #bodies == 1 then
+    local said = AMQPV.body_mismatch(content_type, bodies[1])
+    if said then note(ctx, "note", "content", "AMQP 1.0 message: " .. said) end
+  end
+end
+
 local function show_record(holder, body, record, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child, whole
@@ -6588,6 +6674,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
         AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
       end
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
+      AMQPV.content_notes(btvb, sections, ctx)
       label = label .. ", AMQP 1.0"
     else
       if child then child:add(F.bytes, btvb(pos, len)) end

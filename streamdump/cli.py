@@ -396,7 +396,7 @@ def read(
             error = str(exc)
         sys.stdout.flush()
     _print_notices(stats)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     _print_diagnoses(tracker)
     _finish_read(setup, stats, error)
 
@@ -437,7 +437,7 @@ def stats(
                 statistics[frame.protocol].add(frame)
     except CaptureError as exc:
         error = str(exc)
-    tracker.finish(read_stats.lossy, read_stats.closed)
+    tracker.finish(read_stats.lossy, read_stats.lives)
     partials = {name: s.partial() for name, s in statistics.items()}
     with _reader_may_leave():
         if fmt is StatsFormat.json:
@@ -509,7 +509,7 @@ def live(
             )
         raise _fail(outcome.error if outcome.whole else f"cannot capture on {interface}: {outcome.error}")
     _print_notices(stats)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     _print_diagnoses(tracker)
     _print_summary(statistics, setup)
     print(
@@ -680,7 +680,7 @@ def proxy(
         if saved is not None:
             saved.close()
     _print_notices(stats)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     _print_diagnoses(tracker)
     _print_summary(statistics, setup)
 
@@ -839,7 +839,11 @@ def follow(
                 dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
     except CaptureError as exc:
         error = str(exc)
-    tracker.finish(read_stats.lossy, read_stats.closed)
+    tracker.finish(read_stats.lossy, read_stats.lives)
+    for number, life in sorted(read_stats.lives.items()):
+        if connection is None or number == connection:
+            dialogues.setdefault(number, Dialogue(number)).end(life)
+    dialogues = dict(sorted(dialogues.items()))
     connections = tracker.connections
     if connection is not None and connection not in dialogues and error is None:
         known = ", ".join(map(str, sorted(connections))) or "none"

@@ -15,9 +15,13 @@ def tcp_pcap(
     frames: list[tuple[bool, bytes]],
     server: tuple[str, int] = ("127.0.0.1", 5552),
     client: tuple[str, int] = ("127.0.0.1", 40000),
+    ending: list[tuple[bool, int]] = (),  # type: ignore[assignment]
+    refused: bool = False,
 ) -> bytes:
     """A pcap of one TCP connection (handshake, then a segment per frame, or a few for a frame
-    longer than MAX_SEGMENT), (from_client, bytes) each, built with dpkt."""
+    longer than MAX_SEGMENT), (from_client, bytes) each, built with dpkt; then the segments of
+    ending, (from_client, TCP flags) each. refused: the server answers the SYN with a reset,
+    and nothing follows."""
     out = io.BytesIO()
     writer = dpkt.pcap.Writer(out)
     seq = {True: 1000, False: 5000}
@@ -38,9 +42,14 @@ def tcp_pcap(
         seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
 
     packet(True, dpkt.tcp.TH_SYN)
+    if refused:
+        packet(False, dpkt.tcp.TH_RST | dpkt.tcp.TH_ACK)
+        return out.getvalue()
     packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
     packet(True, dpkt.tcp.TH_ACK)
     for from_client, payload in frames:
         for at in range(0, max(len(payload), 1), MAX_SEGMENT):
             packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload[at : at + MAX_SEGMENT])
+    for from_client, flags in ending:
+        packet(from_client, flags)
     return out.getvalue()

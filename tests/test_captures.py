@@ -48,6 +48,11 @@ EXPECTED_DECODER_NOTES = {
     "unsupported_version.pcap": [
         (18, "Metadata", "warn", "Metadata version 2 is not in the registry (known: 1); decoded as version 1")
     ],
+    # The client reset the connection half way through a Publish frame.
+    "reset_mid_frame.pcap": [
+        (24, "Publish", "error", "incomplete frame (1016 of 2033 bytes): the connection was reset"),
+        (24, "Publish", "error", "frame too short: entry needs 2008 bytes at offset 25, 991 left"),
+    ],
 }
 
 

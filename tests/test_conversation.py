@@ -43,7 +43,14 @@ EXPECTED = {
             11,
             "authentication failed: the broker answered SaslAuthenticate (PLAIN, user 'guest', packet 10) "
             "with Authentication failure (0x08)",
-        )
+        ),
+        (
+            "note",
+            "abrupt_close",
+            12,
+            "the broker closed the connection (FIN at packet 12) without Close, 0.1 ms after refusing "
+            "SaslAuthenticate at packet 11",
+        ),
     ],
     "wrong_vhost.pcap": [
         (
@@ -52,7 +59,14 @@ EXPECTED = {
             17,
             "Open for virtual host 'streamdump-no-such-vhost' (packet 15) failed: "
             "Virtual host access failure (0x0c)",
-        )
+        ),
+        (
+            "note",
+            "abrupt_close",
+            18,
+            "the broker closed the connection (FIN at packet 18) without Close, 0.2 ms after refusing "
+            "Open at packet 17",
+        ),
     ],
     "unknown_command.pcap": [
         (
@@ -135,7 +149,75 @@ EXPECTED = {
             15,
             "no frame from the client for {quiet} s until the connection's last frame (packet 23), while the "
             "negotiated heartbeat is 1 s",
-        )
+        ),
+        (
+            "warn",
+            "abrupt_close",
+            25,
+            "the broker closed the connection (FIN at packet 25) without Close: the client had sent no frame "
+            "for 3.002 s (since its Open at packet 15), while the negotiated heartbeat is 1 s",
+        ),
+    ],
+    # A real rstream application that dies in its message handler: its five connections end within
+    # 38 ms, the consumer's with a reset (the broker's deliveries were still unread). rstream ends its
+    # connections without Close even when it does not crash, as the first one shows.
+    "client_crash.pcap": [
+        (
+            "warn",
+            "abrupt_close",
+            23,
+            "the client closed the connection (FIN at packet 23) without Close, 200.8 ms after the broker's "
+            "Create at packet 21",
+        ),
+        (
+            "warn",
+            "abrupt_close",
+            66,
+            "the client closed the connection (FIN at packet 66) without Close, 218.8 ms after the broker's "
+            "Metadata at packet 45; the same client host ended 3 other connections within 38.1 ms: "
+            "3 (packet 188), 4 (packet 189), 5 (packet 187)",
+        ),
+        (
+            "warn",
+            "abrupt_close",
+            188,
+            "the client closed the connection (FIN at packet 188) without Close, 18.8 ms after the broker's "
+            "PublishConfirm at packet 131; the same client host ended 3 other connections within 38.1 ms: "
+            "2 (packet 66), 4 (packet 189), 5 (packet 187)",
+        ),
+        (
+            "warn",
+            "abrupt_close",
+            189,
+            "the client closed the connection (FIN at packet 189) without Close, 14.8 ms after the broker's "
+            "Metadata at packet 152; the same client host ended 3 other connections within 38.1 ms: "
+            "2 (packet 66), 3 (packet 188), 5 (packet 187)",
+        ),
+        (
+            "warn",
+            "abrupt_close",
+            187,
+            "the client reset the connection (RST at packet 187) without Close, 1.6 ms after the broker's "
+            "Deliver at packet 186 (1 record); the same client host ended 3 other connections within "
+            "38.0 ms: 2 (packet 66), 3 (packet 188), 4 (packet 189); a client that crashes while handling "
+            "a delivery ends its connection this way",
+        ),
+    ],
+    "reset_mid_frame.pcap": [
+        (
+            "note",
+            "unconfirmed",
+            24,
+            "1 message of publisher 1 (stream 'streamdump-reset') never confirmed (id 1; first sent in "
+            "packet 24); the client reset the connection at packet 24, 0.000 s after the last was sent",
+        ),
+        (
+            "warn",
+            "cut_frame",
+            24,
+            "the client reset the connection (RST at packet 24) in the middle of a frame from the client: "
+            "1016 bytes of it had arrived (incomplete Publish at packet 24)",
+        ),
     ],
     "credit_exhausted.pcap": [
         (
@@ -163,7 +245,7 @@ def track(path: Path, decoder: Decoder) -> tuple[list[Frame], Tracker]:
     for frame in read_frames(path, decoder, [5552], stats):
         tracker.feed(frame)
         frames.append(frame)
-    tracker.finish(stats.lossy)
+    tracker.finish(stats.lossy, stats.lives)
     return frames, tracker
 
 

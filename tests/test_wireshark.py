@@ -552,10 +552,10 @@ def differences(
     ours: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for frame in run_streamdump(path, two_pass=two_pass, name=protocol.name):
         # A carried protocol's read shows its carrier's frames too; Wireshark shows no PDU that the
-        # capture never completed (a connection closed in the middle of one).
-        if frame["protocol"] == protocol.name and "the connection closed" not in (
-            frame.get("incomplete") or ""
-        ):
+        # capture never completed (a connection closed or reset in the middle of one).
+        why = frame.get("incomplete") or ""
+        ended = "the connection closed" in why or "the connection was reset" in why
+        if frame["protocol"] == protocol.name and not ended:
             ours[frame["frame"]].append(frame)
     maps = frozenset(spec.name for spec in protocol.all_fields() if spec.type == "map")
     opaque = frozenset(s.name for s in protocol.all_fields() if s.type == "json" and not s.fields)

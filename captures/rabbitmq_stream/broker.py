@@ -41,6 +41,9 @@ TRACKING_STREAM = "streamdump-tracking"
 DELETED_STREAM = "streamdump-deleted"
 CREDIT_STREAM = "streamdump-credit"
 LARGE_STREAM = "streamdump-large"
+# The ending scenarios' streams (scenarios_endings.py).
+CRASH_STREAM = "streamdump-crash"
+RESET_STREAM = "streamdump-reset"
 # bench/record_flood.py's stream: listed here so an aborted flood (500k messages) does not
 # stay on the broker until someone notices.
 FLOOD_STREAM = "streamdump-flood"
@@ -54,6 +57,8 @@ ALL_STREAMS = (
     DELETED_STREAM,
     CREDIT_STREAM,
     LARGE_STREAM,
+    CRASH_STREAM,
+    RESET_STREAM,
     FLOOD_STREAM,
 )
 

@@ -23,6 +23,7 @@ The work is done by the modules beside it:
     scenarios_simple.py      session, subscribe_missing_stream, offset_specs, bulk, auth_failure
     scenario_compression.py  compression: codec variants, compression.sent.json, its check
     scenario_tracking.py     tracking: segment files, chunks/ fixtures, its check
+    scenarios_endings.py     client_crash (runs crashing_client.py), reset_mid_frame
     scenarios_refusals.py    wrong_vhost, unknown_command, unsupported_version, deleted_stream,
                              credit_exhausted, heartbeat_timeout, frame_too_large
     raw_client.py            a struct-built client for frames rstream cannot send
@@ -71,6 +72,12 @@ from pcap_checks import (
 from scenario_compression import scenario_compression, verify_compression
 from scenario_tools import Outputs, write_outputs
 from scenario_tracking import scenario_tracking, verify_tracking
+from scenarios_endings import (
+    scenario_client_crash,
+    scenario_reset_mid_frame,
+    verify_client_crash,
+    verify_reset_mid_frame,
+)
 from scenarios_refusals import (
     scenario_credit_exhausted,
     scenario_deleted_stream,
@@ -162,6 +169,11 @@ RECORDINGS: dict[str, Recording] = {
     "credit_exhausted": Recording(scenario_credit_exhausted, verify=verify_keys("credit_exhausted")),
     "heartbeat_timeout": Recording(scenario_heartbeat_timeout, verify=verify_heartbeat_timeout),
     "frame_too_large": Recording(scenario_frame_too_large, verify=verify_keys("frame_too_large")),
+    # Connections that end without Close: a real rstream application crashing in its message
+    # handler (rstream's Producer and Consumer open five connections), and a raw client reset
+    # in the middle of a Publish frame.
+    "client_crash": Recording(scenario_client_crash, connections=5, verify=verify_client_crash),
+    "reset_mid_frame": Recording(scenario_reset_mid_frame, verify=verify_reset_mid_frame),
 }
 
 

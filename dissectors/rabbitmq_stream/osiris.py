@@ -29,10 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdump.codecs import amqp
+from streamdump.codecs.amqp_content import content_notes
 from streamdump.codecs.compression import Budget, DecompressionError, decompress
+from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Around, Cut, Hook
 from streamdump.spec.layout import BadValue, Ctx, Short
+
+# The expert group of a note on a message's content (a null value, a body its content_type
+# does not describe): the broker takes such messages, so they are not malformed.
+CONTENT = FINDINGS["content"].group
 
 _U32 = struct.Struct(">I")
 _SUB_BATCH = struct.Struct(">BHII")  # flags, record count, uncompressed length, length
@@ -643,6 +649,10 @@ def _decode_record(
         ctx.expert.append(Expert("warn", f"AMQP 1.0 message: {message.error}", where))
     for note in message.notes:
         ctx.expert.append(Expert("note", f"AMQP 1.0 message: {note}", entry_pos if at is None else at))
+    for note in content_notes(message):
+        ctx.expert.append(
+            Expert("note", f"AMQP 1.0 message: {note}", entry_pos if at is None else at, group=CONTENT)
+        )
     if node is not None:
         node.label += ", AMQP 1.0"
         for section in message.sections:

@@ -20,10 +20,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamdump.core.endings import Words, endings, together
 from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
+from streamdump.core.lifecycle import Life
 from streamdump.core.paths import path_values
-from streamdump.spec.dissector import dissector_of
+from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import CloseSpec, FieldSpec, Protocol, Ref, flat_fields
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
@@ -40,6 +42,8 @@ MAX_DIAGNOSES = 10_000
 PING_PATIENCE = 5.0
 # A capture that stops less than this after a request or publish may simply have cut its answer.
 ANSWER_GRACE_S = 1.0
+# Why a frame is incomplete when the connection ended in the middle of it: no bytes were lost.
+ENDED_MID_FRAME = frozenset({"the connection closed", "the connection was reset"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,7 @@ class Seen:
     version: int
     length: int
     from_client: bool | None
+    whole: bool = True  # False: an incomplete frame, bytes of it missing
 
 
 @dataclass(slots=True)
@@ -131,6 +136,8 @@ class SideState:
     lowest_corr: int | None = None
     frames: int = 0
     bytes: int = 0
+    # The side's latest frame itself, so the end of a read can say what it carried (records).
+    last_frame: Frame | None = None
 
 
 @dataclass(slots=True)
@@ -160,6 +167,8 @@ class ConnState:
     negotiated: tuple[int, int] | None = None  # (frame_max, heartbeat) once the client answered
     negotiated_in: int = 0
     closed_by_server: Frame | None = None
+    close_seen: int | None = None  # packet of the protocol's own close, from either side
+    refused: Seen | None = None  # a setup request the server refused (Open, authentication)
     user: str | None = None
     # Heartbeat requests each side sent: client? -> their rhythm.
     beats: dict[bool, Beats] = field(default_factory=dict)
@@ -202,7 +211,8 @@ class Tracker:
                 dict(protocol.enums[spec.enum]) if spec is not None and spec.enum in protocol.enums else {}
             )
             self.identity.append((prop, name, names))
-        self.closed: dict[int, tuple[int, float, str]] = {}
+        # Every connection's opening and ending, from the reader, given at the end of a read.
+        self.lives: dict[int, Life] = {}
         # What diagnoses call the correlation field ("correlation id", "opaque").
         self.corr_name = (self.spec.correlation or "correlation id").replace("_", " ")
         self.connections: dict[int, ConnState] = {}
@@ -257,6 +267,7 @@ class Tracker:
             self.limits.setdefault(ref.command, []).append((ref.path[0], bounds))
         self.bounded = frozenset(bounds for _, bounds in conv.limits)
         self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
+        self.message_rules: MessageRules | None = None  # built when an ending names a frame's records
 
     def _enum(self, ref: Ref | None) -> dict[int, str]:
         spec = self.protocol.field_at(ref) if ref is not None else None
@@ -278,8 +289,8 @@ class Tracker:
         side = conn.side(frame.from_client)
         if self.identity and side.properties is None:
             side.properties = self._identity(frame)
-        if frame.incomplete is not None:
-            conn.lossy = True
+        if frame.incomplete is not None and frame.incomplete not in ENDED_MID_FRAME:
+            conn.lossy = True  # the capture lost bytes (a frame the connection's end cut lost none)
         self._silence(conn, side, frame)
         self._frame_max(conn, frame)
         command = frame.command
@@ -314,9 +325,17 @@ class Tracker:
                 self._beat(conn, frame)
         length = len(frame.data)
         seen = Seen(
-            frame.number, frame.ts, frame.name, frame.wire_key, frame.version, length, frame.from_client
+            frame.number,
+            frame.ts,
+            frame.name,
+            frame.wire_key,
+            frame.version,
+            length,
+            frame.from_client,
+            frame.incomplete is None,
         )
         side.last = seen
+        side.last_frame = frame
         side.frames += 1
         side.bytes += length
         conn.last = seen
@@ -330,16 +349,15 @@ class Tracker:
                 props[prop] = names.get(value, value) if isinstance(value, int) else value
         return props or None
 
-    def finish(
-        self, lossy: Collection[int] = (), closed: Mapping[int, tuple[int, float, str]] | None = None
-    ) -> None:
-        """What only the end shows: unanswered requests, unconfirmed items, silence, stalls.
+    def finish(self, lossy: Collection[int] = (), lives: Mapping[int, Life] | None = None) -> None:
+        """What only the end shows: unanswered requests, unconfirmed items, silence, stalls,
+        and how each connection ended.
 
         lossy: connections the capture lost bytes of; what is missing there may be in them,
-        so it is told as a note, not a warning. closed: connections that ended before the
-        capture did (connection -> packet, time, how), so an answer could not still come.
+        so it is told as a note, not a warning. lives: every connection's SYN, FINs and reset
+        (the reader's), so an answer after the end is not waited for and the ending is judged.
         """
-        self.closed = dict(closed or {})
+        self.lives = {n: life for n, life in (lives or {}).items() if life.protocol == self.protocol.name}
         lossy_now = {conn.number for conn in self.connections.values() if conn.lossy or conn.number in lossy}
         # Silence told while the frames went by may be bytes the capture lost: only a note then.
         self.diagnoses = [
@@ -388,10 +406,40 @@ class Tracker:
                         self._gap(conn, side.last, conn.last, until_end=True)
                 for from_client, beats in conn.beats.items():
                     self._beats_stopped(conn, from_client, beats)
+        self._endings()
 
     def summary(self) -> list[dict[str, Any]]:
         """The expert summary: one row per kind of finding, worst first."""
         return summarise(self.diagnoses, self.untold)
+
+    def _ended(self, conn: ConnState) -> tuple[int, float, str] | None:
+        """Where and how the connection ended before the capture did: (packet, time, words)."""
+        life = self.lives.get(conn.number)
+        if life is None or life.end is None or life.ended is None:
+            return None
+        return life.ended.number, life.ended.ts, life.ended_by(self.server(conn))
+
+    def _endings(self) -> None:
+        ending = self.spec.ending
+        words = Words(
+            self.spec.server,
+            ending.close if ending is not None else None,
+            dict(ending.hints) if ending is not None else {},
+            self._records,
+        )
+        near = together(list(self.lives.values()))
+        for number, life in sorted(self.lives.items()):
+            conn = self.connections.get(number)
+            if conn is not None:
+                words = replace(words, server=self.server(conn))
+            for e in endings(life, conn, words, near.get(number, [])):
+                self._add(Diagnosis(e.severity, e.kind, e.summary, e.message, e.number, number))
+
+    def _records(self, frame: Frame) -> int | None:
+        if self.message_rules is None:
+            self.message_rules = dissector_of(self.protocol).messages(self.protocol)
+        moved = self.message_rules.volume(frame)
+        return moved.messages if moved is not None else None
 
     # ------------------------------------------------------------------ requests and responses
 
@@ -516,7 +564,7 @@ class Tracker:
         assert self.spec.pings is not None
         ask, answer = self.spec.pings
         who = "client" if ping.from_client is not False else self.server(conn)
-        ended_at = self.closed.get(conn.number)
+        ended_at = self._ended(conn)
         if ended_at is not None and ended_at[0] >= ping.number:
             number, ts, how = ended_at
             after = f": {how} at packet {number}, {ts - ping.ts:.3f} s later"
@@ -594,6 +642,10 @@ class Tracker:
                 f"{self._asked(request, frame)} answered {what} (a routine answer)",
             )
             return
+        if frame.command == spec.authenticate or frame.command in spec.setup:
+            conn.refused = conn.refused or Seen(
+                frame.number, frame.ts, frame.name, frame.wire_key, frame.version, 0, frame.from_client
+            )
         if frame.command == spec.authenticate:
             user = f", user {conn.user!r}" if conn.user else ""
             mechanism = request.fields.get("mechanism") if request is not None else None
@@ -682,7 +734,7 @@ class Tracker:
             if closed is not None and closed.number >= frame.number
             else ""
         )
-        ended_at = self.closed.get(conn.number)
+        ended_at = self._ended(conn)
         if not after and ended_at is not None and ended_at[0] >= frame.number:
             number, ts, how = ended_at
             after = f"; {how} at packet {number}, {ts - frame.ts:.3f} s after it"
@@ -735,6 +787,8 @@ class Tracker:
         if introduced and frame.kind == "request":
             props = {prop: fields[name] for prop, name in introduced if fields.get(name) not in (None, "")}
             side.properties = props or side.properties
+        if self.spec.ending is not None and frame.command == self.spec.ending.close:
+            conn.close_seen = conn.close_seen or frame.number
         close = self.closes.get(frame.command or "")
         if close is not None and frame.kind != "response":
             self._closing(conn, frame, close)
@@ -844,7 +898,7 @@ class Tracker:
         assert spec is not None and conn.last is not None
         gaps = sorted(beats.gaps)
         rhythm = gaps[len(gaps) // 2] if gaps else spec.every
-        ended = self.closed.get(conn.number)
+        ended = self._ended(conn)
         end_number, end_ts = (ended[0], ended[1]) if ended is not None else (conn.last.number, conn.last.ts)
         quiet = end_ts - beats.last_ts
         if quiet <= rhythm * HEARTBEAT_SLACK or end_number <= beats.last:
@@ -1016,7 +1070,7 @@ class Tracker:
 
     def _ended_soon(self, conn: ConnState, ts: float) -> str | None:
         """Whether the capture stopped so soon after ts that an answer had no time to come."""
-        if conn.last is None or conn.closed_by_server is not None or conn.number in self.closed:
+        if conn.last is None or conn.closed_by_server is not None or self._ended(conn) is not None:
             return None
         waited = conn.last.ts - ts
         if waited >= ANSWER_GRACE_S:
@@ -1045,8 +1099,13 @@ class Tracker:
         lost = "; the capture lost bytes of this connection, maybe the confirms" if conn.lossy else ""
         last_sent = max((ts for _, ts in items.values()), default=None)
         ended = self._ended_soon(conn, last_sent) if last_sent is not None and not lost else None
+        closed = self._ended(conn)
+        if closed is not None and last_sent is not None and not lost and not ended:
+            ended = (
+                f"; {closed[2]} at packet {closed[0]}, {closed[1] - last_sent:.3f} s after the last was sent"
+            )
         first = min(items.values(), default=(0, 0.0))[0]
-        span = f"ids {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
+        span = f"ids {id_runs(ids)}" if len(ids) > 1 else f"id {ids[0]}" if ids else "ids not kept"
         self._diagnose_at(
             conn,
             first,
@@ -1249,11 +1308,9 @@ class Conversations:
             self.first_ts = frame.ts
         self.trackers[frame.protocol].feed(frame)
 
-    def finish(
-        self, lossy: Collection[int] = (), closed: Mapping[int, tuple[int, float, str]] | None = None
-    ) -> None:
+    def finish(self, lossy: Collection[int] = (), lives: Mapping[int, Life] | None = None) -> None:
         for tracker in self.trackers.values():
-            tracker.finish(lossy, closed)
+            tracker.finish(lossy, lives)
 
     @property
     def diagnoses(self) -> list[Diagnosis]:
@@ -1276,6 +1333,23 @@ class Conversations:
 
     def code_name(self, frame: Frame, code: int) -> str:
         return self.trackers[frame.protocol].code_name(frame, code)
+
+
+# Runs an id list names one by one before it gives up and names the rest by count.
+MAX_RUNS = 8
+
+
+def id_runs(ids: list[int]) -> str:
+    """Sorted ids as their runs: "1..5, 8, 10..12" (a range would hide the gaps)."""
+    runs: list[tuple[int, int]] = []
+    for value in ids:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:MAX_RUNS])
+    more = len(runs) - MAX_RUNS
+    return text + (f" and {more} more run{'s' * (more != 1)}" if more > 0 else "")
 
 
 def _links(frame: Frame) -> dict[str, Any]:

@@ -33,6 +33,7 @@ FINDINGS: dict[str, Finding] = {
     # The decoder's notes about the bytes.
     "malformed": Finding("malformed", "Malformed or unexpected bytes", ("error", "warn", "note")),
     "undecoded": Finding("undecoded", "Not decoded by the plugin (no codec in Wireshark's Lua)", ("note",)),
+    "content": Finding("protocol", "Message content that points at a client bug", ("note",)),
     "api_error": Finding("response_code", "Error answer in a message body", ("warn",)),
     # The conversation tracker's findings.
     "error_response": Finding("response_code", "Request failed", ("warn",)),
@@ -59,6 +60,13 @@ FINDINGS: dict[str, Finding] = {
     "version": Finding("protocol", "Command version the peer does not support", ("warn",)),
     "frame_max": Finding("protocol", "Frame larger than the negotiated frame_max", ("error",)),
     "over_limit": Finding("protocol", "Over a limit the server announced", ("error",)),
+    # How connections ended (the TCP flags against the protocol's own close): only the end tells.
+    "refused": Finding("protocol", "Connection refused", ("warn",), False),
+    "cut_frame": Finding("protocol", "Connection ended in the middle of a frame", ("warn",), False),
+    "abrupt_close": Finding(
+        "protocol", "Connection ended without the protocol's close", ("warn", "note"), False
+    ),
+    "half_closed": Finding("protocol", "Connection half-closed at the capture's end", ("note",), False),
 }
 
 

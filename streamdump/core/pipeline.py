@@ -22,6 +22,7 @@ from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_seg
 from streamdump.core.frame import Endpoint, Expert, Frame
 from streamdump.core.framing import Framer, Piece
 from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
+from streamdump.core.lifecycle import CLOSED, RESET, REUSED, Life, Mark
 from streamdump.core.packet import LINKS_READ, unknown_links_text
 from streamdump.core.reassembly import (
     BUFFERED_FULL,
@@ -51,6 +52,8 @@ HELD_CHECK_BYTES = 8 << 20
 # once, and how many of their segments with bytes each gets before it is given up.
 WATCHED = 4096
 WATCHED_SEGMENTS = 4
+# What ended a connection, as the framer words it for a frame it cut, and as its Life records it.
+ENDINGS = {"the connection closed": CLOSED, "the connection was reset": RESET, "the port was reused": REUSED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +83,9 @@ class ReadStats(Tally):
     skipped_bytes: int = 0
     notices: list[Notice] = field(default_factory=list)
     lossy: set[int] = field(default_factory=set)  # connections that lost bytes (gaps, passed over)
-    # Connections that ended before the capture did: connection -> (packet, time, what happened).
-    closed: dict[int, tuple[int, float, str]] = field(default_factory=dict)
+    # Every connection's opening and ending (SYN, FINs, reset), by its number, once it ended
+    # or the capture did.
+    lives: dict[int, Life] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -114,6 +118,7 @@ class Connection:
     to_server: Side
     to_client: Side
     runtime: Runtime
+    life: Life
     number: int = 0  # 1, 2, ... in the order connections first appear in the capture
     finished: bool = False
     state: DecodeState | None = None  # what decoding remembers between frames (requests' commands)
@@ -312,7 +317,8 @@ class Reader:
             if not syn and not seg.payload and seg.wire_len == 0:
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
-            conn = self._open(key, runtime)
+            conn = self._open(key, runtime, Mark(seg.number, seg.ts, not from_server))
+        conn.life.saw(seg.flags, not from_server, seg.number, seg.ts)
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
         if seg.flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
@@ -441,7 +447,7 @@ class Reader:
         stream = conn.to_server.stream
         return stream.next is not None and stream.position(seq) + 1 != stream.next  # not a repeated SYN
 
-    def _open(self, key: tuple[str, int, str, int], runtime: Runtime) -> Connection:
+    def _open(self, key: tuple[str, int, str, int], runtime: Runtime, first: Mark) -> Connection:
         client, server = Endpoint(key[0], key[1]), Endpoint(key[2], key[3])
         self.stats.connections += 1
         number = self.numbering() if self.numbering is not None else self.stats.connections
@@ -451,6 +457,7 @@ class Reader:
             self._side(client, server, number, runtime, True),
             self._side(server, client, number, runtime, False),
             runtime,
+            Life(number, runtime.name, client, server, first),
             number,
             state=DecodeState() if runtime.stateful else None,
         )
@@ -471,8 +478,14 @@ class Reader:
         if conn.finished:
             return
         conn.finished = True
-        if why != "the capture ended":
-            self.stats.closed[conn.number] = (number, self.ts, why)
+        life = conn.life
+        life.cut = {
+            side is conn.to_server: held
+            for side in (conn.to_server, conn.to_client)
+            if (held := side.framer.held())
+        }
+        life.finish(ENDINGS.get(why), number, self.ts)
+        self.stats.lives[conn.number] = life
         for side in (conn.to_server, conn.to_client):
             if side.stream.next is None:
                 continue

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from streamdump.core.capture import CaptureError, Tally, read_segments, read_stream, segment_of
 from streamdump.core.conversation import Conversations
 from streamdump.core.frame import Frame
+from streamdump.core.lifecycle import Life
 from streamdump.core.packet import Segment, Skip
 from streamdump.core.pcapng import PcapngError, Section
 from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
@@ -114,7 +115,7 @@ class Found:
 
     counts: dict[str, int] = field(default_factory=dict)
     lossy: set[int] = field(default_factory=set)
-    closed: dict[int, tuple[int, float, str]] = field(default_factory=dict)
+    lives: dict[int, Life] = field(default_factory=dict)
     skipped: Counter[Skip] = field(default_factory=Counter)
     first_skipped: dict[Skip, int] = field(default_factory=dict)
     opened: list[int] = field(default_factory=list)  # the packets that opened its connections
@@ -437,8 +438,8 @@ class Decoding:
         found = current.found
         stats = current.stats
         found.counts = {name: getattr(stats, name) for name in COUNTED}
-        found.lossy, found.closed = set(stats.lossy), dict(stats.closed)
-        current.tracker.finish(stats.lossy, stats.closed)
+        found.lossy, found.lives = set(stats.lossy), dict(stats.lives)
+        current.tracker.finish(stats.lossy, stats.lives)
         found.partials = {name: s.partial() for name, s in current.statistics.items()}
         self._flush()
         return batch(FOUND, [(current.capture.name, pickle.dumps(found))])

@@ -98,6 +98,7 @@ CONVERSATION_ATTRS = {
     "tune",
     "close",
     "close_hints",
+    "ending",
     "heartbeat",
     "authenticate",
     "setup",
@@ -381,6 +382,15 @@ class CreditSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EndingSpec:
+    """How a connection ends in order: the command a peer sends before it closes TCP, and what
+    an end without it suggests, by the command the server had sent just before."""
+
+    close: str
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Conversation:
     """How frames of one connection relate: the spec's conversation section."""
 
@@ -393,6 +403,8 @@ class Conversation:
     closes: tuple[CloseSpec, ...] = ()
     heartbeat: HeartbeatSpec | None = None
     close_hints: Mapping[int, str] = field(default_factory=dict)
+    # How a connection ends in order: the command sent before TCP closes, and hints.
+    ending: EndingSpec | None = None
     authenticate: str | None = None
     setup: frozenset[str] = frozenset()
     announcement: Ref | None = None  # MetadataUpdate.code; its subject in announcement_about
@@ -830,6 +842,20 @@ class _Builder:
         ):
             raise self.fail(f"{where}.close_hints", "must map closing codes to text")
         kw["close_hints"] = dict(hints)
+        ending = raw.get("ending")
+        if ending is not None:
+            hints_after = ending.get("hints") or {} if isinstance(ending, Mapping) else None
+            if (
+                not isinstance(ending, Mapping)
+                or set(ending) - {"close", "hints"}
+                or not isinstance(ending.get("close"), str)
+                or not isinstance(hints_after, Mapping)
+                or not all(isinstance(v, str) for v in hints_after.values())
+            ):
+                raise self.fail(f"{where}.ending", "must be {close: Command, hints: {Command: text}}")
+            for name in (ending["close"], *hints_after):
+                self._command(name, f"{where}.ending", commands)
+            kw["ending"] = EndingSpec(ending["close"], dict(hints_after))
         setup = raw.get("setup") or []
         for name in setup:
             self._command(name, f"{where}.setup", commands)

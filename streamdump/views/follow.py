@@ -15,6 +15,7 @@ from typing import Any
 
 from streamdump.core.conversation import ConnState
 from streamdump.core.frame import Frame
+from streamdump.core.lifecycle import Life
 
 MAX_COLUMN = 64
 
@@ -62,6 +63,22 @@ class Dialogue:
             row.client = _join(row.client, text)
         else:
             row.server = _join(row.server, text)
+
+    def end(self, life: Life | None) -> None:
+        """Rows for the TCP end: each side's FIN and a reset, in the sender's column."""
+        if life is None:
+            return
+        marks = [(mark, "[FIN]") for mark in life.fins.values()]
+        if life.reset is not None:
+            marks.append((life.reset, "[RST]"))
+        for mark, text in sorted(marks, key=lambda m: m[0].number):
+            row = Row(mark.number, mark.ts, answer="")
+            if mark.from_client:
+                row.client = text
+            else:
+                row.server = text
+            self.rows.append(row)
+        self.rows.sort(key=lambda r: r.number)
 
     def lines(self, conn: ConnState | None, server: str = "server") -> Iterator[str]:
         """The dialogue's lines; server is what the server is called (a broker, a name server)."""

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from streamdump.core.conversation import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
 from streamdump.core.frame import Frame
+from streamdump.core.lifecycle import Life
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import Protocol
 from streamdump.views.grouping import Grouping
@@ -205,7 +206,7 @@ class Statistics:
             codes={name: Counter(counts) for name, counts in self.codes.items()},
             confirm=dict(self.confirm),
             volume=dict(self.volume),
-            connections=[_connection(conn) for conn in self.tracker.connections.values()],
+            connections=_connections(self.tracker),
             diagnoses=list(self.tracker.diagnoses),
             untold=dict(self.tracker.untold),
             by_fields=self.grouping.fields if self.grouping is not None else (),
@@ -348,15 +349,33 @@ def finding_order(d: Diagnosis) -> tuple[int, int]:
     return (d.number, d.conn)
 
 
-def _connection(conn: ConnState) -> dict[str, Any]:
+def _connections(tracker: Tracker) -> list[dict[str, Any]]:
+    """One summary per connection: those with frames, and those whose packets carried none
+    (a refused connection, one closed before a byte)."""
+    rows = {
+        number: _connection(conn, tracker.lives.get(number), tracker.server(conn))
+        for number, conn in tracker.connections.items()
+    }
+    for number, life in tracker.lives.items():
+        if number not in rows:
+            rows[number] = _connection(
+                ConnState(number, life.protocol, life.client, life.server), life, tracker.spec.server
+            )
+    return [rows[n] for n in sorted(rows)]
+
+
+def _connection(conn: ConnState, life: Life | None, server_name: str) -> dict[str, Any]:
     client, server = conn.client_side, conn.server_side
     last_ts = conn.last.ts if conn.last is not None else conn.first_ts
+    start = life.first.ts if life is not None else conn.first_ts
+    duration = life.duration if life is not None else (last_ts or 0.0) - (conn.first_ts or 0.0)
     return {
         "connection": conn.number,
         "client": str(conn.client) if conn.client else None,
         "server": str(conn.server) if conn.server else None,
-        "start": conn.first_ts,
-        "duration_s": round((last_ts or 0.0) - (conn.first_ts or 0.0), 6),
+        "start": start,
+        "duration_s": round(duration, 6),
+        "ended": life.as_dict(server_name) if life is not None else None,
         "client_frames": client.frames,
         "client_bytes": client.bytes,
         "server_frames": server.frames,
@@ -487,6 +506,8 @@ def _connection_text(conn: dict[str, Any]) -> str:
         lines.append(f"  tuned: frame_max {conn['frame_max']}, heartbeat {conn['heartbeat_s']} s")
     if conn["closed_by_server"] is not None:
         lines.append(f"  closed by the server at packet {conn['closed_by_server']}")
+    if conn["ended"] is not None:
+        lines.append(f"  ended: {conn['ended']['how']}")
     if conn["expert"]:
         lines.append("  expert: " + ", ".join(f"{n} {s}" for s, n in conn["expert"].items()))
     return "\n".join(lines)
