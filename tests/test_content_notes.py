@@ -1,0 +1,100 @@
+"""Notes on AMQP message content that point at client bugs, in streamdump and in the plugin.
+
+The null case comes from a real client: rstream writes an application property set to None as
+AMQP null (captures/rabbitmq_stream/client_crash.pcap, message 0). The content_type cases are
+built here, since no client at hand sends them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CAPTURES
+from pcap_writer import tcp_pcap
+
+from streamdump.codecs.amqp import Typed, decode_message, encode_message
+from streamdump.codecs.amqp_content import body_mismatch, content_notes
+from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
+from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
+
+NULL_NOTE = (
+    "AMQP 1.0 message: application_properties 'i' is null: no value crossed the wire "
+    "(a client that cannot encode a value's type may write null)"
+)
+
+
+def notes_of(sections: list) -> list[str]:
+    return list(content_notes(decode_message(encode_message(sections))))
+
+
+def test_a_null_among_the_values_an_application_fills() -> None:
+    assert notes_of([("application_properties", {"color": "red", "i": None}), ("data", b"x")]) == [
+        NULL_NOTE.removeprefix("AMQP 1.0 message: ")
+    ]
+    found = notes_of([("message_annotations", {"x-opt": None, 7: None}), ("data", b"x")])
+    assert [n.split(" is null")[0] for n in found] == ["message_annotations 'x-opt'", "message_annotations '7'"]
+    # Properties and header write absent fields as nulls: that is not a lost value.
+    assert notes_of([("properties", {"message_id": "m"}), ("application_properties", {"i": 1}), ("data", b"x")]) == []
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "said"),
+    [
+        ("application/json", b'{"order": 1}', None),
+        ("application/json; charset=utf-8", b"{order: 1}", None),  # read leniently, as the servers' clients do
+        ("application/json", b'{"order": ', "says JSON, but the body does not parse as JSON"),
+        ("application/vnd.acme+json", b"not json", "says JSON, but the body does not parse as JSON"),
+        ("Text/Plain", b"caf\xe9", "says text, but the body is not UTF-8"),
+        ("text/plain", "café".encode(), None),
+        ("text/plain", b"\xed\xa0\x80", "says text, but the body is not UTF-8"),  # a surrogate
+        ("application/octet-stream", b"\xff", None),
+    ],
+)
+def test_a_body_its_content_type_does_not_describe(content_type: str, body: bytes, said: str | None) -> None:
+    found = body_mismatch(content_type, body)
+    assert (found.split("' ", 1)[1] if found else None) == said
+
+
+def test_the_real_clients_null_is_noted_on_its_publish_and_delivery(decoder: Decoder) -> None:
+    frames = [decoder.expand(f) for f in read_frames(CAPTURES / "client_crash.pcap", decoder, None, ReadStats())]
+    noted = [(f.number, f.name) for f in frames for e in f.expert if e.message == NULL_NOTE]
+    assert [name for _, name in noted] == ["Publish", "Deliver"]
+    assert all(e.group == "protocol" for f in frames for e in f.expert if e.message == NULL_NOTE)
+
+
+def test_the_plugin_words_the_notes_alike(tmp_path: Path) -> None:
+    from test_wireshark import _tshark, differences
+
+    _tshark()
+    decoder = Decoder(default_registry().get("rabbitmq_stream"))
+    bodies = [
+        (("application/json", None), b'{"order": '),
+        (("text/plain", None), b"caf\xe9"),
+        (("application/json", {"tenant": None, "n": 3}), b'{"ok": true}'),
+    ]
+    messages = []
+    for n, ((content_type, props), body) in enumerate(bodies):
+        sections: list = [("properties", {"message_id": f"m{n}", "content_type": Typed("symbol", content_type)})]
+        if props is not None:
+            sections.append(("application_properties", props))
+        sections.append(("data", body))
+        messages.append({"publishing_id": n, "entry": simple_entry(encode_message(sections))})
+    publish = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": messages})
+    path = tmp_path / "content.pcap"
+    path.write_bytes(tcp_pcap([(True, publish)]))
+    (frame,) = [decoder.expand(f) for f in read_frames(path, decoder, None, ReadStats())]
+    assert sorted(json.dumps(e.message) for e in frame.expert) == sorted(
+        json.dumps(m)
+        for m in [
+            "AMQP 1.0 message: content_type 'application/json' says JSON, but the body does not parse as JSON",
+            "AMQP 1.0 message: content_type 'text/plain' says text, but the body is not UTF-8",
+            "AMQP 1.0 message: application_properties 'tenant' is null: no value crossed the wire "
+            "(a client that cannot encode a value's type may write null)",
+        ]
+    )
+    found = list(differences(path, tmp_path, decoder.protocol))
+    assert not found, "\n\n".join(found[:5])
