@@ -3072,6 +3072,7 @@ local SPEC = {
       publish = {
         session = "publisher",
         noun = "message",
+        ordered = true,
         send = {
           command = "Publish",
           path = { "messages", "publishing_id" },

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import CAPTURES
 from pcap_writer import tcp_pcap
+from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
 from streamdump.codecs.amqp import Typed, decode_message, encode_message
 from streamdump.codecs.amqp_content import body_mismatch, content_notes
 from streamdump.core.pipeline import ReadStats, read_frames
-from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 
@@ -36,16 +36,19 @@ def test_a_null_among_the_values_an_application_fills() -> None:
         NULL_NOTE.removeprefix("AMQP 1.0 message: ")
     ]
     found = notes_of([("message_annotations", {"x-opt": None, 7: None}), ("data", b"x")])
-    assert [n.split(" is null")[0] for n in found] == ["message_annotations 'x-opt'", "message_annotations '7'"]
+    named = [n.split(" is null")[0] for n in found]
+    assert named == ["message_annotations 'x-opt'", "message_annotations '7'"]
     # Properties and header write absent fields as nulls: that is not a lost value.
-    assert notes_of([("properties", {"message_id": "m"}), ("application_properties", {"i": 1}), ("data", b"x")]) == []
+    plain = [("properties", {"message_id": "m"}), ("application_properties", {"i": 1}), ("data", b"x")]
+    assert notes_of(plain) == []
 
 
 @pytest.mark.parametrize(
     ("content_type", "body", "said"),
     [
         ("application/json", b'{"order": 1}', None),
-        ("application/json; charset=utf-8", b"{order: 1}", None),  # read leniently, as the servers' clients do
+        # Read leniently, as the servers' own clients do.
+        ("application/json; charset=utf-8", b"{order: 1}", None),
         ("application/json", b'{"order": ', "says JSON, but the body does not parse as JSON"),
         ("application/vnd.acme+json", b"not json", "says JSON, but the body does not parse as JSON"),
         ("Text/Plain", b"caf\xe9", "says text, but the body is not UTF-8"),
@@ -60,7 +63,8 @@ def test_a_body_its_content_type_does_not_describe(content_type: str, body: byte
 
 
 def test_the_real_clients_null_is_noted_on_its_publish_and_delivery(decoder: Decoder) -> None:
-    frames = [decoder.expand(f) for f in read_frames(CAPTURES / "client_crash.pcap", decoder, None, ReadStats())]
+    read = read_frames(CAPTURES / "client_crash.pcap", decoder, None, ReadStats())
+    frames = [decoder.expand(f) for f in read]
     noted = [(f.number, f.name) for f in frames for e in f.expert if e.message == NULL_NOTE]
     assert [name for _, name in noted] == ["Publish", "Deliver"]
     assert all(e.group == "protocol" for f in frames for e in f.expert if e.message == NULL_NOTE)
@@ -78,7 +82,8 @@ def test_the_plugin_words_the_notes_alike(tmp_path: Path) -> None:
     ]
     messages = []
     for n, ((content_type, props), body) in enumerate(bodies):
-        sections: list = [("properties", {"message_id": f"m{n}", "content_type": Typed("symbol", content_type)})]
+        properties = {"message_id": f"m{n}", "content_type": Typed("symbol", content_type)}
+        sections: list = [("properties", properties)]
         if props is not None:
             sections.append(("application_properties", props))
         sections.append(("data", body))
@@ -90,7 +95,8 @@ def test_the_plugin_words_the_notes_alike(tmp_path: Path) -> None:
     assert sorted(json.dumps(e.message) for e in frame.expert) == sorted(
         json.dumps(m)
         for m in [
-            "AMQP 1.0 message: content_type 'application/json' says JSON, but the body does not parse as JSON",
+            "AMQP 1.0 message: content_type 'application/json' says JSON, but the body does not parse "
+            "as JSON",
             "AMQP 1.0 message: content_type 'text/plain' says text, but the body is not UTF-8",
             "AMQP 1.0 message: application_properties 'tenant' is null: no value crossed the wire "
             "(a client that cannot encode a value's type may write null)",

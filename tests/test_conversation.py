@@ -796,3 +796,64 @@ def test_latency_store_stays_small_for_any_number_of_distinct_values(monkeypatch
     assert figures["approximate"] is True and figures["count"] == 50_000
     exact_median = 25_000 * 0.137
     assert abs(figures["median_ms"] - exact_median) / exact_median < 0.001
+
+
+# ---------------------------------------------------------------------- publishing id order
+
+
+def _publisher(wire: Wire) -> None:
+    wire.send(0.1, "DeclarePublisher", "request", correlation_id=1, publisher_id=2,
+              publisher_reference="app", stream="s")  # fmt: skip
+
+
+def _publish(wire: Wire, ts: float, ids: list[int], records: int = 1) -> Frame:
+    from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
+
+    record = b"\x00\x53\x75\xa0\x01x"
+    batch = [record] * records
+    entry = (
+        (lambda: simple_entry(record))
+        if records == 1
+        else (lambda: sub_batch_entry(batch, 0, records_body(batch)))
+    )
+    messages = [{"publishing_id": i, "entry": entry()} for i in ids]
+    return wire.send(ts, "Publish", "command", publisher_id=2, messages=messages)
+
+
+def _order_notes(wire: Wire, lossy: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    wire.tracker.finish(lossy)
+    return [(d.number, d.message) for d in wire.tracker.diagnoses if d.kind == "item_order"]
+
+
+def test_publishing_ids_that_go_back_or_skip_are_noted(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish(wire, 1.0, [1, 2, 3])
+    _publish(wire, 1.1, [4, 5])  # in order: nothing to say
+    _publish(wire, 1.2, [3])  # a counter reset, or two threads sharing it
+    _publish(wire, 1.3, [4, 9, 10])
+    assert _order_notes(wire) == [
+        (4, "publisher 2 (stream 's'): publishing id 3 follows 5 (packet 3): the ids went back"),
+        (5, "publisher 2 (stream 's'): publishing id 9 follows 4: 4 ids skipped"),
+    ]
+
+
+def test_a_sub_batch_may_take_the_id_of_its_last_record(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish(wire, 1.0, [1])
+    _publish(wire, 1.1, [4], records=3)  # rstream: records 2, 3 and 4 in one sub-batch, id 4
+    _publish(wire, 1.2, [5], records=3)  # another client: one id per sub-batch
+    _publish(wire, 1.3, [6])
+    assert _order_notes(wire) == []
+
+
+def test_skips_on_a_connection_that_lost_bytes_are_not_the_clients(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish(wire, 1.0, [1, 2])
+    _publish(wire, 1.1, [7])  # the frames between were lost with the capture's bytes
+    _publish(wire, 1.2, [3])  # but no loss makes ids go back
+    assert _order_notes(wire, lossy=(1,)) == [
+        (4, "publisher 2 (stream 's'): publishing id 3 follows 7 (packet 3): the ids went back")
+    ]

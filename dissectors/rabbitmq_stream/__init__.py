@@ -18,4 +18,5 @@ DISSECTOR = Dissector(
     lua=("streamdump.codecs:zlib.lua", "streamdump.codecs:amqp.lua", "osiris.lua", "sasl.lua"),
     messages=messages.StreamMessages,
     user=sasl.plain_user,
+    span=osiris.ids_of,
 )

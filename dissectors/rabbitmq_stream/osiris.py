@@ -745,6 +745,13 @@ class TrailerHook(Hook):
         siblings["trailer_tracking"] = decode_tracking(memoryview(value), pos, ctx, node, names)
 
 
+def ids_of(message: dict[str, Any]) -> int:
+    """How many publishing ids a Publish message may use: a sub-batch's records (rstream gives a
+    sub-batch the id of its last record, so its id is that many above the one before)."""
+    entry = message.get("entry")
+    return entry.record_count if isinstance(entry, Entry) else 1
+
+
 def simple_entry(record: bytes) -> Entry:
     return Entry(SIMPLE, 4 + len(record), record)
 

@@ -26,7 +26,7 @@ from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.core.lifecycle import Life
 from streamdump.core.paths import path_values
 from streamdump.spec.dissector import MessageRules, dissector_of
-from streamdump.spec.registry import CloseSpec, FieldSpec, Protocol, Ref, flat_fields
+from streamdump.spec.registry import AckSpec, CloseSpec, FieldSpec, Protocol, Ref, flat_fields
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed.
@@ -38,6 +38,8 @@ CREDIT_STALL_S = 1.0
 MAX_IN_FLIGHT = 100_000
 # Findings kept whole (with their messages); further ones are counted by kind and connection.
 MAX_DIAGNOSES = 10_000
+# Places a connection's sent ids went out of order that are kept to be told.
+MAX_DISORDER = 100
 # Seconds of traffic after an unanswered keepalive that make its silence a warning.
 PING_PATIENCE = 5.0
 # A capture that stops less than this after a request or publish may simply have cut its answer.
@@ -164,6 +166,10 @@ class ConnState:
     in_flight: dict[tuple[str, int], dict[int, tuple[int, float]]] = field(default_factory=dict)
     untracked: dict[tuple[str, int], int] = field(default_factory=dict)
     announced: dict[str, tuple[int, str]] = field(default_factory=dict)  # subject -> (packet, what)
+    # (ack name, session id) -> the last item id sent and its packet (acks whose ids rise one by one)
+    last_sent: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Where those ids went back or skipped: (packet, summary, message, ids skipped or < 0).
+    disorder: list[tuple[int, str, str, int]] = field(default_factory=list)
     negotiated: tuple[int, int] | None = None  # (frame_max, heartbeat) once the client answered
     negotiated_in: int = 0
     closed_by_server: Frame | None = None
@@ -196,6 +202,7 @@ class Tracker:
         self.size_len = protocol.wiring.uncounted  # what a frame's size leaves out
         self.key_text = protocol.key_formatter()
         self.user_of = dissector_of(protocol).user
+        self.span_of = dissector_of(protocol).span
         self.by_request = protocol.frame.response_key == "request"
         # Who each peer is, from fields every frame carries: (property, field, value names).
         self.identity: list[tuple[str, str, dict[int, str]]] = []
@@ -400,6 +407,10 @@ class Tracker:
             conn.in_flight.clear()
             for sub, credit in conn.credits.items():
                 self._credit_end(conn, sub, credit)
+            for number, summary, message, skipped in conn.disorder:
+                if skipped < 0 or not conn.lossy:  # ids lost with bytes are no client's doing
+                    self._diagnose_at(conn, number, "note", "item_order", summary, message)
+            conn.disorder.clear()
             if conn.last is not None:
                 for side in (conn.client_side, conn.server_side):
                     if side.last is not None and side.last is not conn.last:
@@ -993,6 +1004,8 @@ class Tracker:
             early = conn.early_acks.get((ack.name, sid))
             items = _values(frame.fields, ack.send.path)
             sent = (frame.number, frame.ts)
+            if ack.ordered and items:
+                self._order(conn, frame, ack, sid, items)
             if not early and len(flight) + len(items) <= MAX_IN_FLIGHT:
                 flight.update(dict.fromkeys(items, sent))  # the common case, in one step
                 return
@@ -1062,6 +1075,51 @@ class Tracker:
                     f"{count} {ack.noun}{'s' * (count != 1)} of {where} refused: {what}{gone}",
                 )
 
+    def _order(self, conn: ConnState, frame: Frame, ack: AckSpec, sid: int, items: list[int]) -> None:
+        """A sender numbering its items one by one: the first place in a frame where its ids go
+        back or skip (a client's counter reset or shared between threads looks so). Told at the
+        end, where a connection that lost bytes is known: its lost frames would look like skips."""
+        key = (ack.name, sid)
+        last = conn.last_sent.get(key)
+        before, packet = last if last is not None else (items[0] - 1, 0)
+        conn.last_sent[key] = (items[-1], frame.number)
+        spans = self._spans(frame, ack, len(items))
+        first = before + 1
+        if spans is None and items[0] == first and items == list(range(first, first + len(items))):
+            return  # the commonest: each id one above the one before
+        for index, item in enumerate(items):
+            # One above the id before, or, for a batch of n records, n above (rstream gives a
+            # sub-batch the id of its last record).
+            if item != before + 1 and (spans is None or item != before + spans[index]):
+                break
+            before, packet = item, frame.number
+        else:
+            return
+        name = ack.send.path[-1].replace("_", " ")
+        where = _session_name(ack.session, sid, conn.sessions.get((ack.session, sid)))
+        earlier = f" (packet {packet})" if packet != frame.number else ""
+        skipped = item - before - 1
+        how = "the ids went back" if skipped < 0 else f"{skipped} id{'s' * (skipped != 1)} skipped"
+        if len(conn.disorder) < MAX_DISORDER:
+            conn.disorder.append(
+                (
+                    frame.number,
+                    f"{name}s out of order",
+                    f"{where}: {name} {item} follows {before}{earlier}: {how}",
+                    skipped,
+                )
+            )
+
+    def _spans(self, frame: Frame, ack: AckSpec, count: int) -> list[int] | None:
+        """How many ids each sent element may use, when the package says and any uses more than one."""
+        if self.span_of is None:
+            return None
+        elements = path_values(frame.fields, ack.send.path[:-1])
+        if len(elements) != count:
+            return None
+        spans = [self.span_of(e) if isinstance(e, dict) else 1 for e in elements]
+        return spans if any(s != 1 for s in spans) else None
+
     def _patience(self, request: Frame) -> float | None:
         """How long the server may hold this request before answering, in seconds (a long poll)."""
         name = self.spec.patience.get(request.command or "")
@@ -1087,6 +1145,7 @@ class Tracker:
             if items or extra:
                 self._unconfirmed(conn, ack.name, sid, items, extra)
             conn.early_acks.pop(key, None)
+            conn.last_sent.pop(key, None)
 
     def _unconfirmed(
         self, conn: ConnState, ack: str, sid: int, items: dict[int, tuple[int, float]], extra: int

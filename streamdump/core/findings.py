@@ -50,6 +50,7 @@ FINDINGS: dict[str, Finding] = {
     "unanswered_ping": Finding("sequence", "Keepalive never answered", ("warn", "note"), False),
     "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note"), False),
     "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note"), False),
+    "item_order": Finding("sequence", "Sent ids out of order", ("note",), False),
     "unknown_session": Finding("sequence", "Frame for a session never opened", ("warn",)),
     "ended_session": Finding("sequence", "Frame for a session already ended", ("note",)),
     "unconfirmed": Finding("sequence", "Published items never confirmed", ("warn", "note"), False),

@@ -123,6 +123,10 @@ class Dissector:
     messages: type[MessageRules] = MessageRules
     # The user an authentication request names (never its secret), for diagnoses and stats.
     user: Callable[[dict[str, Any]], str | None] | None = None
+    # How many ids one sent element may use, where an ack's ids rise one by one (`ordered`): a
+    # batch of n records may take one id or n (its id n above the one before), as clients
+    # choose. None: one each.
+    span: Callable[[dict[str, Any]], int] | None = None
 
 
 def dissector_of(protocol: Protocol) -> Dissector:

@@ -129,7 +129,7 @@ TRACKER_LINKS = {
     "pings": ("request_in", "response_in", "response_time"),
 }
 SESSION_ATTRS = {"id", "open", "close", "close_after", "keep", "used_by", "unknown"}
-ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code"}
+ACK_ATTRS = {"session", "noun", "send", "confirm", "fail", "fail_code", "ordered"}
 CREDIT_ATTRS = {"session", "grant", "spend", "refusal"}
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -323,6 +323,8 @@ class AckSpec:
     fail: Ref | None
     fail_code: Ref | None
     noun: str = "item"  # what one item is, for diagnoses ("3 messages never confirmed")
+    # The sender numbers its items one by one, rising: ids that go back or skip are noted.
+    ordered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -911,6 +913,7 @@ class _Builder:
                 body["session"],
                 **refs,
                 noun=str(body.get("noun", "item")),  # type: ignore[arg-type]
+                ordered=bool(body.get("ordered", False)),  # type: ignore[arg-type]
             )
         kw["acks"] = acks
         credit = raw.get("credit")

@@ -385,6 +385,7 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
             name: {
                 "session": a.session,
                 "noun": a.noun,
+                "ordered": a.ordered,
                 "send": _ref(a.send),
                 "confirm": _ref(a.confirm),
                 "fail": _ref(a.fail),
