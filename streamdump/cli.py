@@ -1161,6 +1161,18 @@ def lua_fields(
                 print(f"{abbreviation}\t{ftype}\t{title}")
 
 
+def _usage_error(exc: typer.TyperException) -> int:
+    """Tell a command line typer refused on one line (with where help is); its exit status."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        print(ctx.get_help())  # no arguments at all: the help is the answer
+        return 2
+    said = " ".join(str(getattr(exc, "format_message", exc.__str__)()).split())
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    print(f"streamdump: error: {said}{where}", file=sys.stderr)
+    return int(getattr(exc, "exit_code", 2))
+
+
 def main() -> None:
     """Entry point: run the app with one-line errors and no tracebacks."""
     # Decoding allocates many short-lived containers and few cycles: collect the youngest
@@ -1172,9 +1184,14 @@ def main() -> None:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
-        app()
-    except KeyboardInterrupt:
+        # Not standalone: a usage error comes back here to be told on one line, not in a box.
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # a usage error (typer's click): one line, not a box
+        sys.exit(_usage_error(exc))
+    except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
     except (struct.error, ValueError, TypeError, OSError, RuntimeError, KeyError, IndexError) as exc:
         print(f"streamdump: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -381,3 +381,21 @@ def test_the_note_on_unreassembled_fragments_names_their_first_packet() -> None:
     code, _, stderr = run("read", str(capture))
     assert code == 0
     assert "streamdump: note: packet 30: 7 IP fragments were not reassembled" in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["follow", "-c", "abc", "captures/rabbitmq_stream/session.pcap"], "Invalid value for '--connection'"),
+        (["read", "--no-such-option", "x.pcap"], "No such option: --no-such-option"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+        (["read"], "Missing argument 'file'"),
+    ],
+)
+def test_a_command_line_typer_refuses_gets_one_line(args: list[str], text: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamdump", *args], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    one_line_error(proc.stderr, text)
+    assert "--help)" in proc.stderr and "╭" not in proc.stderr
