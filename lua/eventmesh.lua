@@ -1461,6 +1461,7 @@ local SPEC = {
     ok = { 0 },
     routine = {},
     close_hints = {},
+    close_about = {},
     setup = { "Hello" },
     sessions = {},
     acks = {},
@@ -3794,7 +3795,7 @@ end
 local function new_conn()
   return {
     pending = {}, sessions = {}, in_flight = {}, credits = {}, last_grant = {}, announced = {},
-    versions = {}, client_last = nil, negotiated = nil, negotiated_in = nil, user = nil,
+    versions = {}, client_last = nil, suspects = {}, negotiated = nil, negotiated_in = nil, user = nil,
     requests = {}, server_port = nil, ended = {}, asked = {}, pings = {}, limits = {}, setup_seen = false,
   }
 end
@@ -3958,15 +3959,25 @@ local function negotiation(conn, f)
       end
       local reason = table.concat(parts, ":")
       local said = reason ~= "" and (" " .. quoted(reason)) or ""
-      local before = conn.client_last
-      local last = ""
-      if before then
-        local hint = code and CONV.close_hints[code]
-        local version = CONV.versioned and string.format(", version %d", before.version) or ""
-        last = string.format("; the client's last frame before it was %s (key %s%s, %d bytes, packet %d)",
-          before.command or string.format("Unknown(%s)", before.key_text or key_text(before.key)), key_text(before.wire_key),
-          version, before.length, before.number) .. (hint and (": " .. hint) or "")
+      -- Twin of Tracker._closing: the client's frame the code is about, else its last one.
+      local function named_frame(g)
+        local version = CONV.versioned and string.format(", version %d", g.version) or ""
+        return string.format("%s (key %s%s, %d bytes, packet %d)",
+          g.command or string.format("Unknown(%s)", g.key_text or key_text(g.key)), key_text(g.wire_key),
+          version, g.length, g.number)
       end
+      local latest = conn.client_last
+      local about = code and CONV.close_about[code]
+      local suspect = about and conn.suspects[about]
+      local hint = code and CONV.close_hints[code]
+      local last = ""
+      if suspect and latest and suspect.number ~= latest.number then
+        last = "; the client's frame it is about was " .. named_frame(suspect)
+          .. string.format(", before its last (packet %d)", latest.number)
+      elseif suspect or latest then
+        last = "; the client's last frame before it was " .. named_frame(suspect or latest)
+      end
+      if last ~= "" and hint then last = last .. ": " .. hint end
       tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
         "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
     end
@@ -4215,6 +4226,7 @@ end
 
 local function track(conn, f)
   if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
+    if f.from_client then conn.suspects.oversized = f end
     tnote(f, "error", "frame_max", string.format(
       "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
       f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
@@ -4233,7 +4245,15 @@ local function track(conn, f)
     if CONV.credit then credit(conn, f) end
     if CONV.announcement and f.command == CONV.announcement.command then announcement(conn, f) end
   end
-  if f.from_client then conn.client_last = f end
+  if f.from_client then
+    conn.client_last = f
+    -- A command, or a version of it, the registry does not know: what an "unknown frame" close is about.
+    local command = f.key ~= nil and SPEC.commands[f.key] or nil
+    if (f.command == nil and f.kind ~= "response")
+      or (command and CONV.versioned and not contains(command.versions, f.version)) then
+      conn.suspects.unknown = f
+    end
+  end
 end
 
 -- Lua twin of dissectors/eventmesh/framing.py: where an EventMesh frame ends. The message

@@ -386,7 +386,10 @@ def test_the_note_on_unreassembled_fragments_names_their_first_packet() -> None:
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["follow", "-c", "abc", "captures/rabbitmq_stream/session.pcap"], "Invalid value for '--connection'"),
+        (
+            ["follow", "-c", "abc", "captures/rabbitmq_stream/session.pcap"],
+            "Invalid value for '--connection'",
+        ),
         (["read", "--no-such-option", "x.pcap"], "No such option: --no-such-option"),
         (["frobnicate"], "No such command 'frobnicate'"),
         (["read"], "Missing argument 'file'"),

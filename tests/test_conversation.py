@@ -857,3 +857,36 @@ def test_skips_on_a_connection_that_lost_bytes_are_not_the_clients(decoder: Deco
     assert _order_notes(wire, lossy=(1,)) == [
         (4, "publisher 2 (stream 's'): publishing id 3 follows 7 (packet 3): the ids went back")
     ]
+
+
+def test_a_close_for_an_unknown_frame_names_that_frame_not_the_last(tmp_path: Path, decoder: Decoder) -> None:
+    """The broker closes for an unknown frame after the client sent more frames: the diagnosis, in
+    streamdump and in the plugin, names the unknown one (before, it blamed the client's last)."""
+    from pcap_writer import tcp_pcap
+    from test_wireshark import _tshark, differences
+
+    unknown = bytes.fromhex("00000004 00ff 0001")
+    close = decoder.encode(
+        "Close", "request", {"correlation_id": 1, "closing_code": 0x0D, "closing_reason": "unknown frame"}
+    )
+    path = tmp_path / "unknown_then_more.pcap"
+    path.write_bytes(
+        tcp_pcap(
+            [
+                (True, unknown),
+                (True, decoder.encode("Heartbeat", "command", {})),
+                (False, close),
+                (True, decoder.encode("Close", "response", {"correlation_id": 1, "response_code": 1})),
+            ]
+        )
+    )
+    _, tracker = track(path, decoder)
+    (closed,) = [d.message for d in tracker.diagnoses if d.kind == "server_close"]
+    assert closed == (
+        "the broker closed the connection: Unknown frame (0x0d) 'unknown frame'; the client's frame it is "
+        "about was Unknown(0x00ff) (key 0x00ff, version 1, 8 bytes, packet 4), before its last (packet 5): "
+        "the broker does not know this command key or version"
+    )
+    _tshark()
+    found = list(differences(path, tmp_path, decoder.protocol))
+    assert not found, "\n\n".join(found[:5])

@@ -175,6 +175,9 @@ class ConnState:
     closed_by_server: Frame | None = None
     close_seen: int | None = None  # packet of the protocol's own close, from either side
     refused: Seen | None = None  # a setup request the server refused (Open, authentication)
+    # The client's latest frame a server's close may be about: "unknown" (a command or version
+    # not in the registry) and "oversized" (over the negotiated frame_max).
+    suspects: dict[str, Seen] = field(default_factory=dict)
     user: str | None = None
     # Heartbeat requests each side sent: client? -> their rhythm.
     beats: dict[bool, Beats] = field(default_factory=dict)
@@ -343,9 +346,18 @@ class Tracker:
         )
         side.last = seen
         side.last_frame = frame
+        if frame.from_client is not False and self._unregistered(frame):
+            conn.suspects["unknown"] = seen
         side.frames += 1
         side.bytes += length
         conn.last = seen
+
+    def _unregistered(self, frame: Frame) -> bool:
+        """A frame of a command, or a version of it, the registry does not know."""
+        if frame.command is None:
+            return frame.kind != "response"  # a response's command may only be unknown to us
+        command = self.protocol.commands.get(frame.command)
+        return command is not None and self.protocol.versioned and frame.version not in command.versions
 
     def _identity(self, frame: Frame) -> dict[str, Any] | None:
         """A peer's product and version, from a frame's header fields (its language, its version)."""
@@ -830,16 +842,22 @@ class Tracker:
         parts = [frame.fields.get(name) for name in close.reason]
         reason = ":".join(str(p) for p in parts if p is not None and p != "")
         said = f" {reason!r}" if reason else ""
-        before = conn.client_side.last
+        last = conn.client_side.last
         hint = self.spec.close_hints.get(code) if isinstance(code, int) else None
-        version = f", version {before.version}" if before is not None and self.protocol.versioned else ""
-        last = (
-            f"; the client's last frame before it was {before.name} "
-            f"(key {self.key_text(before.wire_key)}{version}, {before.length} bytes, "
-            f"packet {before.number})" + (f": {hint}" if hint else "")
-            if before is not None
-            else ""
-        )
+        about = self.spec.close_about.get(code) if isinstance(code, int) else None
+        # The frame the code is about, when the client sent others after it.
+        suspect = conn.suspects.get(about) if about else None
+        before = suspect if suspect is not None else last
+        if suspect is not None and last is not None and suspect.number != last.number:
+            named = (
+                f"the client's frame it is about was {self._named_frame(suspect)}, "
+                f"before its last (packet {last.number})"
+            )
+        elif before is not None:
+            named = f"the client's last frame before it was {self._named_frame(before)}"
+        else:
+            named = ""
+        last_text = f"; {named}" + (f": {hint}" if hint else "") if named else ""
         ok = code is None or code in self.spec.ok
         self._note(
             conn,
@@ -847,14 +865,24 @@ class Tracker:
             close.severity if code is None else "note" if ok else "error",
             "server_close",
             f"the {self.server(conn)} {close.says}{what}",
-            f"the {self.server(conn)} {close.says}{what}{said}{last}",
+            f"the {self.server(conn)} {close.says}{what}{said}{last_text}",
         )
+
+    def _named_frame(self, seen: Seen) -> str:
+        """A frame as a close names it: command, key, version, size and packet."""
+        version = f", version {seen.version}" if self.protocol.versioned else ""
+        key = self.key_text(seen.wire_key)
+        return f"{seen.name} (key {key}{version}, {seen.length} bytes, packet {seen.number})"
 
     def _frame_max(self, conn: ConnState, frame: Frame) -> None:
         if conn.negotiated is None or conn.negotiated[0] <= 0:
             return
         limit = conn.negotiated[0]
         length = frame.size + self.size_len if frame.size else len(frame.data)
+        if length > limit and frame.from_client is not False:
+            conn.suspects["oversized"] = Seen(
+                frame.number, frame.ts, frame.name, frame.wire_key, frame.version, length, frame.from_client
+            )
         if length > limit:
             self._note(
                 conn,

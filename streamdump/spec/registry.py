@@ -383,6 +383,20 @@ class CreditSpec:
     refusal: str | None
 
 
+# What a closing code may be about: the client's latest frame of a command or version not in
+# the registry, or its latest frame over the negotiated frame_max.
+CLOSE_ABOUT = ("unknown", "oversized")
+
+
+def _about_hint(value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and set(value) == {"hint", "about"}
+        and isinstance(value["hint"], str)
+        and value["about"] in CLOSE_ABOUT
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class EndingSpec:
     """How a connection ends in order: the command a peer sends before it closes TCP, and what
@@ -405,6 +419,8 @@ class Conversation:
     closes: tuple[CloseSpec, ...] = ()
     heartbeat: HeartbeatSpec | None = None
     close_hints: Mapping[int, str] = field(default_factory=dict)
+    # Which of the client's frames a closing code is about (CLOSE_ABOUT), where not its last.
+    close_about: Mapping[int, str] = field(default_factory=dict)
     # How a connection ends in order: the command sent before TCP closes, and hints.
     ending: EndingSpec | None = None
     authenticate: str | None = None
@@ -840,10 +856,14 @@ class _Builder:
         kw["identity"] = dict(identity)
         hints = raw.get("close_hints") or {}
         if not isinstance(hints, Mapping) or not all(
-            isinstance(k, int) and isinstance(v, str) for k, v in hints.items()
+            isinstance(k, int) and (isinstance(v, str) or _about_hint(v)) for k, v in hints.items()
         ):
-            raise self.fail(f"{where}.close_hints", "must map closing codes to text")
-        kw["close_hints"] = dict(hints)
+            raise self.fail(
+                f"{where}.close_hints",
+                "must map closing codes to text, or to {hint: text, about: " + " or ".join(CLOSE_ABOUT) + "}",
+            )
+        kw["close_hints"] = {k: v if isinstance(v, str) else v["hint"] for k, v in hints.items()}
+        kw["close_about"] = {k: v["about"] for k, v in hints.items() if not isinstance(v, str)}
         ending = raw.get("ending")
         if ending is not None:
             hints_after = ending.get("hints") or {} if isinstance(ending, Mapping) else None

@@ -366,6 +366,7 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
         "ok": sorted(conv.ok),
         "routine": sorted(conv.routine),
         "close_hints": dict(conv.close_hints),
+        "close_about": dict(conv.close_about),
         "authenticate": conv.authenticate,
         "setup": sorted(conv.setup),
         "sessions": {
