@@ -432,9 +432,11 @@ def stats(
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     try:
         read = _progress(read_frames(file, setup.dissection, None, read_stats), file, read_stats, show)
+        if selection is not None:
+            for counted in statistics.values():
+                counted.filtered = True
         for frame in analysed(read, tracker):
-            if selection is None or selection(frame):
-                statistics[frame.protocol].add(frame)
+            statistics[frame.protocol].add(frame, selection is None or selection(frame))
     except CaptureError as exc:
         error = str(exc)
     tracker.finish(read_stats.lossy, read_stats.lives)

@@ -402,3 +402,23 @@ def test_a_command_line_typer_refuses_gets_one_line(args: list[str], text: str) 
     assert proc.returncode == 2 and proc.stdout == ""
     one_line_error(proc.stderr, text)
     assert "--help)" in proc.stderr and "╭" not in proc.stderr
+
+
+def test_stats_filter_reaches_the_connection_totals_and_the_findings() -> None:
+    """stats -Y counts only the frames it selects: in the tables, and (before, not) in each
+    connection's totals and in the findings, which keep those about a selected frame or about
+    no frame at all (a connection's end)."""
+    path = str(CAPTURES / "credit_exhausted.pcap")
+    code, out, _ = run("stats", path, "-Y", 'command == "Deliver"', "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    (conn,) = doc["connections"]
+    assert (conn["client_frames"], conn["server_frames"]) == (0, 5)
+    assert [d["kind"] for d in doc["diagnoses"]] == ["credit_exhausted"]  # not the refused Credit
+    code, out, _ = run(
+        "stats", str(CAPTURES / "heartbeat_timeout.pcap"), "-Y", 'command == "Open"', "--format", "json"
+    )
+    # The broker's FIN is no frame: its finding stays with the connection the filter kept.
+    assert [d["kind"] for d in json.loads(out)["diagnoses"]] == ["heartbeat", "abrupt_close"]
+    code, out, _ = run("stats", path, "-Y", 'command == "StoreOffset"', "--format", "json")
+    assert json.loads(out)["connections"] == [] and json.loads(out)["diagnoses"] == []

@@ -147,12 +147,31 @@ class Statistics:
     commands: Counter[tuple[str, str]] = field(default_factory=Counter)
     rules: MessageRules | None = None
     grouping: Grouping | None = None  # stats --by: messages by a field's values
+    # Frames and bytes counted per connection and side (client?), of the frames counted.
+    sides: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
+    # stats -Y: a filter chose the frames counted. Then the packets of frames counted and of
+    # frames passed over are marked (a byte per packet), so that only findings about frames
+    # counted, or about no frame at all (a FIN), are told, for connections with frames counted.
+    filtered: bool = False
+    picked: bytearray = field(default_factory=bytearray)
+    framed: bytearray = field(default_factory=bytearray)
 
     def __post_init__(self) -> None:
         if self.rules is None:
             self.rules = dissector_of(self.protocol).messages(self.protocol)
 
-    def add(self, frame: Frame) -> None:
+    def add(self, frame: Frame, selected: bool = True) -> None:
+        """Count a frame; selected False: a filter passed over it (only its packet is marked)."""
+        if self.filtered:
+            _mark(self.framed, frame.number)
+            if not selected:
+                return
+            _mark(self.picked, frame.number)
+        side = self.sides.get((frame.conn, frame.from_client is not False))
+        if side is None:
+            side = self.sides[frame.conn, frame.from_client is not False] = [0, 0]
+        side[0] += 1
+        side[1] += len(frame.data)
         self.frames += 1
         self.commands[frame.name, frame.kind] += 1
         links = frame.links or {}
@@ -184,6 +203,33 @@ class Statistics:
         if self.grouping is not None:
             self.grouping.add(frame)
 
+    def _counted(self, number: int) -> bool:
+        return (number, True) in self.sides or (number, False) in self.sides
+
+    def _told(self, d: Diagnosis) -> bool:
+        """Whether stats tell a finding: always, or under -Y when it is about a frame counted or
+        about no frame (a connection's end) of a connection with frames counted."""
+        if not self.filtered:
+            return True
+        if not self._counted(d.conn):
+            return False
+        return _marked(self.picked, d.number) or not _marked(self.framed, d.number)
+
+    def _connections(self) -> list[dict[str, Any]]:
+        """One summary per connection: those with frames, and those whose packets carried none
+        (a refused connection, one closed before a byte); under -Y, those with frames counted."""
+        tracker = self.tracker
+        rows = {
+            number: _connection(conn, tracker.lives.get(number), tracker.server(conn), self.sides)
+            for number, conn in tracker.connections.items()
+            if not self.filtered or self._counted(number)
+        }
+        for number, life in tracker.lives.items():
+            if number not in rows and not self.filtered:
+                bare = ConnState(number, life.protocol, life.client, life.server)
+                rows[number] = _connection(bare, life, tracker.spec.server, self.sides)
+        return [rows[n] for n in sorted(rows)]
+
     @property
     def subject(self) -> str:
         """What messages are addressed to (a stream, a topic): the volume table's key."""
@@ -206,9 +252,13 @@ class Statistics:
             codes={name: Counter(counts) for name, counts in self.codes.items()},
             confirm=dict(self.confirm),
             volume=dict(self.volume),
-            connections=_connections(self.tracker),
-            diagnoses=list(self.tracker.diagnoses),
-            untold=dict(self.tracker.untold),
+            connections=self._connections(),
+            diagnoses=[d for d in self.tracker.diagnoses if self._told(d)],
+            untold={
+                k: v
+                for k, v in self.tracker.untold.items()
+                if not self.filtered or (k[4], True) in self.sides or (k[4], False) in self.sides
+            },
             by_fields=self.grouping.fields if self.grouping is not None else (),
             by={key: list(count) for key, count in self.grouping.counts.items()} if self.grouping else {},
         )
@@ -349,23 +399,21 @@ def finding_order(d: Diagnosis) -> tuple[int, int]:
     return (d.number, d.conn)
 
 
-def _connections(tracker: Tracker) -> list[dict[str, Any]]:
-    """One summary per connection: those with frames, and those whose packets carried none
-    (a refused connection, one closed before a byte)."""
-    rows = {
-        number: _connection(conn, tracker.lives.get(number), tracker.server(conn))
-        for number, conn in tracker.connections.items()
-    }
-    for number, life in tracker.lives.items():
-        if number not in rows:
-            rows[number] = _connection(
-                ConnState(number, life.protocol, life.client, life.server), life, tracker.spec.server
-            )
-    return [rows[n] for n in sorted(rows)]
+def _mark(marks: bytearray, number: int) -> None:
+    if number >= len(marks):
+        marks.extend(bytes(max(number + 1 - len(marks), len(marks))))  # doubles: few resizes
+    marks[number] = 1
 
 
-def _connection(conn: ConnState, life: Life | None, server_name: str) -> dict[str, Any]:
-    client, server = conn.client_side, conn.server_side
+def _marked(marks: bytearray, number: int) -> bool:
+    return number < len(marks) and marks[number] == 1
+
+
+def _connection(
+    conn: ConnState, life: Life | None, server_name: str, sides: Mapping[tuple[int, bool], list[int]]
+) -> dict[str, Any]:
+    client_frames, client_bytes = sides.get((conn.number, True), (0, 0))
+    server_frames, server_bytes = sides.get((conn.number, False), (0, 0))
     last_ts = conn.last.ts if conn.last is not None else conn.first_ts
     start = life.first.ts if life is not None else conn.first_ts
     duration = life.duration if life is not None else (last_ts or 0.0) - (conn.first_ts or 0.0)
@@ -376,18 +424,18 @@ def _connection(conn: ConnState, life: Life | None, server_name: str) -> dict[st
         "start": start,
         "duration_s": round(duration, 6),
         "ended": life.as_dict(server_name) if life is not None else None,
-        "client_frames": client.frames,
-        "client_bytes": client.bytes,
-        "server_frames": server.frames,
-        "server_bytes": server.bytes,
-        "client_properties": _peer(client.properties),
-        "server_properties": _peer(server.properties),
+        "client_frames": client_frames,
+        "client_bytes": client_bytes,
+        "server_frames": server_frames,
+        "server_bytes": server_bytes,
+        "client_properties": _peer(conn.client_side.properties),
+        "server_properties": _peer(conn.server_side.properties),
         "user": conn.user,
         "frame_max": conn.negotiated[0] if conn.negotiated else None,
         "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
         "versions": (
-            {f"0x{key:04x}": list(span) for key, span in sorted(server.versions.items())}
-            if server.versions
+            {f"0x{key:04x}": list(span) for key, span in sorted(conn.server_side.versions.items())}
+            if conn.server_side.versions
             else None
         ),
         "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
