@@ -3936,7 +3936,7 @@ local function acks(conn, f)
     local key = ack.name .. ":" .. sid
     conn.in_flight[key] = conn.in_flight[key] or {}
     local flight = conn.in_flight[key]
-    local sent = { f.number, f.ts }  -- one for all of the frame's items: read, never changed
+    local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
     local keyed = LITE.key
     for _, item in ipairs(path_values(f.fields, ack.send.path)) do
       -- a number is its own key (the commonest, without a tree): no call for it
@@ -3962,10 +3962,14 @@ local function acks(conn, f)
     if sent then
       local wait = waits[sent]
       if wait == nil then
-        wait = round6(f.ts - sent[2])
+        wait = round6(f.ts - sent.ts)
         waits[sent] = wait
+        -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+        local back = links_of(sent)
+        back.confirm_in = back.confirm_in or {}
+        if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
       end
-      sent_in[index], waited[index], any = sent[1], wait, true
+      sent_in[index], waited[index], any = sent.number, wait, true
     end
   end
   if any then

@@ -231,7 +231,8 @@ def analysed(
 
 
 def _first_pass(file: Path, setup: Setup, show: bool) -> dict[int, dict[str, Any]]:
-    """What frames learn from frames after them: requests their response, by output place."""
+    """What frames learn from frames after them, by output place: requests their response,
+    frames that sent items (publishes) the frames that confirmed or refused them."""
     tracker = Conversations(d.protocol for d in setup.decoders.values())
     # Besides requests, a credit grant is answered when the server refuses it.
     grants = {
@@ -240,7 +241,15 @@ def _first_pass(file: Path, setup: Setup, show: bool) -> dict[int, dict[str, Any
         if d.protocol.conversation.credit is not None
         for ref in d.protocol.conversation.credit.grant
     }
+    # ... and items sent (publishes) by their confirms, which name the packet that sent them.
+    senders = {
+        (d.protocol.name, ack.send.command)
+        for d in setup.decoders.values()
+        for ack in d.protocol.conversation.acks.values()
+    }
     requests: list[tuple[int, Frame]] = []
+    sends: list[tuple[int, int, int]] = []  # (output place, connection, packet)
+    confirmed: dict[tuple[int, int], list[int]] = {}  # (connection, sending packet) -> confirms
     stats = ReadStats()
     try:
         frames = _progress(read_frames(file, setup.dissection, None, stats), file, stats, show, "pass 1 of 2")
@@ -248,13 +257,25 @@ def _first_pass(file: Path, setup: Setup, show: bool) -> dict[int, dict[str, Any
             if frame.kind == "request" or (frame.protocol, frame.command) in grants:
                 requests.append((index, frame))
                 frame.data, frame.fields = b"", {}  # only its links are wanted; keep memory flat
+            elif (frame.protocol, frame.command) in senders and frame.kind != "response":
+                sends.append((index, frame.conn, frame.number))
+            sent_in = frame.links.get("publish_in") if frame.links else None
+            if sent_in:
+                for packet in dict.fromkeys(sent_in):
+                    if packet is not None:
+                        confirmed.setdefault((frame.conn, packet), []).append(frame.number)
     except CaptureError:
         pass  # the second pass meets the same damage and reports it
-    return {
+    later = {
         index: {"response_in": frame.links["response_in"]}
         for index, frame in requests
         if frame.links and "response_in" in frame.links
     }
+    for index, conn, packet in sends:
+        confirms = confirmed.get((conn, packet))
+        if confirms:
+            later[index] = {"confirm_in": list(dict.fromkeys(confirms))}
+    return later
 
 
 ProtocolOpt = Annotated[

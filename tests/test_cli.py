@@ -369,11 +369,22 @@ def test_two_pass_links_requests_to_their_responses() -> None:
     answered = {o["links"]["request_in"]: o["frame"] for o in objects if "request_in" in o["links"]}
     requests = [o for o in objects if o["kind"] == "request" and "correlation_id" in o["fields"]]
     assert requests and all(o["links"]["response_in"] == answered[o["frame"]] for o in requests)
-    # One pass cannot know a response before it comes; everything else is the same.
-    assert not any("response_in" in o["links"] for o in once_objects)
+    # A publish learns the confirms of its ids (before, two passes gave it none).
+    confirms = {p: o["frame"] for o in objects for p in o["links"].get("publish_in", [])}
+    publishes = [o for o in objects if o["command"] == "Publish"]
+    assert len(publishes) == 6 and all(o["links"]["confirm_in"] == [confirms[o["frame"]]] for o in publishes)
+    # One pass cannot know a response or a confirm before it comes; everything else is the same.
+    assert not any("response_in" in o["links"] or "confirm_in" in o["links"] for o in once_objects)
     for a, b in zip(once_objects, objects, strict=True):
         b["links"].pop("response_in", None)
+        b["links"].pop("confirm_in", None)
         assert a == b
+
+
+def test_two_pass_links_a_credit_to_its_refusal() -> None:
+    _, twice, _ = run("read", str(CAPTURES / "credit_exhausted.pcap"), "-T", "jsonl", "--two-pass")
+    refused = [json.loads(line) for line in twice.splitlines() if '"frame":53,' in line]
+    assert [(o["command"], o["links"].get("response_in")) for o in refused] == [("Credit", 54)]
 
 
 def test_the_note_on_unreassembled_fragments_names_their_first_packet() -> None:
