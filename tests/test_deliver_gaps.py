@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 from conftest import CAPTURES
 from hypothesis import given, settings
@@ -335,3 +336,39 @@ def test_messages_say_what_a_gap_left_unknown(decoder: Decoder) -> None:
         if frame.incomplete == "start lost in a gap":
             lines += [row.where for row in rules.rows(frame)]
     assert lines and all(where == "deliver offset=? chunk=?" for where in lines)
+
+
+def _stats_of(tmp: Path, name: str, wire: bytes, from_client: bool) -> tuple[int, int]:
+    """Messages and bytes stats count for a frame the connection's end cut."""
+    import json
+
+    import dpkt
+    from pcap_writer import tcp_pcap
+    from typer.testing import CliRunner
+
+    from streamdump.cli import app
+
+    fin = dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK
+    path = tmp / f"{name}.pcap"
+    path.write_bytes(tcp_pcap([(from_client, wire)], ending=[(from_client, fin), (not from_client, fin)]))
+    result = CliRunner().invoke(app, ["stats", str(path), "--format", "json"])
+    (row,) = json.loads(result.stdout)["streams"]
+    return row["messages"], row["bytes"]
+
+
+def test_stats_count_cut_publish_and_deliver_alike(tmp_path: Path, decoder: Decoder) -> None:
+    """A Publish and a Deliver cut after the same whole entries count the same messages and
+    bytes (before, a Deliver cut in its chunk header counted what the header declared, and one
+    cut in its data the bytes of its last, partial, entry too)."""
+    record = b"\x00\x53\x75\xa0\x01x"  # an entry of 10 bytes
+    entries = [simple_entry(record)] * 5
+    fields = chunk_fields(encode_chunk(entries))
+    deliver = decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
+    messages = [{"publishing_id": n, "entry": e} for n, e in enumerate(entries)]
+    publish = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": messages})
+    deliver_head, publish_head = len(deliver) - 50, len(publish) - 5 * 18  # before the first entry
+    for whole in range(5):
+        got = _stats_of(tmp_path, f"d{whole}", deliver[: deliver_head + whole * 10 + 3], False)
+        sent = _stats_of(tmp_path, f"p{whole}", publish[: publish_head + whole * 18 + 3], True)
+        assert got == sent == (whole, whole * 10)
+    assert _stats_of(tmp_path, "header", deliver[:30], False) == (0, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH
+from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH, whole_entries
 
 from streamdump.codecs import amqp
 from streamdump.core.frame import Frame
@@ -164,12 +164,17 @@ class StreamMessages(MessageRules):
             if not isinstance(chunk, dict) or chunk.get("chunk_type", 0) != 0:
                 return None  # tracking chunks carry offsets and sequences, not messages
             data = chunk.get("chunk_data")
+            # Cut or incomplete, a chunk counts as a Publish does: the records and bytes of the
+            # entries whole in the capture, not what its header declares.
             if type(data) is Cut:  # a gap cut it: the records it still holds, whole
-                present = len(data.head) + sum(entry.size for entry, _, _ in data.tail)
+                whole = whole_entries(bytes(data.head), chunk.get("num_entries") or 0)[2]
+                present = whole + sum(entry.size for entry, _, _ in data.tail)
                 return Volume(stream, direction, data.found, present)
             if frame.incomplete is not None and "records" in chunk:  # the same, expanded
                 present = sum(e.get("entry_size", 0) for e in chunk.get("entries") or [])
                 return Volume(stream, direction, len(chunk["records"]), present)
+            if frame.incomplete is not None and data is None:  # cut inside the chunk's header
+                return Volume(stream, direction, 0, 0)
             return Volume(stream, direction, chunk.get("num_records") or 0, chunk.get("data_length") or 0)
         return None
 

@@ -406,6 +406,11 @@ def _step(data: bytes, start: int, n: int) -> tuple[int, int]:
     return (end, count) if end <= n else (CUT_OFF, 0)
 
 
+def whole_entries(data: bytes, limit: int) -> tuple[int, int, int]:
+    """The entries whole at the start of data, at most limit of them: (entries, records, bytes)."""
+    return _headers(data, 0, limit)
+
+
 def _headers(data: bytes, at: int, limit: int) -> tuple[int, int, int]:
     """Whole entries from at, at most limit of them, by their headers alone: (entries,
     records, where they end)."""

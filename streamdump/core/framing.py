@@ -185,6 +185,15 @@ class Framer:
         self.start_hunting(f"after the gap at seq {gap.seq_range[0]}")
         return out
 
+    def unfinished(self) -> int:
+        """Bytes of a frame whose start is known that is not yet whole (0 while hunting: the
+        bytes held then belong to no frame found)."""
+        if not self.synced:
+            return 0
+        if self.cut is not None:
+            return len(self.cut[1]) + sum(map(len, self.islands))
+        return len(self.buf)
+
     def held(self) -> int:
         """Bytes this framer holds: a frame not yet whole, or bytes it hunts in."""
         held = len(self.buf) + sum(map(len, self.runs)) + len(self.orphan or b"")

@@ -482,7 +482,7 @@ class Reader:
         life.cut = {
             side is conn.to_server: held
             for side in (conn.to_server, conn.to_client)
-            if (held := side.framer.held())
+            if (held := side.framer.unfinished())
         }
         life.finish(ENDINGS.get(why), number, self.ts)
         self.stats.lives[conn.number] = life
