@@ -1985,6 +1985,16 @@ local SPEC = {
             },
             width = 8,
           },
+          {
+            name = "unused_offset",
+            type = "uint64",
+            optional = true,
+            when = {
+              field = "offset_type",
+              values = { 0, 1, 2, 3 },
+            },
+            width = 8,
+          },
         },
       },
     },
@@ -3013,6 +3023,12 @@ local SPEC = {
       ftype = "uint32",
       title = "Uncompressed Length",
       doc = "Sub-batches only",
+    },
+    {
+      name = "unused_offset",
+      ftype = "uint64",
+      title = "Unused Offset",
+      doc = "Written by some clients for offset types that take no offset; the broker reads past it",
     },
     {
       name = "user_id",

@@ -32,7 +32,12 @@ CLEAN = [
     "bulk.pcap",
     "compression.pcap",
     "tracking.pcap",
+    "v2_frames.pcap",  # RabbitMQ 4.0: version-2 frames, StreamStats, an orderly Close
 ]
+
+# RabbitMQ 4.0 recordings of real rstream applications: rstream ends every connection without
+# Close (the broker logs each as an unexpected close), and nothing else is wrong. Pinned by kind.
+RSTREAM_ONLY_CLOSES = {"filtering_v4.pcap": 6, "super_stream_v4.pcap": 9}
 
 # Every diagnosis of every capture that has one: (severity, kind, packet, message).
 EXPECTED = {
@@ -251,7 +256,15 @@ def track(path: Path, decoder: Decoder) -> tuple[list[Frame], Tracker]:
 
 def test_every_capture_is_pinned() -> None:
     names = {p.name for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng")}
-    assert names == set(CLEAN) | set(EXPECTED)
+    assert names == set(CLEAN) | set(EXPECTED) | set(RSTREAM_ONLY_CLOSES)
+
+
+@pytest.mark.parametrize("name", sorted(RSTREAM_ONLY_CLOSES))
+def test_rstream_applications_on_rabbitmq_4_only_leave_without_close(name: str, decoder: Decoder) -> None:
+    _, tracker = track(CAPTURES / name, decoder)
+    kinds = [(d.severity, d.kind) for d in tracker.diagnoses]
+    assert kinds == [("warn", "abrupt_close")] * RSTREAM_ONLY_CLOSES[name]
+    assert all("the client closed the connection" in d.message for d in tracker.diagnoses)
 
 
 @pytest.mark.parametrize("name", CLEAN)

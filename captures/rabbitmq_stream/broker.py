@@ -41,6 +41,13 @@ TRACKING_STREAM = "streamdump-tracking"
 DELETED_STREAM = "streamdump-deleted"
 CREDIT_STREAM = "streamdump-credit"
 LARGE_STREAM = "streamdump-large"
+# RabbitMQ 4.0 (./rabbitmq4): its stream port, and the raw v2 scenario's stream.
+V4_PORT = 5562
+V4_STREAM = "streamdump-v4-frames"
+# v4_client.py's stream and super stream (its names are its own: it runs on its own).
+V4_FILTER_STREAM = "streamdump-v4-filter"
+V4_SUPER_STREAM = "streamdump-v4-invoices"
+V4_STREAMS = (V4_STREAM, V4_FILTER_STREAM)
 # The ending scenarios' streams (scenarios_endings.py).
 CRASH_STREAM = "streamdump-crash"
 RESET_STREAM = "streamdump-reset"
@@ -100,10 +107,10 @@ class StreamClient(Client):
     exchange is skipped and the connection just ends with a TCP FIN.
     """
 
-    def __init__(self, connection_name: str) -> None:
+    def __init__(self, connection_name: str, port: int = PORT) -> None:
         super().__init__(
             HOST,
-            PORT,
+            port,
             frame_max=FRAME_MAX,
             heartbeat=HEARTBEAT,
             connection_name=connection_name,
@@ -130,19 +137,23 @@ def _ignore_close(info: rstream.OnClosedErrorInfo) -> None:
     log.debug("connection closed by the broker: %s", info)
 
 
-async def connect(connection_name: str) -> StreamClient:
-    client = StreamClient(connection_name)
+async def connect(connection_name: str, port: int = PORT) -> StreamClient:
+    client = StreamClient(connection_name, port)
     await client.start()
     await client.authenticate(vhost=VHOST, username=USERNAME, password=PASSWORD)
     return client
 
 
-async def delete_leftover_streams() -> None:
-    client = await connect("streamdump-cleanup")
+async def delete_leftover_streams(port: int = PORT) -> None:
+    client = await connect("streamdump-cleanup", port)
     try:
-        for stream in ALL_STREAMS:
+        for stream in ALL_STREAMS if port == PORT else V4_STREAMS:
             with contextlib.suppress(StreamDoesNotExist):
                 await client.delete_stream(stream)
                 log.info("deleted leftover stream %s", stream)
+        if port == V4_PORT:
+            with contextlib.suppress(StreamDoesNotExist):
+                await client.delete_super_stream(V4_SUPER_STREAM)
+                log.info("deleted leftover super stream %s", V4_SUPER_STREAM)
     finally:
         await client.close()

@@ -184,3 +184,37 @@ def write_pcapng(pcap: Path, pcapng: Path) -> int:
         raise RuntimeError(f"{pcapng} does not hold the same packets as {pcap}")
     give_to_dir_owner(pcapng)
     return len(packets)
+
+
+def _ones_complement_update(checksum: int, old: int, new: int) -> int:
+    """A 16-bit Internet checksum after one 16-bit word changed from old to new (RFC 1624, eqn. 3)."""
+    total = (~checksum & 0xFFFF) + (~old & 0xFFFF) + new
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def rewrite_port(pcap: Path, old: int, new: int) -> int:
+    """Give TCP port old the number new in a classic Ethernet pcap, in place: the ports and the TCP
+    checksums change (updated, not recomputed, so a bad checksum stays bad), nothing else.
+    Returns the packets changed."""
+    data = bytearray(pcap.read_bytes())
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    expect(struct.unpack_from(order + "I", data, 20)[0] == LINKTYPE_ETHERNET, f"{pcap}: not Ethernet")
+    at, changed = 24, 0
+    while at + 16 <= len(data):
+        incl = struct.unpack_from(order + "I", data, at + 8)[0]
+        pkt = at + 16
+        ip = pkt + 14
+        is_tcp = incl >= 14 + 20 + 20 and data[pkt + 12 : pkt + 14] == b"\x08\x00" and data[ip + 9] == 6
+        if is_tcp:
+            tcp = ip + (data[ip] & 0x0F) * 4
+            for field in (tcp, tcp + 2):
+                if struct.unpack_from(">H", data, field)[0] == old:
+                    struct.pack_into(">H", data, field, new)
+                    checksum = struct.unpack_from(">H", data, tcp + 16)[0]
+                    struct.pack_into(">H", data, tcp + 16, _ones_complement_update(checksum, old, new))
+                    changed += 1
+        at = pkt + incl
+    pcap.write_bytes(bytes(data))
+    return changed

@@ -121,8 +121,9 @@ class BrokerClosed(Exception):
 class RawClient:
     """One TCP connection to the broker. Every frame in either direction is sent or read explicitly."""
 
-    def __init__(self, connection_name: str) -> None:
+    def __init__(self, connection_name: str, port: int = PORT) -> None:
         self.connection_name = connection_name
+        self.port = port
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
@@ -131,7 +132,7 @@ class RawClient:
 
     async def connect(self) -> None:
         # The default 64 KiB limit is for readline(); readexactly() ignores it.
-        self._reader, self._writer = await asyncio.open_connection(HOST, PORT)
+        self._reader, self._writer = await asyncio.open_connection(HOST, self.port)
 
     def next_corr(self) -> int:
         self._corr += 1

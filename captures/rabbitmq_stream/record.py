@@ -24,6 +24,8 @@ The work is done by the modules beside it:
     scenario_compression.py  compression: codec variants, compression.sent.json, its check
     scenario_tracking.py     tracking: segment files, chunks/ fixtures, its check
     scenarios_endings.py     client_crash (runs crashing_client.py), reset_mid_frame
+    scenarios_v4.py          v2_frames, filtering_v4, super_stream_v4 (RabbitMQ 4.0; v4_client.py)
+    rabbitmq4                RabbitMQ 4.0 in a Debian 13 chroot, stream port 5562
     scenarios_refusals.py    wrong_vhost, unknown_command, unsupported_version, deleted_stream,
                              credit_exhausted, heartbeat_timeout, frame_too_large
     raw_client.py            a struct-built client for frames rstream cannot send
@@ -56,6 +58,7 @@ from broker import (
     FRAME_MAX,
     HOST,
     PORT,
+    V4_PORT,
     connect,
     delete_leftover_streams,
     ensure_stream_plugin,
@@ -67,6 +70,7 @@ from pcap_checks import (
     LINKTYPE_LINUX_SLL2,
     CaptureSummary,
     check_capture,
+    rewrite_port,
     write_pcapng,
 )
 from scenario_compression import scenario_compression, verify_compression
@@ -96,6 +100,8 @@ from scenarios_simple import (
     scenario_session,
     scenario_subscribe_missing_stream,
 )
+from scenarios_v4 import scenario_filtering_v4, scenario_super_stream_v4, scenario_v2_frames
+from system_tools import run
 from tcpdump_tools import recording_lock, tcpdump
 
 # What other code takes from `record` (bench/record_flood.py), beside what is defined here.
@@ -145,6 +151,9 @@ class Recording:
     connections: int = 1
     # Checks the finished capture against the scenario's outputs; fails loudly.
     verify: Callable[[Path, Outputs], None] | None = None
+    # The broker's stream port: 5552 (3.10), or V4_PORT for RabbitMQ 4.0 (./rabbitmq4), whose
+    # captures then get 5552 written over it, so that they read like the others.
+    port: int = PORT
 
 
 RECORDINGS: dict[str, Recording] = {
@@ -174,6 +183,12 @@ RECORDINGS: dict[str, Recording] = {
     # in the middle of a Publish frame.
     "client_crash": Recording(scenario_client_crash, connections=5, verify=verify_client_crash),
     "reset_mid_frame": Recording(scenario_reset_mid_frame, verify=verify_reset_mid_frame),
+    # RabbitMQ 4.0 (./rabbitmq4): version-2 frames, filtering, StreamStats (a raw client), and
+    # real rstream applications using filtering (six connections) and a super stream with a
+    # single active consumer (nine).
+    "v2_frames": Recording(scenario_v2_frames, port=V4_PORT),
+    "filtering_v4": Recording(scenario_filtering_v4, port=V4_PORT, connections=6),
+    "super_stream_v4": Recording(scenario_super_stream_v4, port=V4_PORT, connections=9),
 }
 
 
@@ -181,17 +196,23 @@ def record(name: str, outdir: Path) -> CaptureSummary:
     """Record `name` into outdir and check the file; the caller holds recording_lock()."""
     recording = RECORDINGS[name]
     out = outdir / f"{name}.pcap"
-    asyncio.run(delete_leftover_streams())
+    if recording.port != PORT:
+        run([str(Path(__file__).resolve().parent / "rabbitmq4"), "start"])
+    asyncio.run(delete_leftover_streams(recording.port))
     with contextlib.ExitStack() as stack:
         # Entered before tcpdump, left after it: lo is back only once tcpdump has stopped.
         if recording.mtu is not None:
             stack.enter_context(wire_mtu(recording.mtu))
         stats = stack.enter_context(
-            tcpdump(out, recording.interface, recording.linktype_name, recording.buffer_kib)
+            tcpdump(
+                out, recording.interface, recording.linktype_name, recording.buffer_kib, port=recording.port
+            )
         )
         outputs = asyncio.run(recording.scenario()) or {}
     # Written even if a check below fails, so that they always describe the capture beside them.
     write_outputs(outdir, outputs)
+    if recording.port != PORT:
+        rewrite_port(out, recording.port, PORT)
     summary = check_capture(out)
     if summary.packets != stats[0].captured:
         raise RuntimeError(
