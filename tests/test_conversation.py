@@ -30,7 +30,6 @@ CLEAN = [
     "session_sll.pcap",
     "offset_specs.pcap",
     "bulk.pcap",
-    "compression.pcap",
     "tracking.pcap",
     "v2_frames.pcap",  # RabbitMQ 4.0: version-2 frames, StreamStats, an orderly Close
 ]
@@ -41,6 +40,16 @@ RSTREAM_ONLY_CLOSES = {"filtering_v4.pcap": 6, "super_stream_v4.pcap": 9}
 
 # Every diagnosis of every capture that has one: (severity, kind, packet, message).
 EXPECTED = {
+    # The client sends every kind of record on purpose, raw bytes among AMQP messages too.
+    "compression.pcap": [
+        (
+            "note",
+            "mixed_formats",
+            32,
+            "publisher 1 (stream 'streamdump-compression'): the message with publishing id 5 (packet 32) is "
+            "not AMQP 1.0, while its first message (packet 24) was AMQP 1.0",
+        )
+    ],
     "auth_failure.pcap": [
         (
             "error",
@@ -903,3 +912,76 @@ def test_a_close_for_an_unknown_frame_names_that_frame_not_the_last(tmp_path: Pa
     _tshark()
     found = list(differences(path, tmp_path, decoder.protocol))
     assert not found, "\n\n".join(found[:5])
+
+
+# ---------------------------------------------------------------------- a publisher's messages
+
+
+def _rstream_message(message_id: str | None, raw: bool = False) -> bytes:
+    """A record as the real rstream client encodes it (AMQP 1.0, or its RawMessage's bytes)."""
+    from rstream import AMQPMessage, Properties
+
+    if raw:
+        return b"raw bytes, not an AMQP message"
+    props = Properties(message_id=message_id) if message_id is not None else None
+    return bytes(AMQPMessage(body=b"order", properties=props))
+
+
+def _publish_records(wire: Wire, ts: float, first: int, records: list[bytes]) -> Frame:
+    from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
+
+    messages = [{"publishing_id": first + n, "entry": simple_entry(r)} for n, r in enumerate(records)]
+    return wire.send(ts, "Publish", "command", publisher_id=2, messages=messages)
+
+
+def _content_notes(wire: Wire) -> list[tuple[str, int, str]]:
+    wire.tracker.finish()
+    kinds = ("mixed_formats", "reused_message_id")
+    return [(d.kind, d.number, d.message) for d in wire.tracker.diagnoses if d.kind in kinds]
+
+
+def test_a_publisher_reusing_message_ids(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish_records(wire, 1.0, 1, [_rstream_message("order-1"), _rstream_message("order-2")])
+    _publish_records(wire, 1.1, 3, [_rstream_message("order-1")])
+    _publish_records(wire, 1.2, 4, [_rstream_message("order-2"), _rstream_message("order-1")])
+    assert _content_notes(wire) == [
+        (
+            "reused_message_id",
+            3,
+            "publisher 2 (stream 's'): message id 'order-1' of publishing id 3 (packet 3) is that of "
+            "publishing id 1 (packet 2) too",
+        ),
+        ("reused_message_id", 3, "publisher 2 (stream 's'): 2 more messages reused an earlier message id"),
+    ]
+
+
+def test_a_publisher_mixing_raw_bytes_with_amqp_messages(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish_records(wire, 1.0, 1, [_rstream_message(None), _rstream_message(None)])
+    _publish_records(wire, 1.1, 3, [_rstream_message(None, raw=True), _rstream_message(None, raw=True)])
+    assert _content_notes(wire) == [
+        (
+            "mixed_formats",
+            3,
+            "publisher 2 (stream 's'): the message with publishing id 3 (packet 3) is not AMQP 1.0, "
+            "while its first message (packet 2) was AMQP 1.0",
+        )
+    ]
+
+
+def test_message_ids_are_not_looked_for_where_a_publisher_sends_none(
+    decoder: Decoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import streamdump.core.conversation as conversation
+
+    monkeypatch.setattr(conversation, "ID_PATIENCE", 3)
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish_records(wire, 1.0, 1, [_rstream_message(None)] * 3)
+    (seen,) = wire.tracker.connections[1].content.values()
+    assert not seen.watching  # what follows costs no message id lookup
+    _publish_records(wire, 1.1, 4, [_rstream_message("x"), _rstream_message("x")])
+    assert _content_notes(wire) == []

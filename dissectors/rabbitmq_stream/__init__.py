@@ -19,4 +19,5 @@ DISSECTOR = Dissector(
     messages=messages.StreamMessages,
     user=sasl.plain_user,
     span=osiris.ids_of,
+    content=osiris.content_of,
 )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdump.codecs import amqp
-from streamdump.codecs.amqp_content import content_notes
+from streamdump.codecs.amqp_content import content_notes, message_id
 from streamdump.codecs.compression import Budget, DecompressionError, decompress
 from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import Expert, Node
@@ -755,6 +755,21 @@ def ids_of(message: dict[str, Any]) -> int:
     sub-batch the id of its last record, so its id is that many above the one before)."""
     entry = message.get("entry")
     return entry.record_count if isinstance(entry, Entry) else 1
+
+
+AMQP_FORMAT = "AMQP 1.0"
+
+
+def content_of(message: dict[str, Any], want_id: bool) -> tuple[str | None, Any] | None:
+    """A Publish message's format (AMQP 1.0, or None for other bytes) and, when asked, its
+    message id; None for a sub-batch (its records are compressed, or many)."""
+    entry = message.get("entry")
+    if not isinstance(entry, Entry) or entry.kind != SIMPLE:
+        return None
+    body = entry.body
+    if not amqp.looks_like_amqp(body):
+        return None, None
+    return AMQP_FORMAT, message_id(body) if want_id else None
 
 
 def simple_entry(record: bytes) -> Entry:

@@ -14,17 +14,21 @@ Lua twin (show_record in the RabbitMQ Streams package's osiris.lua) words them t
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 from streamdump.codecs import lenient_json
-from streamdump.codecs.amqp import Message, preview
+from streamdump.codecs.amqp import MalformedError, Message, decode_message, decode_value, preview
 
 # Sections that are maps of values the application filled: delivery and message annotations,
 # application properties, footer.
 VALUE_MAPS = frozenset({0x71, 0x72, 0x74, 0x78})
 PROPERTIES = 0x73
 DATA = 0x75
+_U32 = struct.Struct(">I")
+# A section value's constructor -> how wide its size field is (compounds, binary, strings).
+_SIZED = {0xC0: 1, 0xC1: 1, 0xA0: 1, 0xA1: 1, 0xA3: 1, 0xD0: 4, 0xD1: 4, 0xB0: 4, 0xB1: 4, 0xB3: 4}
 
 
 def content_notes(message: Message) -> Iterator[str]:
@@ -72,4 +76,43 @@ def body_mismatch(content_type: str, body: bytes) -> str | None:
             lenient_json.loads(text)
         except lenient_json.JsonError:
             return f"content_type '{content_type}' says JSON, but the body does not parse as JSON"
+    return None
+
+
+def message_id(data: bytes | memoryview) -> object:
+    """A message's message_id (None when it has none), reading only as far as the properties
+    section: the sections before it are stepped over by their sizes. For the conversation
+    tracker, which looks at every published message and must not decode each whole."""
+    mv = memoryview(data)
+    n = len(mv)
+    at = 0
+    try:
+        while n - at >= 4 and mv[at] == 0x00 and mv[at + 1] == 0x53:
+            code, constructor = mv[at + 2], mv[at + 3]
+            if code == PROPERTIES:
+                if constructor == 0x45:
+                    return None  # an empty list: no fields at all
+                width = _SIZED.get(constructor)
+                if width is None or constructor not in (0xC0, 0xD0):
+                    break
+                first = at + 4 + 2 * width  # after the size and the count
+                if first >= n:
+                    return None
+                kind = mv[first]
+                if kind == 0xA1 and first + 2 + mv[first + 1] <= n:  # the commonest: a short string
+                    return str(mv[first + 2 : first + 2 + mv[first + 1]], "utf-8")
+                return None if kind == 0x40 else decode_value(mv[first:])[0]
+            if code > PROPERTIES:
+                return None  # past where properties go: the message has none
+            width = _SIZED.get(constructor)
+            if width is None:
+                break
+            size = mv[at + 4] if width == 1 else _U32.unpack_from(mv, at + 4)[0]
+            at += 4 + width + size
+    except (MalformedError, IndexError, struct.error):
+        return None
+    # Another shape (symbol descriptors, sections out of order): the general decoder.
+    for section in decode_message(data).sections:
+        if section.code == PROPERTIES and isinstance(section.value, dict):
+            return section.value.get("message_id")
     return None

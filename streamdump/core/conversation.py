@@ -16,6 +16,7 @@ so files, the live sniffer and Spark tasks all use it the same way.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +41,8 @@ MAX_IN_FLIGHT = 100_000
 MAX_DIAGNOSES = 10_000
 # Places a connection's sent ids went out of order that are kept to be told.
 MAX_DISORDER = 100
+# Messages of a sender without a message id after which its ids are no longer looked for.
+ID_PATIENCE = 1000
 # Seconds of traffic after an unanswered keepalive that make its silence a warning.
 PING_PATIENCE = 5.0
 # A capture that stops less than this after a request or publish may simply have cut its answer.
@@ -121,6 +124,21 @@ class Session:
 
 
 @dataclass(slots=True)
+class SentContent:
+    """What one sender's messages said so far (for the content notes): the format of its first,
+    and the message ids seen, with the item id and packet of each (the oldest forgotten first)."""
+
+    format: str | None
+    first: int  # packet of its first message
+    mixed: bool = False  # a message of another format was told
+    ids: OrderedDict[Any, tuple[int, int]] = field(default_factory=OrderedDict)
+    without: int = 0  # messages without a message id before the first with one
+    watching: bool = True  # ids are looked at (not once many messages came without any)
+    reused: int = 0  # reuses past the first, told at the end
+    reused_at: int = 0  # the packet of the first of those
+
+
+@dataclass(slots=True)
 class Credit:
     left: int
     zero: tuple[int, float] | None = None  # (packet, ts) where it reached zero
@@ -168,6 +186,8 @@ class ConnState:
     announced: dict[str, tuple[int, str]] = field(default_factory=dict)  # subject -> (packet, what)
     # (ack name, session id) -> the last item id sent and its packet (acks whose ids rise one by one)
     last_sent: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # (ack name, session id) -> what that sender's messages said (their format, message ids).
+    content: dict[tuple[str, int], SentContent] = field(default_factory=dict)
     # Where those ids went back or skipped: (packet, summary, message, ids skipped or < 0).
     disorder: list[tuple[int, str, str, int]] = field(default_factory=list)
     negotiated: tuple[int, int] | None = None  # (frame_max, heartbeat) once the client answered
@@ -206,6 +226,7 @@ class Tracker:
         self.key_text = protocol.key_formatter()
         self.user_of = dissector_of(protocol).user
         self.span_of = dissector_of(protocol).span
+        self.content_of = dissector_of(protocol).content
         self.by_request = protocol.frame.response_key == "request"
         # Who each peer is, from fields every frame carries: (property, field, value names).
         self.identity: list[tuple[str, str, dict[int, str]]] = []
@@ -419,6 +440,19 @@ class Tracker:
             conn.in_flight.clear()
             for sub, credit in conn.credits.items():
                 self._credit_end(conn, sub, credit)
+            for (ack_name, sid), seen in conn.content.items():
+                if seen.reused:
+                    spec = self.spec.acks[ack_name]
+                    self._diagnose_at(
+                        conn,
+                        seen.reused_at,
+                        "note",
+                        "reused_message_id",
+                        f"message id reused by one {spec.session}",
+                        f"{self._sender(conn, spec, sid)}: {seen.reused} more {spec.noun}"
+                        f"{'s' * (seen.reused != 1)} reused an earlier message id",
+                    )
+            conn.content.clear()
             for number, summary, message, skipped in conn.disorder:
                 if skipped < 0 or not conn.lossy:  # ids lost with bytes are no client's doing
                     self._diagnose_at(conn, number, "note", "item_order", summary, message)
@@ -1034,6 +1068,8 @@ class Tracker:
             sent = (frame.number, frame.ts)
             if ack.ordered and items:
                 self._order(conn, frame, ack, sid, items)
+            if self.content_of is not None and items:
+                self._content(conn, frame, ack, sid, items)
             if not early and len(flight) + len(items) <= MAX_IN_FLIGHT:
                 flight.update(dict.fromkeys(items, sent))  # the common case, in one step
                 return
@@ -1137,6 +1173,68 @@ class Tracker:
                     skipped,
                 )
             )
+
+    def _content(self, conn: ConnState, frame: Frame, ack: AckSpec, sid: int, items: list[int]) -> None:
+        """A sender's messages of another format than its first, and message ids it used before:
+        client bugs the broker takes without a word (a consumer then fails on the odd one out,
+        or a deduplicating reader drops the second)."""
+        assert self.content_of is not None
+        elements = path_values(frame.fields, ack.send.path[:-1])
+        if len(elements) != len(items):
+            return
+        key = (ack.name, sid)
+        seen = conn.content.get(key)
+        name = ack.send.path[-1].replace("_", " ")
+        for element, item in zip(elements, items, strict=True):
+            facts = (
+                self.content_of(element, seen is None or seen.watching) if isinstance(element, dict) else None
+            )
+            if facts is None:
+                continue
+            kind, message_id = facts
+            if seen is None:
+                seen = conn.content[key] = SentContent(kind, frame.number)
+            elif kind != seen.format and not seen.mixed:
+                seen.mixed = True
+                now = kind or f"not {seen.format}"
+                then = seen.format or f"not {kind}"
+                self._diagnose(
+                    conn,
+                    frame,
+                    "note",
+                    "mixed_formats",
+                    f"a {ack.noun} of another format than the {ack.noun}s before it",
+                    f"{self._sender(conn, ack, sid)}: the {ack.noun} with {name} {item} "
+                    f"(packet {frame.number}) is {now}, while its first {ack.noun} (packet {seen.first}) "
+                    f"was {then}",
+                )
+            if not seen.watching:
+                continue
+            if message_id is None:
+                seen.without += 1
+                seen.watching = bool(seen.ids) or seen.without < ID_PATIENCE
+                continue
+            before = seen.ids.get(message_id)
+            if before is None:
+                seen.ids[message_id] = (item, frame.number)
+                if len(seen.ids) > MAX_IN_FLIGHT:
+                    seen.ids.popitem(last=False)
+            elif seen.reused or seen.reused_at:
+                seen.reused += 1
+            else:
+                seen.reused_at = frame.number
+                self._diagnose(
+                    conn,
+                    frame,
+                    "note",
+                    "reused_message_id",
+                    f"message id reused by one {ack.session}",
+                    f"{self._sender(conn, ack, sid)}: message id {message_id!r} of {name} {item} (packet "
+                    f"{frame.number}) is that of {name} {before[0]} (packet {before[1]}) too",
+                )
+
+    def _sender(self, conn: ConnState, ack: AckSpec, sid: int) -> str:
+        return _session_name(ack.session, sid, conn.sessions.get((ack.session, sid)))
 
     def _spans(self, frame: Frame, ack: AckSpec, count: int) -> list[int] | None:
         """How many ids each sent element may use, when the package says and any uses more than one."""

@@ -51,6 +51,10 @@ FINDINGS: dict[str, Finding] = {
     "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note"), False),
     "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note"), False),
     "item_order": Finding("sequence", "Sent ids out of order", ("note",), False),
+    "mixed_formats": Finding(
+        "protocol", "A message of another format than its sender's others", ("note",), False
+    ),
+    "reused_message_id": Finding("protocol", "Message id reused by one sender", ("note",), False),
     "unknown_session": Finding("sequence", "Frame for a session never opened", ("warn",)),
     "ended_session": Finding("sequence", "Frame for a session already ended", ("note",)),
     "unconfirmed": Finding("sequence", "Published items never confirmed", ("warn", "note"), False),
