@@ -6672,6 +6672,36 @@ function AMQPV.body_mismatch(content_type, body)
   return nil
 end
 
+-- Twin of amqp._check_order: sections out of the spec's order, repeated, or mixing body kinds.
+AMQPV.RANK = { [0x70] = 0, [0x71] = 1, [0x72] = 2, [0x73] = 3, [0x74] = 4, [0x75] = 5, [0x76] = 5, [0x77] = 5, [0x78] = 6 }
+function AMQPV.order_notes(sections, err, ctx)
+  local names, last, body, seen = SPEC.enums.amqp_section, nil, nil, {}
+  local function say(text) note(ctx, "note", "malformed", "AMQP 1.0 message: " .. text) end
+  for _, s in ipairs(sections) do
+    local rank = AMQPV.RANK[s.code]
+    local where = string.format("%s section at offset %d", names[s.code], s.pos)
+    if last and rank < AMQPV.RANK[last.code] then
+      say(string.format("%s comes after %s, out of the spec's order", where, names[last.code]))
+    end
+    if rank == 5 then
+      if body == nil then
+        body = s
+      elseif body.code ~= s.code then
+        say(string.format("%s mixes body kinds: the body started as %s", where, names[body.code]))
+      elseif s.code == 0x77 then
+        say(where .. ": a message has at most one amqp_value section")
+      end
+    elseif seen[s.code] then
+      say(string.format("%s repeats an earlier %s section", where, names[s.code]))
+    end
+    seen[s.code] = true
+    last = s
+  end
+  if body == nil and err == nil and #sections > 0 then
+    say("message has no body section (data, amqp_sequence or amqp_value)")
+  end
+end
+
 function AMQPV.content_notes(btvb, sections, ctx)
   local names, content_type, bodies = SPEC.enums.amqp_section, nil, {}
   for _, s in ipairs(sections) do
@@ -6725,6 +6755,7 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
         AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
       end
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
+      AMQPV.order_notes(sections, err, ctx)
       AMQPV.content_notes(btvb, sections, ctx)
       label = label .. ", AMQP 1.0"
     else

@@ -104,3 +104,32 @@ def test_the_plugin_words_the_notes_alike(tmp_path: Path) -> None:
     )
     found = list(differences(path, tmp_path, decoder.protocol))
     assert not found, "\n\n".join(found[:5])
+
+
+def test_the_plugin_words_section_order_notes_alike(tmp_path: Path) -> None:
+    """Sections out of order, repeated, mixing body kinds, or no body: streamdump's AMQP codec
+    notes them, and (before, not) the plugin's twin too, at the same offsets."""
+    from test_wireshark import _tshark, differences
+
+    _tshark()
+    decoder = Decoder(default_registry().get("rabbitmq_stream"))
+    odd = [
+        [("application_properties", {"a": 1}), ("properties", {"message_id": "m"}), ("data", b"x")],
+        [("header", {"durable": True}), ("header", {"durable": False}), ("data", b"x")],
+        [("data", b"x"), ("amqp_value", "y")],
+        [("properties", {"message_id": "no body"})],
+    ]
+    messages = [{"publishing_id": n, "entry": simple_entry(encode_message(m))} for n, m in enumerate(odd)]
+    publish = decoder.encode("Publish", "command", {"publisher_id": 1, "messages": messages})
+    path = tmp_path / "order.pcap"
+    path.write_bytes(tcp_pcap([(True, publish)]))
+    (frame,) = [decoder.expand(f) for f in read_frames(path, decoder, None, ReadStats())]
+    said = sorted(e.message.split(" at offset")[0] for e in frame.expert)
+    assert said == [
+        "AMQP 1.0 message: amqp_value section",
+        "AMQP 1.0 message: header section",
+        "AMQP 1.0 message: message has no body section (data, amqp_sequence or amqp_value)",
+        "AMQP 1.0 message: properties section",
+    ]
+    found = list(differences(path, tmp_path, decoder.protocol))
+    assert not found, "\n\n".join(found[:5])
