@@ -115,11 +115,15 @@ class Life:
             return "open when the capture ended"
         mark, flag = closer
         who = "client" if mark.from_client else server
-        if self.end is None:
+        if self.half_closed is not None:
             return f"half-closed by the {who} ({flag} at packet {mark.number}) when the capture ended"
-        if self.end == RESET:
-            return f"reset by the {who} ({flag} at packet {mark.number})"
-        return f"closed by the {who} first ({flag} at packet {mark.number})"
+        if flag == "RST":
+            return f"reset by the {who} (RST at packet {mark.number})"
+        then = ""
+        if self.reset is not None:  # a FIN first, a reset after it
+            resetter = "client" if self.reset.from_client else server
+            then = f", then reset by the {resetter} (RST at packet {self.reset.number})"
+        return f"closed by the {who} first (FIN at packet {mark.number}){then}"
 
     def as_dict(self, server: str = "server") -> dict[str, object]:
         closer = self.closer
