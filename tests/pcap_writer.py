@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import socket
+from collections.abc import Sequence
 
 import dpkt
 
@@ -15,7 +16,7 @@ def tcp_pcap(
     frames: list[tuple[bool, bytes]],
     server: tuple[str, int] = ("127.0.0.1", 5552),
     client: tuple[str, int] = ("127.0.0.1", 40000),
-    ending: list[tuple[bool, int]] = (),  # type: ignore[assignment]
+    ending: Sequence[tuple[bool, int]] = (),
     refused: bool = False,
 ) -> bytes:
     """A pcap of one TCP connection (handshake, then a segment per frame, or a few for a frame

@@ -16,7 +16,7 @@ Each finding comes back as an Ending; the tracker files it as a diagnosis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,7 +74,7 @@ def together(lives: list[Life]) -> dict[int, list[Life]]:
     return found
 
 
-def endings(life: Life, conn: ConnState | None, words: Words, near: list[Life] = ()) -> Iterator[Ending]:  # type: ignore[assignment]
+def endings(life: Life, conn: ConnState | None, words: Words, near: Sequence[Life] = ()) -> Iterator[Ending]:
     """The findings about how one connection ended; near: the connections the same client
     ended at about the same time."""
     server = words.server
@@ -142,7 +142,7 @@ def _cut(
     )
 
 
-def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words, near: list[Life]) -> Ending:
+def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words, near: Sequence[Life]) -> Ending:
     server = words.server
     last = conn.last
     assert last is not None
@@ -166,7 +166,7 @@ def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words, near: lis
     )
 
 
-def _near(mark: Mark, near: list[Life]) -> str:
+def _near(mark: Mark, near: Sequence[Life]) -> str:
     if not near:
         return ""
     marks = [(life.conn, closer[0]) for life in near if (closer := life.closer)]
