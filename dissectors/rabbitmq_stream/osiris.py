@@ -760,16 +760,28 @@ def ids_of(message: dict[str, Any]) -> int:
 AMQP_FORMAT = "AMQP 1.0"
 
 
-def content_of(message: dict[str, Any], want_id: bool) -> tuple[str | None, Any] | None:
-    """A Publish message's format (AMQP 1.0, or None for other bytes) and, when asked, its
-    message id; None for a sub-batch (its records are compressed, or many)."""
-    entry = message.get("entry")
-    if not isinstance(entry, Entry) or entry.kind != SIMPLE:
-        return None
-    body = entry.body
-    if not amqp.looks_like_amqp(body):
-        return None, None
-    return AMQP_FORMAT, message_id(body) if want_id else None
+def content_of(messages: list[Any], want_ids: bool) -> list[tuple[str | None, Any] | None]:
+    """Each Publish message's format (AMQP 1.0, or None for other bytes) and, when asked, its
+    message id; None for a sub-batch (its records are compressed, or many). Called on every
+    Publish frame: the check of the commonest start of a message is written out here."""
+    out: list[tuple[str | None, Any] | None] = []
+    append = out.append
+    for message in messages:
+        entry = message.get("entry") if type(message) is dict else None
+        if type(entry) is not Entry or entry.kind != SIMPLE:
+            append(None)
+            continue
+        body = entry.body
+        # A section with a ulong descriptor (0x00 0x53 0x70..0x78), else the general check.
+        usual = len(body) > 2 and body[0] == 0 and body[1] == 0x53 and 0x70 <= body[2] <= 0x78
+        if usual or amqp.looks_like_amqp(body):
+            append((AMQP_FORMAT, message_id(body) if want_ids else None))
+        else:
+            append(_NOT_AMQP)
+    return out
+
+
+_NOT_AMQP: tuple[str | None, Any] = (None, None)
 
 
 def simple_entry(record: bytes) -> Entry:

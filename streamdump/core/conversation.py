@@ -1147,10 +1147,10 @@ class Tracker:
         last = conn.last_sent.get(key)
         before, packet = last if last is not None else (items[0] - 1, 0)
         conn.last_sent[key] = (items[-1], frame.number)
-        spans = self._spans(frame, ack, len(items))
         first = before + 1
-        if spans is None and items[0] == first and items == list(range(first, first + len(items))):
+        if items[0] == first and items == list(range(first, first + len(items))):
             return  # the commonest: each id one above the one before
+        spans = self._spans(frame, ack, len(items))
         for index, item in enumerate(items):
             # One above the id before, or, for a batch of n records, n above (rstream gives a
             # sub-batch the id of its last record).
@@ -1184,11 +1184,11 @@ class Tracker:
             return
         key = (ack.name, sid)
         seen = conn.content.get(key)
+        every = self.content_of(elements, seen is None or seen.watching)
+        if seen is not None and not seen.watching and set(every) <= {(seen.format, None), None}:
+            return  # the commonest: the format of its first message, and no ids looked for
         name = ack.send.path[-1].replace("_", " ")
-        for element, item in zip(elements, items, strict=True):
-            facts = (
-                self.content_of(element, seen is None or seen.watching) if isinstance(element, dict) else None
-            )
+        for facts, item in zip(every, items, strict=True):
             if facts is None:
                 continue
             kind, message_id = facts

@@ -127,11 +127,11 @@ class Dissector:
     # batch of n records may take one id or n (its id n above the one before), as clients
     # choose. None: one each.
     span: Callable[[dict[str, Any]], int] | None = None
-    # What one sent element (a published message) says of its content, for notes on a sender
-    # that mixes formats or reuses message ids: (the name of its format, or None when it is in
-    # none the package knows; its message id when asked for and it has one), or None when the
-    # element does not show (compressed). Called for every sent element: it must be cheap.
-    content: Callable[[dict[str, Any], bool], tuple[str | None, Any] | None] | None = None
+    # What each sent element of a frame (its published messages) says of its content, for notes
+    # on a sender that mixes formats or reuses message ids: (the name of its format, or None
+    # when it is in none the package knows; its message id when asked for and it has one), or
+    # None where the element does not show (compressed). Called on every sending frame: cheap.
+    content: Callable[[list[Any], bool], list[tuple[str | None, Any] | None]] | None = None
 
 
 def dissector_of(protocol: Protocol) -> Dissector:
