@@ -211,7 +211,7 @@ def test_refusals_are_said_in_plain_words(name: str) -> None:
     tracker = Tracker(PROTOCOL)
     for frame in frames:
         tracker.feed(frame)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     assert (DIAGNOSES[name][0], DIAGNOSES[name][1]) in {(d.severity, d.message) for d in tracker.diagnoses}
 
 
@@ -222,16 +222,18 @@ def test_a_request_never_answered_and_pulls_held() -> None:
     tracker = Tracker(PROTOCOL)
     for frame in frames:
         tracker.feed(frame)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     (unanswered,) = [d for d in tracker.diagnoses if d.kind == "unanswered"]
     assert unanswered.severity == "warn"
     assert "SEND_MESSAGE for producer group 'PID_streamdump_cpp', topic 'TopicTest'" in unanswered.message
-    assert "with opaque 1 was never answered; the connection closed at packet" in unanswered.message
+    assert (
+        "with opaque 1 was never answered; the client closed the connection at packet" in unanswered.message
+    )
     frames, stats = frames_of(ROCKETMQ_CAPTURES / "alions.pcap")
     tracker = Tracker(PROTOCOL)
     for frame in frames:
         tracker.feed(frame)
-    tracker.finish(stats.lossy, stats.closed)
+    tracker.finish(stats.lossy, stats.lives)
     held = [d for d in tracker.diagnoses if d.kind == "unanswered"]
     assert held and all(d.severity == "note" and "(a long poll)" in d.message for d in held)
     routine = [d for d in tracker.diagnoses if d.kind == "routine_response"]

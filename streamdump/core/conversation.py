@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamdump.core.endings import Words, endings, together
+from streamdump.core.endings import Ending, Words, ended_together, endings
 from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.core.lifecycle import Life
@@ -484,13 +484,16 @@ class Tracker:
             dict(ending.hints) if ending is not None else {},
             self._records,
         )
-        near = together(list(self.lives.values()))
         for number, life in sorted(self.lives.items()):
             conn = self.connections.get(number)
             if conn is not None:
                 words = replace(words, server=self.server(conn))
-            for e in endings(life, conn, words, near.get(number, [])):
+            for e in endings(life, conn, words):
                 self._add(Diagnosis(e.severity, e.kind, e.summary, e.message, e.number, number))
+
+    def add_ending(self, conn: int, found: Ending) -> None:
+        """A finding about a connection's end made from more than this tracker's connections."""
+        self._add(Diagnosis(found.severity, found.kind, found.summary, found.message, found.number, conn))
 
     def _records(self, frame: Frame) -> int | None:
         if self.message_rules is None:
@@ -1498,9 +1501,18 @@ class Conversations:
             self.first_ts = frame.ts
         self.trackers[frame.protocol].feed(frame)
 
-    def finish(self, lossy: Collection[int] = (), lives: Mapping[int, Life] | None = None) -> None:
+    def finish(
+        self, lossy: Collection[int] = (), lives: Mapping[int, Life] | None = None, whole: bool = True
+    ) -> None:
+        """whole: these are all the read's connections (a Spark task's are not: its driver tells
+        what spans connections, the hosts that ended several at once)."""
         for tracker in self.trackers.values():
             tracker.finish(lossy, lives)
+        if not whole:
+            return
+        for conn, found in ended_together(lives or {}, abruptly_left(self.diagnoses)):
+            tracker = self.trackers[(lives or {})[conn].protocol]
+            tracker.add_ending(conn, found)
 
     @property
     def diagnoses(self) -> list[Diagnosis]:
@@ -1540,6 +1552,11 @@ def id_runs(ids: list[int]) -> str:
     text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:MAX_RUNS])
     more = len(runs) - MAX_RUNS
     return text + (f" and {more} more run{'s' * (more != 1)}" if more > 0 else "")
+
+
+def abruptly_left(diagnoses: Iterable[Diagnosis]) -> set[int]:
+    """The connections a client left without the protocol's close, by their findings."""
+    return {d.conn for d in diagnoses if d.kind == "abrupt_close" and d.message.startswith("the client ")}
 
 
 def _links(frame: Frame) -> dict[str, Any]:

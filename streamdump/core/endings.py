@@ -7,7 +7,8 @@ came first, what each side sent last, and what was negotiated. Together they tel
 - a connection refused (its SYN answered by a reset);
 - a reset or FIN in the middle of a frame;
 - a connection closed without the protocol's close, with what the other side had sent just
-  before (a client that dies while handling a delivery closes this way);
+  before (a client that dies while handling a delivery closes this way), and the client hosts
+  that ended several connections so at once;
 - the server dropping a client after a refused setup or after heartbeat silence;
 - a connection half-closed when the capture ended.
 
@@ -16,7 +17,7 @@ Each finding comes back as an Ending; the tracker files it as a diagnosis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 
 # Client silence beyond this many heartbeat intervals before the server closes is why it closed.
 SILENCE_INTERVALS = 1.5
-# A client process that dies ends all its connections at once: ends this close together are told
-# together.
+# A client process that dies ends all its connections at once: ends each this close to the one
+# before are told together.
 TOGETHER_S = 0.1
 
 
@@ -52,31 +53,48 @@ class Words:
     records: Callable[[Frame], int | None]  # messages a frame carries, from its headers
 
 
-def together(lives: list[Life]) -> dict[int, list[Life]]:
-    """For each connection its client ended, the other connections of the same client host
-    that its side ended within TOGETHER_S (a process that died takes all its sockets with it)."""
-    ended = sorted(
-        ((closer[0].ts, life) for life in lives if (closer := life.closer) and closer[0].from_client),
-        key=lambda item: item[0],
+def ended_together(lives: Mapping[int, Life], abrupt: Collection[int]) -> Iterator[tuple[int, Ending]]:
+    """The client hosts that ended several connections without the protocol's close within
+    TOGETHER_S of one another, each close no further from the one before: a process that died
+    (its sockets all close when it does). One finding per group, for its first connection.
+    abrupt: the connections whose client left without the close (the abrupt_close findings);
+    every read's lives at once, so that Spark's driver tells the same as one process."""
+    ends = sorted(
+        (closer[0].ts, life.client.ip, life, closer)
+        for number in abrupt
+        if (life := lives.get(number)) is not None and (closer := life.closer) and closer[0].from_client
     )
-    found: dict[int, list[Life]] = {}
-    start = 0
-    for ts, life in ended:
-        while ended[start][0] < ts - TOGETHER_S:
-            start += 1
-        near = [
-            other
-            for other_ts, other in ended[start:]
-            if other_ts <= ts + TOGETHER_S and other is not life and other.client.ip == life.client.ip
-        ]
-        if near:
-            found[life.conn] = near
-    return found
+    groups: dict[str, list[list[tuple[float, Life, tuple[Mark, str]]]]] = {}
+    for ts, ip, life, closer in ends:
+        runs = groups.setdefault(ip, [])
+        if runs and ts - runs[-1][-1][0] <= TOGETHER_S:
+            runs[-1].append((ts, life, closer))
+        else:
+            runs.append([(ts, life, closer)])
+    for ip, runs in groups.items():
+        for run in runs:
+            if len(run) < 2:
+                continue
+            first = min(run, key=lambda item: item[2][0].number)
+            named = ", ".join(
+                f"{life.conn} ({flag} at packet {mark.number})" for _, life, (mark, flag) in run
+            )
+            yield (
+                first[1].conn,
+                Ending(
+                    "note",
+                    "ended_together",
+                    "a client host ended several connections at once",
+                    f"the client host {ip} ended {len(run)} connections within {_ms(run[-1][0] - run[0][0])} "
+                    f"without the protocol's close: {named}; a client process ends all its connections at "
+                    "once when it exits or crashes",
+                    first[2][0].number,
+                ),
+            )
 
 
-def endings(life: Life, conn: ConnState | None, words: Words, near: Sequence[Life] = ()) -> Iterator[Ending]:
-    """The findings about how one connection ended; near: the connections the same client
-    ended at about the same time."""
+def endings(life: Life, conn: ConnState | None, words: Words) -> Iterator[Ending]:
+    """The findings about how one connection ended."""
     server = words.server
     if life.end == REFUSED:
         assert life.syn is not None and life.reset is not None
@@ -105,7 +123,7 @@ def endings(life: Life, conn: ConnState | None, words: Words, near: Sequence[Lif
     if mark.from_client in life.cut:
         return  # the closer's own frame was cut: the finding above says it all
     if mark.from_client:
-        yield _client_left(mark, flag, conn, words, near)
+        yield _client_left(mark, flag, conn, words)
     else:
         yield _server_left(mark, flag, conn, words)
 
@@ -142,7 +160,7 @@ def _cut(
     )
 
 
-def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words, near: Sequence[Life]) -> Ending:
+def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words) -> Ending:
     server = words.server
     last = conn.last
     assert last is not None
@@ -161,19 +179,9 @@ def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words, near: Seq
         "abrupt_close",
         f"the client {verb} the connection{close}",
         f"the client {verb} the connection ({flag} at packet {mark.number}){close}, "
-        f"{_ms(mark.ts - last.ts)} after {before}" + _near(mark, near) + (f"; {hint}" if hint else ""),
+        f"{_ms(mark.ts - last.ts)} after {before}" + (f"; {hint}" if hint else ""),
         mark.number,
     )
-
-
-def _near(mark: Mark, near: Sequence[Life]) -> str:
-    if not near:
-        return ""
-    marks = [(life.conn, closer[0]) for life in near if (closer := life.closer)]
-    spread = max(abs(m.ts - mark.ts) for _, m in marks)
-    named = ", ".join(f"{n} (packet {m.number})" for n, m in sorted(marks))
-    many = "another connection" if len(marks) == 1 else f"{len(marks)} other connections"
-    return f"; the same client host ended {many} within {_ms(spread)}: {named}"
 
 
 def _server_left(mark: Mark, flag: str, conn: ConnState, words: Words) -> Ending:

@@ -67,6 +67,9 @@ FINDINGS: dict[str, Finding] = {
     "over_limit": Finding("protocol", "Over a limit the server announced", ("error",)),
     # How connections ended (the TCP flags against the protocol's own close): only the end tells.
     "refused": Finding("protocol", "Connection refused", ("warn",), False),
+    "ended_together": Finding(
+        "protocol", "A client host ended several connections at once", ("note",), False
+    ),
     "cut_frame": Finding("protocol", "Connection ended in the middle of a frame", ("warn",), False),
     "abrupt_close": Finding(
         "protocol", "Connection ended without the protocol's close", ("warn", "note"), False

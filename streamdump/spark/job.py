@@ -19,13 +19,15 @@ import heapq
 import json
 import pickle
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from streamdump.core.conversation import Diagnosis, abruptly_left
+from streamdump.core.endings import ended_together
 from streamdump.core.packet import Segment, parse
 from streamdump.core.pcapng import Section
 from streamdump.core.pipeline import ReadStats, loss_summary
@@ -61,7 +63,7 @@ from streamdump.spark.tasks import (
     range_openings,
     scan_split,
 )
-from streamdump.views.stats import Partial, document
+from streamdump.views.stats import Partial, document, finding_order
 
 TABLES = ("frames", "messages", "exchanges", "expert", "gaps")
 # Ranges no larger than this, and at least this many per core, so every core has work.
@@ -548,8 +550,10 @@ def _driver_rows(
             total.skipped.update(item.skipped)
             for skip, first in item.first_skipped.items():
                 total.first_skipped[skip] = min(first, total.first_skipped.get(skip, first))
+        numbers = written.get(capture.name, {})
         for partial in merged.values():
-            partial.renumber(written.get(capture.name, {}))
+            partial.renumber(numbers)
+        _ended_together(merged, items, numbers)
         outcome.stats[capture.name] = document(merged)
         outcome.partials[capture.name] = merged
         outcome.summaries[capture.name] = loss_summary(stats)
@@ -559,6 +563,24 @@ def _driver_rows(
                 expert.append((*where, d.severity, d.group, d.kind, d.summary, d.message, None))
         gaps += [Tables.gap_row(capture.name, notice) for notice in notices_of(total)]
     return {"expert": batch(tables.schemas["expert"], expert), "gaps": batch(tables.schemas["gaps"], gaps)}
+
+
+def _ended_together(merged: dict[str, Partial], items: list[Found], numbers: dict[int, int]) -> None:
+    """The findings about a client host ending several connections at once: they span the
+    connections of several tasks, so the driver makes them, as Conversations.finish does."""
+    lives = {}
+    for item in items:
+        for number, life in item.lives.items():
+            final = numbers.get(number, number)
+            lives[final] = replace(life, conn=final)
+    told = [d for partial in merged.values() for d in partial.diagnoses]
+    for conn, found in ended_together(lives, abruptly_left(told)):
+        partial = merged.get(lives[conn].protocol)
+        if partial is not None:
+            partial.diagnoses.append(
+                Diagnosis(found.severity, found.kind, found.summary, found.message, found.number, conn)
+            )
+            partial.diagnoses.sort(key=finding_order)
 
 
 def _roles(tables: Tables) -> list[str]:

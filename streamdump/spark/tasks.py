@@ -439,7 +439,7 @@ class Decoding:
         stats = current.stats
         found.counts = {name: getattr(stats, name) for name in COUNTED}
         found.lossy, found.lives = set(stats.lossy), dict(stats.lives)
-        current.tracker.finish(stats.lossy, stats.lives)
+        current.tracker.finish(stats.lossy, stats.lives, whole=False)
         found.partials = {name: s.partial() for name, s in current.statistics.items()}
         self._flush()
         return batch(FOUND, [(current.capture.name, pickle.dumps(found))])
