@@ -1000,3 +1000,13 @@ def test_message_ids_are_not_looked_for_where_a_publisher_sends_none(
     assert not seen.watching  # what follows costs no message id lookup
     _publish_records(wire, 1.1, 4, [_rstream_message("x"), _rstream_message("x")])
     assert _content_notes(wire) == []
+
+
+def test_a_publisher_id_declared_again_starts_with_no_message_ids(decoder: Decoder) -> None:
+    wire = Wire(decoder)
+    _publisher(wire)
+    _publish_records(wire, 1.0, 1, [_rstream_message("order-1")])
+    wire.send(1.1, "DeletePublisher", "request", correlation_id=2, publisher_id=2)
+    _publisher(wire)  # the same publisher id, a new publisher
+    _publish_records(wire, 1.2, 1, [_rstream_message("order-1")])
+    assert _content_notes(wire) == []

@@ -441,17 +441,7 @@ class Tracker:
             for sub, credit in conn.credits.items():
                 self._credit_end(conn, sub, credit)
             for (ack_name, sid), seen in conn.content.items():
-                if seen.reused:
-                    spec = self.spec.acks[ack_name]
-                    self._diagnose_at(
-                        conn,
-                        seen.reused_at,
-                        "note",
-                        "reused_message_id",
-                        f"message id reused by one {spec.session}",
-                        f"{self._sender(conn, spec, sid)}: {seen.reused} more {spec.noun}"
-                        f"{'s' * (seen.reused != 1)} reused an earlier message id",
-                    )
+                self._reuses_told(conn, ack_name, sid, seen)
             conn.content.clear()
             for number, summary, message, skipped in conn.disorder:
                 if skipped < 0 or not conn.lossy:  # ids lost with bytes are no client's doing
@@ -1241,6 +1231,21 @@ class Tracker:
                     f"{frame.number}) is that of {name} {before[0]} (packet {before[1]}) too",
                 )
 
+    def _reuses_told(self, conn: ConnState, ack_name: str, sid: int, seen: SentContent | None) -> None:
+        """A sender's message id reuses past the first, counted: told when its session ends."""
+        if seen is None or not seen.reused:
+            return
+        spec = self.spec.acks[ack_name]
+        self._diagnose_at(
+            conn,
+            seen.reused_at,
+            "note",
+            "reused_message_id",
+            f"message id reused by one {spec.session}",
+            f"{self._sender(conn, spec, sid)}: {seen.reused} more {spec.noun}"
+            f"{'s' * (seen.reused != 1)} reused an earlier message id",
+        )
+
     def _sender(self, conn: ConnState, ack: AckSpec, sid: int) -> str:
         return _session_name(ack.session, sid, conn.sessions.get((ack.session, sid)))
 
@@ -1280,6 +1285,7 @@ class Tracker:
                 self._unconfirmed(conn, ack.name, sid, items, extra)
             conn.early_acks.pop(key, None)
             conn.last_sent.pop(key, None)
+            self._reuses_told(conn, ack.name, sid, conn.content.pop(key, None))
 
     def _unconfirmed(
         self, conn: ConnState, ack: str, sid: int, items: dict[int, tuple[int, float]], extra: int
