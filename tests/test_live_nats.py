@@ -46,6 +46,27 @@ def record(folder: str, outdir: Path, *scenarios: str) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+# Recordings made again when tcpdump missed a packet on lo. Under load (two busy processes beside
+# the test on 2 cores) about one recording in five lost the server's INFO segment: the client's
+# next packet acknowledges it, the file does not hold it, and tcpdump counted no drop. That is
+# the capture's loss, which streamdump reports as a gap; the test wants a whole capture.
+RECORDING_TRIES = 3
+
+
+def fresh(folder: str, outdir: Path, scenario: str) -> list[Frame]:
+    """The frames of a fresh recording of one scenario that the capture holds whole."""
+    for attempt in range(RECORDING_TRIES):
+        where = outdir / f"try{attempt}"
+        where.mkdir()
+        record(folder, where, scenario)
+        stats = ReadStats()
+        for _ in read_frames(where / f"{scenario}.pcap", Dissection([NATS, LIFTBRIDGE]), None, stats):
+            pass
+        if not any(n.kind == "gap" and "not captured" in n.message for n in stats.notices):
+            return frames_of(where / f"{scenario}.pcap")[0]
+    raise AssertionError(f"{RECORDING_TRIES} recordings of {scenario} all missed packets")
+
+
 def frames_of(path: Path) -> tuple[list[Frame], Conversations]:
     stats = ReadStats()
     tracker = Conversations([NATS.protocol, LIFTBRIDGE.protocol])
@@ -65,22 +86,21 @@ def dialogue(frames: list[Frame]) -> list[tuple[str, str | None]]:
 
 @pytest.mark.parametrize("scenario", ["pubsub", "request_reply", "jetstream"])
 def test_fresh_nats_traffic_decodes_as_the_committed_capture(scenario: str, tmp_path: Path) -> None:
-    record("nats", tmp_path, scenario)
-    fresh, _ = frames_of(tmp_path / f"{scenario}.pcap")
-    assert [(f.number, e.message) for f in fresh for e in f.expert if e.severity == "error"] == []
+    recorded = fresh("nats", tmp_path, scenario)
+    assert [(f.number, e.message) for f in recorded for e in f.expert if e.severity == "error"] == []
     committed, _ = frames_of(CAPTURE_ROOT / "nats" / f"{scenario}.pcap")
-    assert dialogue(fresh) == dialogue(committed)
-    replies = [f for f in fresh if (f.links or {}).get("request_subject")]
+    assert dialogue(recorded) == dialogue(committed)
+    replies = [f for f in recorded if (f.links or {}).get("request_subject")]
     if scenario != "pubsub":
         assert replies and all((f.links or {}).get("response_time") is not None for f in replies)
-    assert all((f.links or {}).get("subscribed") for f in fresh if f.command in ("Message", "HeadersMessage"))
+    messages = [f for f in recorded if f.command in ("Message", "HeadersMessage")]
+    assert all((f.links or {}).get("subscribed") for f in messages)
 
 
 def test_fresh_liftbridge_envelopes_through_the_real_server(tmp_path: Path) -> None:
-    record("liftbridge", tmp_path, "session")
-    fresh, _ = frames_of(tmp_path / "session.pcap")
-    assert [(f.number, e.message) for f in fresh for e in f.expert] == []
+    recorded = fresh("liftbridge", tmp_path, "session")
+    assert [(f.number, e.message) for f in recorded for e in f.expert] == []
     committed, _ = frames_of(CAPTURE_ROOT / "liftbridge" / "session.pcap")
-    assert [d for d in dialogue(fresh) if d[0] == "liftbridge"] == [
+    assert [d for d in dialogue(recorded) if d[0] == "liftbridge"] == [
         d for d in dialogue(committed) if d[0] == "liftbridge"
     ]
