@@ -200,3 +200,21 @@ def test_the_ending_section_names_commands_of_the_spec() -> None:
     broken = text.replace("    close: Close\n    hints:", "    close: Goodbye\n    hints:")
     with pytest.raises(SpecError, match="Goodbye"):
         load_spec(Path("spec.yaml"), broken, package="streamdump.dissectors.rabbitmq_stream")
+
+
+def test_connections_ended_at_the_same_instant_are_told_together() -> None:
+    """Ends with equal timestamps (a capture's microseconds) go by connection, not by comparing
+    the connections' records, which have no order (before, that raised a TypeError)."""
+    from streamdump.core.endings import ended_together
+
+    lives = {}
+    for number in (1, 2, 3):
+        life = Life(
+            number, "p", Endpoint("10.0.0.1", 40000 + number), Endpoint("b", 2), Mark(number, 0.0, True)
+        )
+        life.saw(RST, True, 10 + number, 5.0)
+        life.finish(RESET, 10 + number, 5.0)
+        lives[number] = life
+    ((conn, found),) = ended_together(lives, {1, 2, 3})
+    assert conn == 1 and found.kind == "ended_together"
+    assert "ended 3 connections within 0.0 ms" in found.message

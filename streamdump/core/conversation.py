@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamdump.core.endings import Ending, Words, ended_together, endings
+from streamdump.core.endings import HEARTBEAT_SLACK, Ending, Words, ended_together, endings
 from streamdump.core.findings import FINDINGS
 from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
 from streamdump.core.lifecycle import Life
@@ -29,9 +29,6 @@ from streamdump.core.paths import path_values
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import AckSpec, CloseSpec, FieldSpec, Protocol, Ref, flat_fields
 
-# A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
-# a little over the interval are normal; half an interval more means one was missed.
-HEARTBEAT_SLACK = 1.5
 # Credit at zero for less than this is the normal rhythm of a consumer granting as it goes.
 CREDIT_STALL_S = 1.0
 # Unconfirmed items (and answers waiting for their request) remembered per publisher or
@@ -91,6 +88,9 @@ class Seen:
     length: int
     from_client: bool | None
     whole: bool = True  # False: an incomplete frame, bytes of it missing
+    # Messages it carried, from its headers: kept for a server's frames where a connection's end
+    # may name them (protocols with an orderly close); None elsewhere or when it carries none.
+    records: int | None = None
 
 
 @dataclass(slots=True)
@@ -134,8 +134,8 @@ class SentContent:
     ids: OrderedDict[Any, tuple[int, int]] = field(default_factory=OrderedDict)
     without: int = 0  # messages without a message id before the first with one
     watching: bool = True  # ids are looked at (not once many messages came without any)
-    reused: int = 0  # reuses past the first, told at the end
-    reused_at: int = 0  # the packet of the first of those
+    reused_at: int = 0  # the packet of the first reuse, told as it came (0: none yet)
+    reused: int = 0  # reuses after that first one, counted and told when the session ends
 
 
 @dataclass(slots=True)
@@ -154,10 +154,6 @@ class SideState:
     properties: dict[str, Any] | None = None
     versions: dict[int, tuple[int, int]] | None = None
     lowest_corr: int | None = None
-    frames: int = 0
-    bytes: int = 0
-    # The side's latest frame itself, so the end of a read can say what it carried (records).
-    last_frame: Frame | None = None
 
 
 @dataclass(slots=True)
@@ -298,7 +294,11 @@ class Tracker:
             self.limits.setdefault(ref.command, []).append((ref.path[0], bounds))
         self.bounded = frozenset(bounds for _, bounds in conv.limits)
         self.fail_enums = {ack.name: self._enum(ack.fail_code) for ack in conv.acks.values()}
-        self.message_rules: MessageRules | None = None  # built when an ending names a frame's records
+        # What counts as a message: for the records a server's last frame carried, which a
+        # connection's end without the protocol's close names (only protocols that have one).
+        self.message_rules: MessageRules | None = (
+            dissector_of(protocol).messages(protocol) if self.spec.ending is not None else None
+        )
 
     def _enum(self, ref: Ref | None) -> dict[int, str]:
         spec = self.protocol.field_at(ref) if ref is not None else None
@@ -364,13 +364,11 @@ class Tracker:
             length,
             frame.from_client,
             frame.incomplete is None,
+            self._records(frame) if self.message_rules is not None and frame.from_client is False else None,
         )
         side.last = seen
-        side.last_frame = frame
         if frame.from_client is not False and self._unregistered(frame):
             conn.suspects["unknown"] = seen
-        side.frames += 1
-        side.bytes += length
         conn.last = seen
 
     def _unregistered(self, frame: Frame) -> bool:
@@ -472,7 +470,6 @@ class Tracker:
             self.spec.server,
             ending.close if ending is not None else None,
             dict(ending.hints) if ending is not None else {},
-            self._records,
         )
         for number, life in sorted(self.lives.items()):
             conn = self.connections.get(number)
@@ -486,8 +483,7 @@ class Tracker:
         self._add(Diagnosis(found.severity, found.kind, found.summary, found.message, found.number, conn))
 
     def _records(self, frame: Frame) -> int | None:
-        if self.message_rules is None:
-            self.message_rules = dissector_of(self.protocol).messages(self.protocol)
+        assert self.message_rules is not None
         moved = self.message_rules.volume(frame)
         return moved.messages if moved is not None else None
 
@@ -1153,7 +1149,7 @@ class Tracker:
         else:
             return
         name = ack.send.path[-1].replace("_", " ")
-        where = _session_name(ack.session, sid, conn.sessions.get((ack.session, sid)))
+        where = self._sender(conn, ack, sid)
         earlier = f" (packet {packet})" if packet != frame.number else ""
         skipped = item - before - 1
         how = "the ids went back" if skipped < 0 else f"{skipped} id{'s' * (skipped != 1)} skipped"
@@ -1180,11 +1176,12 @@ class Tracker:
         if seen is not None and not seen.watching:
             # Past the first ID_PATIENCE messages, all of one format and none with an id: only
             # each frame's first message is looked at (every message would cost a fifth of a read).
-            (facts,) = self.content_of(elements[:1], False)
-            if facts is None or facts[0] == seen.format or seen.mixed:
+            every = self.content_of(elements[:1], False)
+            if every[0] is None or every[0][0] == seen.format or seen.mixed:
                 return
-            elements, items = elements[:1], items[:1]
-        every = self.content_of(elements, seen is None or seen.watching)
+            items = items[:1]
+        else:
+            every = self.content_of(elements, True)
         name = ack.send.path[-1].replace("_", " ")
         for facts, item in zip(every, items, strict=True):
             if facts is None:
@@ -1217,7 +1214,7 @@ class Tracker:
                 seen.ids[message_id] = (item, frame.number)
                 if len(seen.ids) > MAX_IN_FLIGHT:
                     seen.ids.popitem(last=False)
-            elif seen.reused or seen.reused_at:
+            elif seen.reused_at:
                 seen.reused += 1
             else:
                 seen.reused_at = frame.number

@@ -17,7 +17,7 @@ Each finding comes back as an Ending; the tracker files it as a diagnosis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,10 +25,11 @@ from streamdump.core.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
 
 if TYPE_CHECKING:
     from streamdump.core.conversation import ConnState, Seen
-    from streamdump.core.frame import Frame
 
-# Client silence beyond this many heartbeat intervals before the server closes is why it closed.
-SILENCE_INTERVALS = 1.5
+# A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
+# a little over the interval are normal; half an interval more means one was missed. (The
+# tracker's silence findings use it too; a server that closes after more silence closed for it.)
+HEARTBEAT_SLACK = 1.5
 # A client process that dies ends all its connections at once: ends each this close to the one
 # before are told together.
 TOGETHER_S = 0.1
@@ -50,7 +51,6 @@ class Words:
     server: str  # the broker, the server
     close: str | None  # the command an orderly end starts with (Close); None: TCP's end is the end
     hints: dict[str, str]  # command the other side sent last -> what an abrupt close after it suggests
-    records: Callable[[Frame], int | None]  # messages a frame carries, from its headers
 
 
 def ended_together(lives: Mapping[int, Life], abrupt: Collection[int]) -> Iterator[tuple[int, Ending]]:
@@ -60,9 +60,12 @@ def ended_together(lives: Mapping[int, Life], abrupt: Collection[int]) -> Iterat
     abrupt: the connections whose client left without the close (the abrupt_close findings);
     every read's lives at once, so that Spark's driver tells the same as one process."""
     ends = sorted(
-        (closer[0].ts, life.client.ip, life, closer)
-        for number in abrupt
-        if (life := lives.get(number)) is not None and (closer := life.closer) and closer[0].from_client
+        (
+            (closer[0].ts, life.client.ip, life, closer)
+            for number in abrupt
+            if (life := lives.get(number)) is not None and (closer := life.closer) and closer[0].from_client
+        ),
+        key=lambda end: (end[0], end[2].conn),  # a Life has no order: equal times go by connection
     )
     groups: dict[str, list[list[tuple[float, Life, tuple[Mark, str]]]]] = {}
     for ts, ip, life, closer in ends:
@@ -132,7 +135,8 @@ def _who(from_client: bool, server: str) -> str:
     return "client" if from_client else server
 
 
-def _seen(seen: Seen, records: int | None = None) -> str:
+def _seen(seen: Seen) -> str:
+    records = seen.records
     many = f" ({records} record{'s' * (records != 1)})" if records else ""
     whole = "" if seen.whole else "incomplete "
     return f"{whole}{seen.name} at packet {seen.number}{many}"
@@ -167,9 +171,7 @@ def _client_left(mark: Mark, flag: str, conn: ConnState, words: Words) -> Ending
     verb = "reset" if flag == "RST" else "closed"
     close = f" without {words.close}"
     if last.from_client is False:
-        frame = conn.server_side.last_frame
-        records = words.records(frame) if frame is not None else None
-        before = f"the {server}'s {_seen(last, records)}"
+        before = f"the {server}'s {_seen(last)}"
         hint = words.hints.get(last.name)
     else:
         before = f"its own {_seen(last)}"
@@ -202,7 +204,7 @@ def _server_left(mark: Mark, flag: str, conn: ConnState, words: Words) -> Ending
     since = heard.ts if heard is not None else conn.first_ts or mark.ts
     beat = conn.negotiated[1] if conn.negotiated is not None else 0
     quiet = mark.ts - since
-    if beat > 0 and quiet > beat * SILENCE_INTERVALS:
+    if beat > 0 and quiet > beat * HEARTBEAT_SLACK:
         last = f"since its {_seen(heard)}" if heard is not None else "at all"
         return Ending(
             "warn",
