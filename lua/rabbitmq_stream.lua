@@ -6625,7 +6625,10 @@ end
 -- bug (a null among the values an application fills, a body its content_type does not describe).
 -- (Kept in AMQPV: the generated file's main chunk is near Lua's limit of 200 locals.)
 AMQPV.CONTENT_MAPS = { [0x71] = true, [0x72] = true, [0x74] = true, [0x78] = true }
-AMQPV.CONTENT_TYPE = 7  -- content_type's place among the properties section's fields
+-- content_type's place among the properties section's fields, as the registry declares them.
+for i, member in ipairs(SPEC.structs[AMQPV.by_section(AMQPV.record_message).properties.struct]) do
+  if member.name == "content_type" then AMQPV.CONTENT_TYPE = i end
+end
 
 -- Whether s is UTF-8 as Python's strict decoder has it (no overlongs, surrogates or > U+10FFFF).
 function AMQPV.utf8_valid(s)

@@ -762,8 +762,7 @@ AMQP_FORMAT = "AMQP 1.0"
 
 def content_of(messages: list[Any], want_ids: bool) -> list[tuple[str | None, Any] | None]:
     """Each Publish message's format (AMQP 1.0, or None for other bytes) and, when asked, its
-    message id; None for a sub-batch (its records are compressed, or many). Called on every
-    Publish frame: the check of the commonest start of a message is written out here."""
+    message id; None for a sub-batch (its records are compressed, or many)."""
     out: list[tuple[str | None, Any] | None] = []
     append = out.append
     for message in messages:
@@ -772,9 +771,7 @@ def content_of(messages: list[Any], want_ids: bool) -> list[tuple[str | None, An
             append(None)
             continue
         body = entry.body
-        # A section with a ulong descriptor (0x00 0x53 0x70..0x78), else the general check.
-        usual = len(body) > 2 and body[0] == 0 and body[1] == 0x53 and 0x70 <= body[2] <= 0x78
-        if usual or amqp.looks_like_amqp(body):
+        if amqp.looks_like_amqp(body):
             append((AMQP_FORMAT, message_id(body) if want_ids else None))
         else:
             append(_NOT_AMQP)

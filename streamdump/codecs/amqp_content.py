@@ -19,13 +19,23 @@ from collections.abc import Iterator
 from typing import Any
 
 from streamdump.codecs import lenient_json
-from streamdump.codecs.amqp import MalformedError, Message, decode_message, decode_value, preview
+from streamdump.codecs.amqp import (
+    SECTION_CODES,
+    MalformedError,
+    Message,
+    decode_message,
+    decode_value,
+    preview,
+)
 
 # Sections that are maps of values the application filled: delivery and message annotations,
 # application properties, footer.
-VALUE_MAPS = frozenset({0x71, 0x72, 0x74, 0x78})
-PROPERTIES = 0x73
-DATA = 0x75
+VALUE_MAPS = frozenset(
+    SECTION_CODES[name]
+    for name in ("delivery_annotations", "message_annotations", "application_properties", "footer")
+)
+PROPERTIES = SECTION_CODES["properties"]
+DATA = SECTION_CODES["data"]
 _U32 = struct.Struct(">I")
 # A section value's constructor -> how wide its size field is (compounds, binary, strings).
 _SIZED = {0xC0: 1, 0xC1: 1, 0xA0: 1, 0xA1: 1, 0xA3: 1, 0xD0: 4, 0xD1: 4, 0xB0: 4, 0xB1: 4, 0xB3: 4}

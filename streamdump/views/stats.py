@@ -254,11 +254,7 @@ class Statistics:
             volume=dict(self.volume),
             connections=self._connections(),
             diagnoses=[d for d in self.tracker.diagnoses if self._told(d)],
-            untold={
-                k: v
-                for k, v in self.tracker.untold.items()
-                if not self.filtered or (k[4], True) in self.sides or (k[4], False) in self.sides
-            },
+            untold={k: v for k, v in self.tracker.untold.items() if not self.filtered or self._counted(k[4])},
             by_fields=self.grouping.fields if self.grouping is not None else (),
             by={key: list(count) for key, count in self.grouping.counts.items()} if self.grouping else {},
         )
