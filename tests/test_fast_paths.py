@@ -12,8 +12,10 @@ lines without columns formatted in one step (the goldens check whole lines on ev
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import pickle
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -325,6 +327,27 @@ def test_data_message_is_decode_message() -> None:
     wire = amqp.encode_message([("data", b"abc")])
     assert amqp.data_message(wire, 0, len(wire) - 1, 0) is None  # cut short
     assert amqp.data_message(wire + b"!", 0, len(wire) + 1, 0) is None  # bytes after the body
+
+
+@given(st.binary(max_size=255), st.integers(0, 1 << 20))
+def test_a_body_alone_is_a_message_in_every_way(body: bytes, base: int) -> None:
+    # data_message keeps a body alone as its bytes (amqp.DataAlone); what reads it as a
+    # Message (sections, notes, equality, repr, pickling, both JSON writers, --messages' text)
+    # gets what the general decode gives.
+    wire = amqp.encode_message([("data", body)])
+    found = amqp.data_message(wire, 0, len(wire), base)
+    assert type(found) is amqp.DataAlone
+    expected = general(wire, base)
+    assert _orjson_default(found) == amqp.message_json(expected) == _json_default(found)
+    text = StreamMessages(PROTOCOL)._text
+    assert text({"record_size": 1, "message": found}) == text({"record_size": 1, "message": expected})
+    assert found == expected and expected == found
+    assert repr(found) == repr(expected)
+    assert pickle.loads(pickle.dumps(found)) == expected and copy.deepcopy(found) == expected
+    assert found.sections is found.sections and found.notes == [] and found.error is None
+    assert found.section_values() == expected.section_values()
+    with pytest.raises(AttributeError):
+        found.length  # noqa: B018  (a name Message does not have stays missing)
 
 
 # ---------------------------------------------------------------- every committed capture

@@ -132,6 +132,8 @@ class StreamMessages(MessageRules):
         size = record.get("record_size", 0)
         message = record.get("message")  # a record holds a message, bytes or tracking entries
         if message is not None:
+            if type(message) is amqp.DataAlone:  # the commonest of all, without its sections
+                return size, amqp.preview(message.body, PREVIEW_CHARS).rstrip()
             sections = message.sections
             if len(sections) == 1 and message.error is None and sections[0].name in BODIES:
                 # The commonest message, a body alone: _summary would say its preview alone.

@@ -168,6 +168,51 @@ class Message:
         return out
 
 
+class DataAlone(Message):
+    """A message that is one data section alone (the commonest of all), kept as its body and
+    the section's place: its sections list is made only when something reads it, and views
+    that know this shape read .body instead. Equal to, and shown as, decode_message's result."""
+
+    __slots__ = ("body", "offset")
+    # Such a message has no error: class values shadow Message's slots, left empty.
+    error = None
+    error_offset = None
+
+    def __init__(self, body: bytes, offset: int) -> None:
+        self.body = body
+        self.offset = offset  # of the section's 0x00 byte
+
+    def __getattr__(self, name: str) -> Any:
+        # Message's sections and notes slots, unset until first read; anything else (pickle
+        # and copy ask for hooks) is missing as usual.
+        if name == "sections":
+            body = self.body
+            self.sections = [Section(0x75, "data", self.offset, len(body) + 5, body)]
+            return self.sections
+        if name == "notes":
+            self.notes = []
+            return self.notes
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.sections, self.error, self.error_offset, self.notes) == (
+            other.sections,
+            other.error,
+            other.error_offset,
+            other.notes,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Message(sections={self.sections!r}, error=None, error_offset=None, notes={self.notes!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DataAlone, (self.body, self.offset))
+
+
 class MalformedError(ValueError):
     """The bytes are not a well-formed AMQP value. decode_value raises it; decode_message reports it."""
 
@@ -802,7 +847,7 @@ def data_message(data: bytes, start: int, end: int, base: int) -> Message | None
     most 255 bytes alone, the commonest message of all; None for anything else. Reads the
     bytes where they are, for a caller that holds many messages in one buffer."""
     if end - start >= 5 and data.startswith(_DATA_ALONE, start) and data[start + 4] == end - start - 5:
-        return Message([Section(0x75, "data", base, end - start, data[start + 5 : end])], None, None, [])
+        return DataAlone(data[start + 5 : end], base)
     return None
 
 
@@ -838,7 +883,7 @@ def _plain_message(mv: memoryview, end: int, base: int) -> Message | None:
     it from the start."""
     # A data section alone, the commonest message of all, before any loop.
     if end >= 5 and mv[0] == 0x00 and mv[1] == 0x53 and mv[2] == 0x75 and mv[3] == 0xA0 and mv[4] == end - 5:
-        return Message([Section(0x75, "data", base, end, mv[5:].tobytes())], None, None, [])
+        return DataAlone(mv[5:].tobytes(), base)
     sections: list[Section] = []
     pos = 0
     last = -1

@@ -325,6 +325,8 @@ def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
 
 def _orjson_default(value: Any) -> Any:
     # What frames with messages hold most: a message per record, an object with its JSON form per entry.
+    if type(value) is amqp.DataAlone:  # a body alone, message_json's without its sections
+        return {"data": value.body.hex()}
     if type(value) is amqp.Message:
         sections = value.sections
         if len(sections) == 1 and type(sections[0].value) is bytes:  # a body alone: message_json's
