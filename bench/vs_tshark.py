@@ -19,7 +19,13 @@ under tshark, so a win over it is not a win over slow Lua. It is run for one-lin
 json. Each capture ends with the plugin's own ratios to it: without a tree (one-line) and with
 -V (detail), against the issue's targets of 3x and 10x.
 
-With -V a third reference, "items-only", frames like framing-only and then adds as many plain
+Without a tree (one-line) a third reference, "ids-only", frames like framing-only and then
+does the least the plugin's links need: it reads every publishing id of every Publish and
+PublishConfirm from one copy of the PDU's bytes and pairs each confirmed id with the frame that
+sent it. ids-only/framing-only is the floor under the no-tree ratio for a dissector that keeps
+those links; plugin/ids-only is what the plugin's general decode and tracker add to it.
+
+With -V a fourth reference, "items-only", frames like framing-only and then adds as many plain
 items as the plugin's tree has, in nested subtrees of a similar shape (uint32 fields over
 consecutive 4-byte ranges of the PDU): what tshark spends building and printing such a tree
 whatever the dissector, so plugin/items-only is the part of the -V ratio a dissector could still
@@ -124,6 +130,63 @@ local function pdu(tvb, pinfo, tree)
   tree:add(p, tvb()):add(f_key, tvb(4, 2))
   pinfo.cols.info = string.format("0x%04x", tvb(4, 2):uint())
   return tvb:len()
+end
+
+{REGISTER_LUA}"""
+
+IDS_PROTO = "rmqs_ids"
+# Without a tree, what the links need at the least: every publishing id of a Publish (after
+# each, its entry stepped over by its size) and of a PublishConfirm, read from one copy of the
+# PDU's bytes (tvb:raw, as the plugin's loops read them), the sent ones kept by id and each
+# confirmed one paired with its Publish frame, as the plugin's publish_in links pair them.
+IDS_LUA = f"""\
+-- Ids only: frame like framing-only, then pair every confirmed publishing id with the frame
+-- that sent it. Written by bench/vs_tshark.py.
+local p = Proto("{IDS_PROTO}", "RabbitMQ Streams ids only")
+local f_key = ProtoField.uint16("{IDS_PROTO}.key", "Key", base.HEX)
+p.fields = {{ f_key }}
+local byte = string.byte
+local flight, publish_in = {{}}, {{}}
+
+local function id_at(s, at)
+  local a, b, c, d, e, f, g, h = byte(s, at, at + 7)
+  return ((((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+end
+
+local function pdu(tvb, pinfo, tree)
+  pinfo.cols.protocol = "RMQS"
+  local len = tvb:len()
+  local key = tvb(4, 2):uint()
+  tree:add(p, tvb()):add(f_key, tvb(4, 2))
+  pinfo.cols.info = string.format("0x%04x", key)
+  if pinfo.visited or (key ~= 2 and key ~= 3) or len < 13 then return len end
+  local s = tvb:raw(0, len)
+  local a, b, c, d = byte(s, 10, 13)  -- the count, after size, key, version and publisher id
+  local at, number = 14, pinfo.number
+  if key == 2 then
+    for _ = 1, ((a * 256 + b) * 256 + c) * 256 + d do
+      if at + 11 > len then break end
+      flight[id_at(s, at)] = number
+      local w, x, y, z = byte(s, at + 8, at + 11)
+      if w < 128 then  -- a simple entry: its size
+        at = at + 12 + ((w * 256 + x) * 256 + y) * 256 + z
+      else  -- a sub-batch: its length after flags, count and uncompressed length
+        w, x, y, z = byte(s, at + 15, at + 18)
+        at = at + 19 + ((w * 256 + x) * 256 + y) * 256 + z
+      end
+    end
+  else
+    local links = {{}}
+    for j = 1, ((a * 256 + b) * 256 + c) * 256 + d do
+      if at + 7 > len then break end
+      local id = id_at(s, at)
+      links[j] = flight[id]
+      flight[id] = nil
+      at = at + 8
+    end
+    publish_in[number] = links
+  end
+  return len
 end
 
 {REGISTER_LUA}"""
@@ -303,6 +366,7 @@ def commands(
     plugin: bool,
     streamdump: bool = True,
     plugin_lua: Path = PLUGIN,
+    ids_lua: Path | None = None,
 ) -> dict[str, list[str]]:
     """The command lines measured for one mode, by column name."""
     cmds = {}
@@ -312,6 +376,8 @@ def commands(
         cmds["tshark_plugin"] = tshark_argv(tshark, capture, plugin_lua, PLUGIN_ARGS[mode])
     if mode in FRAMING_ARGS:
         cmds["tshark_framing"] = tshark_argv(tshark, capture, framing_lua, FRAMING_ARGS[mode])
+    if mode == "one-line" and plugin and ids_lua is not None:
+        cmds["tshark_ids"] = tshark_argv(tshark, capture, ids_lua, [])
     return cmds
 
 
@@ -352,14 +418,14 @@ def seconds(run: Run | None) -> str:
 HEADER = (
     f"{'mode':<9} {'streamdump s':>12} {'MB/s':>7} {'frames/s':>10} {'RSS MiB':>8}"
     f" {'tshark+plugin s':>15} {'vs plugin':>13} {'framing-only s':>14} {'vs framing':>13}"
-    f" {'items-only s':>12}"
+    f" {'items-only s':>12} {'ids-only s':>10}"
 )
 
 
 def table_row(mode: str, runs: dict[str, Run], size: int, frames: int) -> str:
     sd = runs.get("streamdump")
     plugin, framing = runs.get("tshark_plugin"), runs.get("tshark_framing")
-    items = f" {seconds(runs.get('tshark_items')):>12}"
+    items = f" {seconds(runs.get('tshark_items')):>12} {seconds(runs.get('tshark_ids')):>10}"
     if sd is None:
         head = f"{mode:<9} {'-':>12} {'-':>7} {'-':>10} {'-':>8}"
         return f"{head} {seconds(plugin):>15} {'-':>13} {seconds(framing):>14} {'-':>13}{items}"
@@ -388,6 +454,15 @@ def plugin_ratios(result: dict) -> list[str]:
             f" = {times:.1f}x ({verdict} the {target:g}x target)"
         )
         result.setdefault("plugin_ratios", {})[mode] = round(times, 2)
+        ids = columns.get("tshark_ids")
+        if ids and ids["exit_code"] == 0:
+            floor = ids["seconds"] / framing["seconds"]
+            lines.append(
+                f"  ids-only/framing-only, {what}: {ids['seconds']:.2f} s / {framing['seconds']:.2f} s"
+                f" = {floor:.1f}x (the floor for keeping the confirm links);"
+                f" plugin/ids-only {plugin['seconds'] / ids['seconds']:.1f}x"
+            )
+            result["plugin_ratios"]["ids_vs_framing"] = round(floor, 2)
         items = columns.get("tshark_items")
         if not (items and items["exit_code"] == 0):
             continue
@@ -441,7 +516,14 @@ def bench_capture(
     for mode in modes:
         plugin, streamdump, lua = not args.no_plugin, not args.no_streamdump, args.plugin
         cmds = commands(
-            capture, mode, args.tshark, framing_lua, plugin=plugin, streamdump=streamdump, plugin_lua=lua
+            capture,
+            mode,
+            args.tshark,
+            framing_lua,
+            plugin=plugin,
+            streamdump=streamdump,
+            plugin_lua=lua,
+            ids_lua=tmp / f"{IDS_PROTO}.lua",
         )
         runs: dict[str, Run] = {}
         for column, argv in cmds.items():
@@ -479,8 +561,8 @@ def report_failure(argv: list[str], run: Run) -> None:
 
 def print_commands(results: list[dict]) -> None:
     print(
-        "\nCommands (tshark with HOME=<empty temp dir>; framing-only and items-only Lua written by this"
-        " script, items-only after an untimed run of it with no items that matches its count):"
+        "\nCommands (tshark with HOME=<empty temp dir>; framing-only, ids-only and items-only Lua written"
+        " by this script, items-only after an untimed run of it with no items that matches its count):"
     )
     for result in results:
         for mode, columns in result["modes"].items():
@@ -538,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir()
         framing_lua = Path(tmp) / f"{FRAMING_PROTO}.lua"
         framing_lua.write_text(FRAMING_LUA)
+        (Path(tmp) / f"{IDS_PROTO}.lua").write_text(IDS_LUA)
         env = tshark_env(home)
         host = machine(args.tshark, env)
         print(
