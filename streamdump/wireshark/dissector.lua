@@ -2409,7 +2409,25 @@ local function acks(conn, f)
     local flight = conn.in_flight[key]
     local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
     local keyed = LITE.key
-    for _, item in ipairs(path_values(f.fields, ack.send.path)) do
+    local path = ack.send.path
+    local list = #path == 2 and f.fields[path[1]]
+    if type(list) == "table" and list.pos == nil and #list > 0 then
+      -- A member of each element (a Publish frame's messages' ids), read in place: path_values
+      -- would copy hundreds into a list first. An element of another shape takes its path.
+      local leaf = path[2]
+      for _, item in ipairs(list) do
+        local id = type(item) == "table" and item[leaf]
+        if type(id) == "number" then
+          flight[id] = sent
+        else
+          for _, v in ipairs(path_values({ [path[1]] = { item } }, path)) do
+            if type(v) == "number" then flight[v] = sent else flight[keyed(v)] = sent end
+          end
+        end
+      end
+      return
+    end
+    for _, item in ipairs(path_values(f.fields, path)) do
       -- a number is its own key (the commonest, without a tree): no call for it
       if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
     end
@@ -2425,22 +2443,30 @@ local function acks(conn, f)
   local sent_in, waited, any = {}, {}, false
   local waits = {}  -- the wait since each sending frame, worked out once
   local keyed = LITE.key
-  for index, item in ipairs(path_values(f.fields, ref.path)) do
-    local id = item
-    if type(id) ~= "number" then id = keyed(item) end
-    local sent = flight[id]
-    flight[id] = nil
-    if sent then
-      local wait = waits[sent]
-      if wait == nil then
-        wait = round6(f.ts - sent.ts)
-        waits[sent] = wait
-        -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
-        local back = links_of(sent)
-        back.confirm_in = back.confirm_in or {}
-        if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+  -- A plain array (a confirm's ids) is read in place, taking what path_values would: values,
+  -- not plain tables; any other path gets path_values' list.
+  local list = #ref.path == 1 and f.fields[ref.path[1]]
+  if not (type(list) == "table" and list.pos == nil and #list > 0) then list = path_values(f.fields, ref.path) end
+  local index = 0
+  for _, item in ipairs(list) do
+    if type(item) ~= "table" or getmetatable(item) ~= nil then
+      index = index + 1
+      local id = item
+      if type(id) ~= "number" then id = keyed(item) end
+      local sent = flight[id]
+      flight[id] = nil
+      if sent then
+        local wait = waits[sent]
+        if wait == nil then
+          wait = round6(f.ts - sent.ts)
+          waits[sent] = wait
+          -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+          local back = links_of(sent)
+          back.confirm_in = back.confirm_in or {}
+          if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+        end
+        sent_in[index], waited[index], any = sent.number, wait, true
       end
-      sent_in[index], waited[index], any = sent.number, wait, true
     end
   end
   if any then
