@@ -21,6 +21,10 @@ _U32_BE = struct.Struct("!I")
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _IPV6 = struct.Struct("!IHBB16s16s")
 _TCP = struct.Struct("!HHIIBB")
+# The commonest packet of all, Ethernet then IPv4 without options then TCP, read in one step:
+# ethertype, the IPv4 header (_IPV4's fields) and TCP's fixed start (_TCP's).
+_ETHER_IPV4_TCP = struct.Struct("!12xHBBHHHBBH4s4sHHIIBB")
+_FUSED_MIN = 14 + 20 + 20
 
 ETH_IPV4 = 0x0800
 ETH_IPV6 = 0x86DD
@@ -151,6 +155,52 @@ def unknown_links_text(links: Mapping[int, int]) -> str:
 
 def parse(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:
     """The TCP segment in one captured packet, or why there is none."""
+    if linktype == 1 and len(buf) >= _FUSED_MIN:
+        # _ethernet, _ipv4 and _tcp's steps for the commonest packet; anything else (a VLAN
+        # tag, IP options, not TCP, a fragment) takes them one by one below.
+        (
+            ethertype,
+            vhl,
+            _,
+            total,
+            _,
+            frag,
+            _,
+            proto,
+            _,
+            src,
+            dst,
+            sport,
+            dport,
+            seq,
+            ack,
+            data_off,
+            flags,
+        ) = _ETHER_IPV4_TCP.unpack_from(buf, 0)
+        if ethertype == ETH_IPV4 and vhl == 0x45 and proto == IPPROTO_TCP and not frag & 0x3FFF:
+            start = 34 + (data_off >> 4) * 4
+            size = len(buf)
+            if size < start:
+                return Skip.TRUNCATED
+            end = 14 + total if total >= 20 else size
+            return Segment(
+                number,
+                ts,
+                socket.inet_ntop(socket.AF_INET, src),
+                socket.inet_ntop(socket.AF_INET, dst),
+                sport,
+                dport,
+                seq,
+                ack,
+                flags,
+                bytes(buf[start : min(end, size)]),
+                max(0, end - start),
+            )
+    return parse_steps(linktype, buf, number, ts)
+
+
+def parse_steps(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:
+    """parse's result through the link, IP and TCP steps one by one, for any packet."""
     link = LINK_PARSERS.get(linktype)
     if link is None:
         return Skip.UNKNOWN_LINK
