@@ -139,6 +139,7 @@ IDS_PROTO = "rmqs_ids"
 # each, its entry stepped over by its size) and of a PublishConfirm, read from one copy of the
 # PDU's bytes (tvb:raw, as the plugin's loops read them), the sent ones kept by id and each
 # confirmed one paired with its Publish frame, as the plugin's publish_in links pair them.
+# It reads Publish version 1, the bench captures' (version 2 puts a filter value before each entry).
 IDS_LUA = f"""\
 -- Ids only: frame like framing-only, then pair every confirmed publishing id with the frame
 -- that sent it. Written by bench/vs_tshark.py.
