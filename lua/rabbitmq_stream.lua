@@ -5743,15 +5743,16 @@ local function acks(conn, f)
     local list = #path == 2 and f.fields[path[1]]
     if type(list) == "table" and list.pos == nil and #list > 0 then
       -- A member of each element (a Publish frame's messages' ids), read in place: path_values
-      -- would copy hundreds into a list first. An element of another shape takes its path.
+      -- would copy hundreds into a list first. An element's member of another kind takes
+      -- path_values' own step for it.
       local leaf = path[2]
       for _, item in ipairs(list) do
-        local id = type(item) == "table" and item[leaf]
-        if type(id) == "number" then
-          flight[id] = sent
-        else
-          for _, v in ipairs(path_values({ [path[1]] = { item } }, path)) do
-            if type(v) == "number" then flight[v] = sent else flight[keyed(v)] = sent end
+        if type(item) == "table" then
+          local id = item[leaf]
+          if type(id) == "number" then
+            flight[id] = sent
+          else
+            for _, v in ipairs(path_values(item, path, 2)) do flight[keyed(v)] = sent end
           end
         end
       end
