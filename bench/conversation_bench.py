@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamdump.core.conversation import Tracker
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.fieldnames import FrameFilter
+from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.tracker import Tracker
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
-from streamdump.views.fieldnames import FrameFilter
 from streamdump.views.stats import Statistics
+from streamdump.wire.frame import Frame
 
 DEFAULT = Path(__file__).resolve().parent.parent / "captures" / "rabbitmq_stream" / "bulk.pcap"
 

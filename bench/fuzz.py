@@ -51,7 +51,7 @@ def child(name: str, runs: int, out: Path, timeout: int, seconds: int = 0) -> No
     if name.endswith(".decode"):
         covered = ["streamdump"]
     else:
-        covered = ["streamdump.core", "streamdump.dissectors", "streamdump.fuzzing"]
+        covered = ["streamdump.wire", "streamdump.analysis", "streamdump.dissectors", "streamdump.fuzzing"]
     with atheris.instrument_imports(include=covered):
         from streamdump.fuzzing import damage, targets
 

@@ -37,11 +37,11 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdump.core.frame import Frame
-from streamdump.core.packet import Segment, parse
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
+from streamdump.wire.frame import Frame
+from streamdump.wire.packet import Segment, parse
 
 PCAP_RECORD = struct.Struct("<IIII")
 SEQ_MOD = 1 << 32

@@ -9820,7 +9820,7 @@ end
 
 -- A field's bytes that start with a carried protocol's magic: that protocol's plugin dissects
 -- them, as a layer of its own under the packet. Whether one did.
--- Twin of streamdump/core/wildcards.py: `*` one token, a last `>` one or more.
+-- Twin of streamdump/wire/wildcards.py: `*` one token, a last `>` one or more.
 local function wildcard_matches(pattern, name)
   local want, have = {}, {}
   for t in (pattern .. "."):gmatch("([^.]*)%.") do want[#want + 1] = t end

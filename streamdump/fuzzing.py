@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from streamdump.core.capture import CaptureError, Segment, read_segments, read_stream
-from streamdump.core.pipeline import Dissection, ReadStats, decode_segments
-from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
+from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.registry import Registry, default_registry
 from streamdump.views.render import Renderer
+from streamdump.wire.capture import CaptureError, Segment, read_segments, read_stream
+from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
 
 # A stream target's input: a control word, then the bytes. Segments are at most this long.
 SEGMENT_MAX = 4096

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from streamdump.core.capture import Segment
-from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
+from streamdump.wire.capture import Segment
+from streamdump.wire.reassembly import TCP_ACK, TCP_SYN
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE_ROOT = ROOT / "captures"

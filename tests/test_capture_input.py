@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import streamdump.core.capture as capture_module
+import streamdump.wire.capture as capture_module
 from streamdump.cli import app
-from streamdump.core.capture import CaptureError, Skip, Tally, read_segments
-from streamdump.core.packet import Segment, parse, parse_steps
-from streamdump.core.pcapng import PcapngError, read_packets
+from streamdump.wire.capture import CaptureError, Skip, Tally, read_segments
+from streamdump.wire.packet import Segment, parse, parse_steps
+from streamdump.wire.pcapng import PcapngError, read_packets
 
 SESSION = CAPTURES / "session.pcap"
 COMPRESSORS = {
@@ -190,7 +190,7 @@ def test_pcap_records_match_dpkt_whatever_the_read_size(
     """The record walker over large reads gives dpkt's records: same timestamps, same bytes."""
     import dpkt
 
-    import streamdump.core.capture as capture
+    import streamdump.wire.capture as capture
 
     monkeypatch.setattr(capture, "READ_SIZE", read_size)
     files = [CAPTURES / "bulk.pcap", CAPTURES / "session.pcap"]

@@ -15,9 +15,9 @@ import pytest
 from conftest import CAPTURE_ROOT, CAPTURES, GOLDEN
 from typer.testing import CliRunner
 
+from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.tracker import Conversations, Tracker
 from streamdump.cli import Format, Views, analysed, app, write_frames
-from streamdump.core.conversation import Conversations, Tracker
-from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer

@@ -15,9 +15,9 @@ from conftest import CAPTURES
 from pcap_writer import tcp_pcap
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.codecs.amqp import Typed, decode_message, encode_message
 from streamdump.codecs.amqp_content import body_mismatch, content_notes
-from streamdump.core.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
 
-from streamdump.core.conversation import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
-from streamdump.core.frame import Endpoint, Frame
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.tracker import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
+from streamdump.wire.frame import Endpoint, Frame
 
 CLEAN = [
     "session.pcap",
@@ -262,7 +262,7 @@ def track(path: Path, decoder: Decoder) -> tuple[list[Frame], Tracker]:
 def test_a_client_host_ending_its_connections_at_once(decoder: Decoder) -> None:
     """The crashing application's four connections that were open when it died: one finding for
     them all, made from every connection's end (the first, closed 200 ms before, is not of them)."""
-    from streamdump.core.conversation import Conversations
+    from streamdump.analysis.tracker import Conversations
 
     stats = ReadStats()
     conversations = Conversations([decoder.protocol])
@@ -764,7 +764,7 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
     decoder: Decoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A capture with endless findings keeps MAX_DIAGNOSES of them whole; the summary still counts all."""
-    import streamdump.core.conversation as conversation
+    import streamdump.analysis.tracker as conversation
     from streamdump.views.stats import Statistics
 
     name = max(EXPECTED, key=lambda n: len(EXPECTED[n]))
@@ -785,7 +785,7 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
 
 def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) -> None:
     """Per connection only a small record of the latest frame stays, not the frame and its fields."""
-    from streamdump.core.conversation import Seen
+    from streamdump.analysis.tracker import Seen
 
     frames, tracker = track(CAPTURES / "bulk.pcap", decoder)
     for conn in tracker.connections.values():
@@ -990,7 +990,7 @@ def test_a_publisher_mixing_raw_bytes_with_amqp_messages(decoder: Decoder) -> No
 def test_message_ids_are_not_looked_for_where_a_publisher_sends_none(
     decoder: Decoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import streamdump.core.conversation as conversation
+    import streamdump.analysis.tracker as conversation
 
     monkeypatch.setattr(conversation, "ID_PATIENCE", 3)
     wire = Wire(decoder)

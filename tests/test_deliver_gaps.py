@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 from spec_strategies import encode_chunk
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry, sub_batch_entry
 
+from streamdump.analysis.pipeline import Reader, ReadStats, decode_segments, read_frames
 from streamdump.codecs import amqp
-from streamdump.core.capture import Segment
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Reader, ReadStats, decode_segments, read_frames
-from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.hooks import Cut
-from streamdump.spec.limits import Limits
+from streamdump.wire.capture import Segment
+from streamdump.wire.frame import Frame
+from streamdump.wire.limits import Limits
+from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
 
 MSS = 1448
 CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 5552)

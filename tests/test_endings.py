@@ -17,13 +17,13 @@ from conftest import CAPTURES
 from pcap_writer import tcp_pcap
 from typer.testing import CliRunner
 
+from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.tracker import Conversations, id_runs
 from streamdump.cli import app
-from streamdump.core.conversation import Conversations, id_runs
-from streamdump.core.frame import Endpoint
-from streamdump.core.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
-from streamdump.core.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import SpecError, default_registry, load_spec
+from streamdump.wire.frame import Endpoint
+from streamdump.wire.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
 
 FIN_ACK = dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK
 RST = dpkt.tcp.TH_RST
@@ -205,7 +205,7 @@ def test_the_ending_section_names_commands_of_the_spec() -> None:
 def test_connections_ended_at_the_same_instant_are_told_together() -> None:
     """Ends with equal timestamps (a capture's microseconds) go by connection, not by comparing
     the connections' records, which have no order (before, that raised a TypeError)."""
-    from streamdump.core.endings import ended_together
+    from streamdump.analysis.endings import ended_together
 
     lives = {}
     for number in (1, 2, 3):

@@ -23,13 +23,13 @@ from rocketmq_strategies import TEXT, comparable, keyed_struct, value
 from streamdump.dissectors.eventmesh.framing import MAGIC, build, looks_whole
 from streamdump.dissectors.eventmesh.packages import CONVENTIONS
 
-from streamdump.core.capture import Segment
-from streamdump.core.conversation import Tracker
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, read_frames
+from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments, read_frames
+from streamdump.analysis.tracker import Tracker
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.registry import FieldSpec, Layout, default_registry
+from streamdump.wire.capture import Segment
+from streamdump.wire.frame import Frame
 
 PROTOCOL = default_registry().get("eventmesh")
 EVENTMESH = Decoder(PROTOCOL)

@@ -30,20 +30,21 @@ from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, Strea
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 from test_amqp import leading_sections, messages, values
 
+from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.tracker import Conversations
 from streamdump.cli import _decoders, analysed
 from streamdump.codecs import amqp
-from streamdump.core.conversation import Conversations
-from streamdump.core.frame import Frame
-from streamdump.core.paths import path_values
-from streamdump.core.pipeline import Dissection, ReadStats, read_frames
+from streamdump.codecs.values import preview
 from streamdump.spec.decoder import Decoder, _merge_notes
 from streamdump.spec.dissector import MessageRow, dissector_of, message_text
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
-from streamdump.spec.limits import Limits
 from streamdump.spec.registry import default_registry
 from streamdump.views.messages import MessageLines, _plain_lines, line
 from streamdump.views.render import Renderer, _json_default, _orjson_default
+from streamdump.wire.frame import Frame
+from streamdump.wire.limits import Limits
+from streamdump.wire.paths import path_values
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 DECODER = Decoder(PROTOCOL)
@@ -390,7 +391,7 @@ def test_frames_with_messages_take_orjson() -> None:
 )
 def test_previews_of_bytes_are_the_general_previews(body: bytes, limit: int) -> None:
     # A bytearray takes the general branch, bytes the shortcut.
-    assert amqp.preview(body, limit) == amqp.preview(bytearray(body), limit)
+    assert preview(body, limit) == preview(bytearray(body), limit)
 
 
 @settings(max_examples=200, deadline=None)

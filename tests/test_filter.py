@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdump.views.filter import FieldType, Filter, FilterError, compile_filter
+from streamdump.analysis.filter import FieldType, Filter, FilterError, compile_filter
 
 PREFIX = "rabbitmq_stream"
 RESPONSE_CODES = {1: "OK", 2: "Stream does not exist", 8: "Authentication failure"}

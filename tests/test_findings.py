@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamdump.core.findings import FINDINGS, expert_entries, expert_name
 from streamdump.spec.registry import default_registry
+from streamdump.wire.findings import FINDINGS, expert_entries, expert_name
 from streamdump.wireshark import luagen
 from tests.test_conversation import EXPECTED
 

@@ -8,15 +8,15 @@ from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_en
 from test_deliver_gaps import chunk_fields, segments
 from typer.testing import CliRunner
 
+from streamdump.analysis.pipeline import ReadStats, decode_segments
 from streamdump.cli import app
 from streamdump.codecs import amqp
 from streamdump.codecs.compression import compress
-from streamdump.core.capture import Segment
-from streamdump.core.pipeline import ReadStats, decode_segments
-from streamdump.core.reassembly import TCP_ACK, TCP_SYN
 from streamdump.spec.decoder import Decoder
-from streamdump.spec.limits import LimitError, Limits, described
 from streamdump.spec.registry import default_registry
+from streamdump.wire.capture import Segment
+from streamdump.wire.limits import LimitError, Limits, described
+from streamdump.wire.reassembly import TCP_ACK, TCP_SYN
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 
@@ -71,6 +71,8 @@ def test_sub_batch_bytes_is_the_limit_set() -> None:
 
 
 def test_amqp_depth_is_the_limit_set() -> None:
+    # The wire floor keeps the AMQP codec's default beside its own, the codecs being above it.
+    assert Limits().amqp_depth == amqp.MAX_DEPTH
     value = b"\x40"
     for _ in range(20):
         value = b"\xc0" + bytes((len(value) + 1, 1)) + value  # list8 of one element

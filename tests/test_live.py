@@ -18,9 +18,9 @@ import pytest
 from conftest import CAPTURES, ROOT, need
 from test_osiris import check_delivered, check_published
 
-from streamdump.core.capture import read_segments
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
+from streamdump.wire.capture import read_segments
 
 pytestmark = pytest.mark.broker
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import CAPTURE_ROOT, need
 
-from streamdump.core.conversation import Conversations
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.tracker import Conversations
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
+from streamdump.wire.frame import Frame
 
 pytestmark = [pytest.mark.nats, pytest.mark.live]
 NATS = Decoder(default_registry().get("nats"))

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.fieldnames import FrameFilter, field_types, message_names
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
-from streamdump.views.fieldnames import FrameFilter, field_types, message_names
 from tests.conftest import CAPTURE_ROOT
 
 CAPTURE = CAPTURE_ROOT / "rabbitmq_stream" / "compression.pcap"

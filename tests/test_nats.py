@@ -17,12 +17,12 @@ from gufo.liftbridge import api_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamdump.core.conversation import Conversations
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Dissection, ReadStats, decode_segments, read_frames
+from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments, read_frames
+from streamdump.analysis.tracker import Conversations
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.registry import INT_TYPES, FieldSpec, SpecError, default_registry, load_registry
+from streamdump.wire.frame import Frame
 
 REGISTRY = default_registry()
 NATS = Decoder(REGISTRY.get("nats"))
@@ -361,7 +361,7 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
 
 
 def test_an_unanswered_ping_is_a_warning_when_traffic_goes_on() -> None:
-    from streamdump.core import conversation
+    from streamdump.analysis import tracker as conversation
 
     frames, tracker = tracked(
         (False, INFO), (True, CONNECT + b"PING\r\n"), *[(True, b"PUB a 1\r\nx\r\n")] * 3
@@ -525,7 +525,7 @@ def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> Non
     ],
 )
 def test_wildcards_as_subjects_use_them(pattern: str, name: str, matched: bool) -> None:
-    from streamdump.core.wildcards import matches
+    from streamdump.wire.wildcards import matches
 
     assert matches(pattern, name) is matched
 

@@ -19,11 +19,11 @@ from streamdump.dissectors.rabbitmq_stream.osiris import (
     sub_batch_entry,
 )
 
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.codecs import amqp
 from streamdump.codecs.compression import FRAMINGS, compress
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
+from streamdump.wire.frame import Frame
 
 SENT = json.loads((CAPTURES / "compression.sent.json").read_text())
 # The recording script's names for the variants it sent, and what streamdump calls them.

@@ -33,8 +33,8 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
     # The Spark pipeline, its quiet logging for the JVM and spark-submit's entry point.
     assert {
         "streamdump/spark/log4j2.properties",
-        "streamdump/spark/submit.py",
-        "streamdump/core/splits.py",
+        "streamdump/cli/submit.py",
+        "streamdump/wire/splits.py",
     } <= names
     target = tmp_path / "site"
     subprocess.run(

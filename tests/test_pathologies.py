@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from conftest import CAPTURES, merged
 
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
+from streamdump.wire.frame import Frame
 
 PATHOLOGICAL = CAPTURES / "pathological"
 MANIFEST: list[dict[str, Any]] = json.loads((PATHOLOGICAL / "manifest.json").read_text())

@@ -17,9 +17,9 @@ import pytest
 from conftest import CAPTURES, ROCKETMQ_CAPTURES, ROOT, need
 from typer.testing import CliRunner
 
+from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.tracker import Tracker
 from streamdump.cli import analysed, app
-from streamdump.core.conversation import Tracker
-from streamdump.core.pipeline import Dissection, ReadStats, read_frames
 from streamdump.spec.decoder import Decoder, EncodeError
 from streamdump.spec.dissector import Dissector, dissector_of
 from streamdump.spec.registry import Protocol, SpecError, default_registry, load_registry, load_spec
@@ -346,7 +346,8 @@ commands:
       - text: {type: raw, size: rest}
 """
 LINES_PACKAGE = """
-from streamdump.core.framing_rules import BAD, DecodedRule
+from streamdump.spec.framing_rules import DecodedRule
+from streamdump.wire.framing import BAD
 from streamdump.spec.dissector import Dissector
 
 

@@ -14,11 +14,11 @@ from conftest import CAPTURES, merged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdump.core.capture import Segment, read_segments
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, decode_segments
-from streamdump.core.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_SYN, Stream
+from streamdump.analysis.pipeline import ReadStats, decode_segments
 from streamdump.spec.decoder import Decoder
+from streamdump.wire.capture import Segment, read_segments
+from streamdump.wire.frame import Frame
+from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_SYN, Stream
 
 SESSION = list(read_segments(CAPTURES / "session.pcap"))
 

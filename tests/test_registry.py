@@ -191,8 +191,8 @@ def test_amqp_section_names_are_the_amqp_hooks(protocol: Protocol) -> None:
 
 def test_the_frame_names_agree() -> None:
     """What filters, the registry and the plugin call the frame's own names are one set."""
+    from streamdump.analysis import fieldnames
     from streamdump.spec import registry
-    from streamdump.views import fieldnames
     from streamdump.wireshark import luagen
 
     header = {"key", "version", "size"}  # the frame's header: fields of every frame, not reserved

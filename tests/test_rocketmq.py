@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocketmq_strategies import comparable, expected, header_values, layout_values
 
-from streamdump.core.capture import Segment
-from streamdump.core.conversation import Tracker
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, decode_segments, read_frames
+from streamdump.analysis.pipeline import ReadStats, decode_segments, read_frames
+from streamdump.analysis.tracker import Tracker
 from streamdump.spec.decoder import Decoder, EncodeError
 from streamdump.spec.registry import default_registry
+from streamdump.wire.capture import Segment
+from streamdump.wire.frame import Frame
 
 PROTOCOL = default_registry().get("rocketmq")
 ROCKETMQ = Decoder(PROTOCOL)

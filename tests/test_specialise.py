@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from spec_strategies import struct_strategy
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
 
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import Ctx, Short, decode_ops
 from streamdump.spec.registry import default_registry
 from streamdump.spec.specialise import Fallback
 from streamdump.views.render import _json_default
+from streamdump.wire.frame import Frame
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 FAST = Decoder(PROTOCOL)

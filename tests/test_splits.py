@@ -21,8 +21,8 @@ try:
 except ImportError:  # pyarrow, of the spark extra
     _chain = None  # type: ignore[assignment]
 
-from streamdump.core.capture import Tally, read_segments
-from streamdump.core.splits import Layout, find_first, layout_of, plan, scan
+from streamdump.wire.capture import Tally, read_segments
+from streamdump.wire.splits import Layout, find_first, layout_of, plan, scan
 
 SPLITTABLE = sorted(
     path

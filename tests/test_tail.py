@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamdump.dissectors.rabbitmq_stream.osiris import read_entry
 
-from streamdump.core import tail
-from streamdump.core.pipeline import ReadStats, read_frames
+from streamdump.analysis import tail
+from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import BadValue, Short
 from streamdump.spec.registry import default_registry

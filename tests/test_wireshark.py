@@ -44,10 +44,10 @@ import pytest
 import zstandard
 from streamdump.dissectors.rabbitmq_stream import osiris
 
-from streamdump.core.findings import expert_entries
+from streamdump.analysis.fieldnames import entry_names, message_names
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import Protocol, default_registry
-from streamdump.views.fieldnames import entry_names, message_names
+from streamdump.wire.findings import expert_entries
 from streamdump.wireshark import luagen
 from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
 from tests.pcap_writer import tcp_pcap

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamdump.codecs import lenient_json
-from streamdump.core.framing_rules import BAD, DecodedRule
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.framing_rules import DecodedRule
+from streamdump.wire.framing import BAD
 
 MAGIC = b"EventMesh0000"
 PREFIX = len(MAGIC) + 8  # magic, version, message length, header length

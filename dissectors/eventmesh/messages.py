@@ -15,8 +15,8 @@ from typing import Any
 from streamdump.dissectors.eventmesh.framing import PREFIX
 
 from streamdump.codecs import lenient_json
-from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
+from streamdump.wire.frame import Frame
 
 # (command, kind) -> the verb a line says.
 CARRIERS = {

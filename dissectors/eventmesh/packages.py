@@ -22,10 +22,10 @@ from typing import Any
 from streamdump.dissectors.eventmesh.framing import MAGIC, UNCOUNTED
 
 from streamdump.codecs import lenient_json
-from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.keyed import title
 from streamdump.spec.layout import Ctx, json_nodes
+from streamdump.wire.frame import Expert, Node
 
 _LENGTH = struct.Struct(">i")
 LENGTH_AT = len(MAGIC)

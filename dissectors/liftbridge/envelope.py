@@ -13,9 +13,9 @@ from typing import Any
 
 import crc32c
 
-from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx, Short
+from streamdump.wire.frame import Expert, Node
 
 
 class Envelope(Hook):

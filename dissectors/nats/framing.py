@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
-from streamdump.core.framing_rules import BAD, DecodedRule
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.framing_rules import DecodedRule
+from streamdump.wire.framing import BAD
 
 # Operations whose line's last word counts the bytes after the line (then a CRLF).
 COUNTED = frozenset({b"PUB", b"HPUB", b"MSG", b"HMSG"})

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
+from streamdump.wire.frame import Frame
 
 # command -> the verb a line says.
 CARRIERS = {

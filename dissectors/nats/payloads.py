@@ -16,11 +16,11 @@ import re
 from typing import Any
 
 from streamdump.codecs import lenient_json
-from streamdump.core.findings import FINDINGS
-from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.keyed import title
 from streamdump.spec.layout import Ctx, json_nodes
+from streamdump.wire.findings import FINDINGS
+from streamdump.wire.frame import Expert, Node
 
 VERSION_LINE = "NATS/1.0"
 # What separates words on these lines (ASCII only, as the server reads them).

@@ -15,10 +15,11 @@ from typing import Any
 from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH, whole_entries
 
 from streamdump.codecs import amqp
-from streamdump.core.frame import Frame
+from streamdump.codecs.values import preview
 from streamdump.spec.dissector import PREVIEW_CHARS, MessageRow, MessageRules, Volume, message_text
 from streamdump.spec.hooks import Cut
 from streamdump.spec.registry import Protocol
+from streamdump.wire.frame import Frame
 
 PUBLISH, DELIVER = "Publish", "Deliver"
 # AMQP properties a line shows, in this order, before the first application properties.
@@ -133,13 +134,13 @@ class StreamMessages(MessageRules):
         message = record.get("message")  # a record holds a message, bytes or tracking entries
         if message is not None:
             if type(message) is amqp.DataAlone:  # the commonest of all, without its sections
-                return size, amqp.preview(message.body, PREVIEW_CHARS).rstrip()
+                return size, preview(message.body, PREVIEW_CHARS).rstrip()
             sections = message.sections
             if len(sections) == 1 and message.error is None and sections[0].name in BODIES:
                 # The commonest message, a body alone: _summary would say its preview alone.
                 body = sections[0].value
                 if body is not None:
-                    return size, amqp.preview(body, PREVIEW_CHARS).rstrip()
+                    return size, preview(body, PREVIEW_CHARS).rstrip()
             return size, _summary(message).rstrip()
         if "tracking" in record:
             parts = [
@@ -148,7 +149,7 @@ class StreamMessages(MessageRules):
             ]
             return size, f"tracking: {'; '.join(parts)}"
         if "bytes" in record:
-            return size, amqp.preview(bytes(record["bytes"]), PREVIEW_CHARS)
+            return size, preview(bytes(record["bytes"]), PREVIEW_CHARS)
         return size, ""
 
     def volume(self, frame: Frame) -> Volume | None:

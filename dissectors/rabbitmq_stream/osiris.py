@@ -30,11 +30,14 @@ from typing import Any
 
 from streamdump.codecs import amqp
 from streamdump.codecs.amqp_content import content_notes, message_id
-from streamdump.codecs.compression import Budget, DecompressionError, decompress
-from streamdump.core.findings import FINDINGS
-from streamdump.core.frame import Expert, Node
+from streamdump.codecs.compression import DecompressionError, TooLarge, decompress
+from streamdump.codecs.values import preview
+from streamdump.spec.budget import Budget
 from streamdump.spec.hooks import Around, Cut, Hook
 from streamdump.spec.layout import BadValue, Ctx, Short
+from streamdump.wire.findings import FINDINGS
+from streamdump.wire.frame import Expert, Node
+from streamdump.wire.limits import hint
 
 # The expert group of a note on a message's content (a null value, a body its content_type
 # does not describe): the broker takes such messages, so they are not malformed.
@@ -565,6 +568,10 @@ def entry_records(
             result = decompress(
                 entry.compression, entry.body, entry.uncompressed_length, ctx.limits.sub_batch
             )
+        except TooLarge as exc:
+            over = f"declared uncompressed length {exc.declared} is over {hint('sub_batch', exc.cap)}"
+            ctx.expert.append(Expert("error", f"{where}: sub-batch: {over}", entry.pos))
+            return []
         except DecompressionError as exc:
             ctx.expert.append(Expert("error", f"{where}: sub-batch: {exc}", entry.pos))
             return []
@@ -642,7 +649,7 @@ def _decode_record(
         record["bytes"] = body
         if node is not None:
             node.label += ", not AMQP 1.0"
-            node.children.append(Node(None, f"Bytes: {amqp.preview(bytes(body))}", node.offset, len(body)))
+            node.children.append(Node(None, f"Bytes: {preview(bytes(body))}", node.offset, len(body)))
         return
     # Wire order and repeats, which the message's section-name keys cannot show.
     sections = message.sections
@@ -675,13 +682,13 @@ def _section_node(section: Any) -> Node:
         for key, item in value.items():
             if fixed and item is None:
                 continue  # clients write absent fields as nulls; they say nothing
-            node.children.append(Node(None, f"{key}: {amqp.preview(item)}", section.offset, 0))
+            node.children.append(Node(None, f"{key}: {preview(item)}", section.offset, 0))
     elif isinstance(value, list):
         node.label += f": {len(value)} items"
         for i, item in enumerate(value):
-            node.children.append(Node(None, f"[{i}]: {amqp.preview(item)}", section.offset, 0))
+            node.children.append(Node(None, f"[{i}]: {preview(item)}", section.offset, 0))
     else:
-        node.label += f": {amqp.preview(value)}"
+        node.label += f": {preview(value)}"
     return node
 
 

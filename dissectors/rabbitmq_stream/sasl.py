@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamdump.core.frame import Node
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
+from streamdump.wire.frame import Node
 
 
 def masked_plain(data: bytes | memoryview) -> bytes | None:

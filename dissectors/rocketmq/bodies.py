@@ -12,11 +12,12 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from streamdump.codecs.compression import Budget, DecompressionError, OverLimit, inflate
-from streamdump.core.frame import Expert, Node
+from streamdump.codecs.compression import DecompressionError, OverLimit, inflate
+from streamdump.spec.budget import Budget
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import Ctx
 from streamdump.spec.registry import Protocol
+from streamdump.wire.frame import Expert, Node
 
 COMPRESSED = 0x1
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 import struct
 
-from streamdump.core.framing_rules import LengthRule
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.framing_rules import LengthRule
 
 _WORDS = struct.Struct(">iI")
 _START = re.compile(rb"(?=\x00[\x00-\xff]{3}(?:\x00\x00[\x00-\xff]{2}\{|\x01\x00[\x00-\xff]{2}[\x00-\xff]))")

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streamdump.core.frame import Frame
 from streamdump.spec.dissector import MessageRow, MessageRules, Volume, addressed, message_text
 from streamdump.spec.registry import Protocol
+from streamdump.wire.frame import Frame
 
 SENDS = frozenset({"SEND_MESSAGE", "SEND_MESSAGE_V2"})
 BATCH = "SEND_BATCH_MESSAGE"

@@ -57,13 +57,13 @@ Every decoded value encodes again to the same meaning, although not always to th
 
 from __future__ import annotations
 
-import json
-import math
 import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from streamdump.codecs.values import json_float, json_key, plain_float
 
 MAX_DEPTH = 64
 TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels"
@@ -105,6 +105,9 @@ class Decimal:
     width: int
     raw: bytes
 
+    def as_json(self) -> Any:
+        return self.raw.hex()
+
 
 @dataclass(frozen=True, slots=True)
 class Described:
@@ -112,6 +115,9 @@ class Described:
 
     descriptor: Any
     value: Any
+
+    def as_json(self) -> Any:
+        return {"descriptor": to_json(self.descriptor), "value": to_json(self.value)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,9 @@ class Array:
     items: list[Any]
     descriptor: Any = None
 
+    def as_json(self) -> Any:
+        return to_json(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Typed:
@@ -129,6 +138,9 @@ class Typed:
 
     type_name: str
     value: Any
+
+    def as_json(self) -> Any:
+        return to_json(self.value)
 
 
 @dataclass(slots=True)
@@ -166,6 +178,17 @@ class Message:
                 out[name] = [out[name], section.value]
                 repeated.add(name)
         return out
+
+    def as_json(self) -> dict[str, Any]:
+        return message_json(self)
+
+    def as_plain_json(self) -> dict[str, Any]:
+        """as_json, for a JSON writer that writes floats otherwise than json.dumps: ValueError at
+        a float Python writes with an exponent."""
+        sections = self.sections
+        if len(sections) == 1 and type(sections[0].value) is bytes:  # a body alone
+            return {sections[0].name: sections[0].value.hex()}
+        return message_json(self, True)
 
 
 class DataAlone(Message):
@@ -211,6 +234,11 @@ class DataAlone(Message):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (DataAlone, (self.body, self.offset))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"data": self.body.hex()}
+
+    as_plain_json = as_json
 
 
 class MalformedError(ValueError):
@@ -949,28 +977,14 @@ def _check_order(message: Message) -> None:
 
 
 def to_json(value: Any) -> Any:
-    """A JSON-safe form of a decoded value (see the module docstring for the mapping)."""
-    return _json(value, _json_float)
+    """A JSON-safe form of a decoded AMQP value (see the module docstring for the mapping)."""
+    return _json(value, json_float)
 
 
-def _json_float(value: float) -> Any:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
-
-
-def plain_float(value: float) -> bool:
-    """Whether Python writes this float without an exponent (0.0 and 1e-4 <= |x| < 1e16), as
-    JSON writers other than json.dumps write it too (orjson writes 1e-05 as 0.00001)."""
-    return value == 0.0 or 1e-4 <= abs(value) < 1e16
-
-
-def _plain_json_float(value: float) -> Any:
-    """As _json_float, refusing a float that Python writes with an exponent (1e-05), which
+def _plainjson_float(value: float) -> Any:
+    """As json_float, refusing a float that Python writes with an exponent (1e-05), which
     JSON writers other than json.dumps write otherwise."""
-    out = _json_float(value)
+    out = json_float(value)
     if type(out) is float and not plain_float(out):
         raise ValueError(f"{out!r} has an exponent")
     return out
@@ -984,7 +998,7 @@ def _json(value: Any, on_float: Callable[[float], Any]) -> Any:
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        return {k if type(k) is str else _json_key(k): _json(v, on_float) for k, v in value.items()}
+        return {k if type(k) is str else json_key(k): _json(v, on_float) for k, v in value.items()}
     if kind is list:
         return [_json(v, on_float) for v in value]
     if kind is float:
@@ -999,7 +1013,7 @@ def _json(value: Any, on_float: Callable[[float], Any]) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, dict):
-        return {_json_key(k): _json(v, on_float) for k, v in value.items()}
+        return {json_key(k): _json(v, on_float) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json(v, on_float) for v in value]
     if isinstance(value, Array):
@@ -1018,22 +1032,13 @@ def _json(value: Any, on_float: Callable[[float], Any]) -> Any:
     return str(value)
 
 
-def _json_key(key: Any) -> str:
-    if isinstance(key, str):
-        return str(key)
-    converted = to_json(key)
-    if isinstance(converted, str):
-        return converted
-    return json.dumps(converted, separators=(",", ":"), ensure_ascii=False)
-
-
 def message_json(message: Message, plain_floats: bool = False) -> dict[str, Any]:
     """Section name -> JSON value; a section present several times maps to a list, one item each.
 
     plain_floats: raise ValueError at a float Python writes with an exponent, for a caller
     whose JSON writer would write it otherwise (orjson: 0.00001 for 1e-05).
     """
-    on_float = _plain_json_float if plain_floats else _json_float
+    on_float = _plainjson_float if plain_floats else json_float
     sections = message.sections
     if len(sections) == 1:  # the commonest message: one data section
         section = sections[0]
@@ -1041,43 +1046,6 @@ def message_json(message: Message, plain_floats: bool = False) -> dict[str, Any]
         return {section.name: value.hex() if type(value) is bytes else _json(value, on_float)}
     # A repeated section's values come as a list, whose JSON is the list of their JSON forms.
     return {name: _json(value, on_float) for name, value in message.section_values().items()}
-
-
-def _printable(text: str) -> str:
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "." for c in text)
-
-
-# The bytes str.isprintable() accepts in ASCII: what a body's preview shows as it is.
-_PRINTABLE_ASCII = bytes(range(0x20, 0x7F))
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
-def preview(value: Any, limit: int = 40) -> str:
-    """A one-line rendering of at most limit characters, cut with '…'.
-
-    Bytes show as UTF-8 text with '.' for what is not printable; strings show their text (control
-    characters as '.'); other values their compact JSON (to_json), uuids and decimals unquoted.
-    """
-    if type(value) is bytes and limit > 0:  # a data body, the commonest: as below, in fewer steps
-        head = value[: limit + 1]
-        if not head.translate(None, _PRINTABLE_ASCII):
-            # Printable ASCII, a byte a character: these limit + 1 say all the line shows.
-            return head[: limit - 1].decode("ascii") + "…" if len(head) > limit else head.decode("ascii")
-    if isinstance(value, bytes | bytearray | memoryview):
-        # Enough bytes for limit + 1 characters, so a longer value always gets its '…'.
-        raw = bytes(value[: limit * 4 + 4])
-        return _cut(_printable(raw.decode("utf-8", errors="replace").replace("\ufffd", ".")), limit)
-    if isinstance(value, str):
-        return _cut(_printable(value[: limit + 1]), limit)
-    converted = to_json(value)
-    if isinstance(converted, str):  # uuid, decimal, NaN: their text, unquoted like strings
-        return _cut(_printable(converted), limit)
-    return _cut(_printable(json.dumps(converted, ensure_ascii=False, separators=(",", ":"))), limit)
 
 
 # ---------------------------------------------------------------- encoding

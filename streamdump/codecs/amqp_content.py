@@ -25,8 +25,8 @@ from streamdump.codecs.amqp import (
     Message,
     decode_message,
     decode_value,
-    preview,
 )
+from streamdump.codecs.values import preview
 
 # Sections that are maps of values the application filled: delivery and message annotations,
 # application properties, footer.

@@ -24,13 +24,9 @@ import io
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 import cramjam
 import zstandard
-
-from streamdump.core.frame import Expert
-from streamdump.spec.limits import DEFAULT_LIMITS, Limits, hint
 
 _SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
 _SNAPPY_XERIAL = b"\x82SNAPPY\x00"
@@ -49,20 +45,26 @@ class OverLimit(DecompressionError):
     """The body inflates to more than the frame's expansion budget has left."""
 
 
+class TooLarge(DecompressionError):
+    """A sub-batch declares more uncompressed bytes than the caller's cap allows: refused before any work."""
+
+    def __init__(self, declared: int, cap: int) -> None:
+        super().__init__(f"declared uncompressed length {declared} is over {cap} bytes")
+        self.declared, self.cap = declared, cap
+
+
 @dataclass(frozen=True, slots=True)
 class Decompressed:
     data: bytes
     framing: str  # which variant matched, e.g. "snappy framed", "lz4 block, size-prefixed"
 
 
-def decompress(
-    code: int, body: bytes | memoryview, declared: int, cap: int = DEFAULT_LIMITS.sub_batch
-) -> Decompressed:
+def decompress(code: int, body: bytes | memoryview, declared: int, cap: int) -> Decompressed:
     """The body of a sub-batch with compression `code`, decompressed to exactly `declared` bytes,
     at most cap (the sub_batch limit: no client batches anywhere near the default into one
     sub-entry, and the broker's own frame limit keeps real ones far below it)."""
     if declared > cap:
-        raise DecompressionError(f"declared uncompressed length {declared} is over {hint('sub_batch', cap)}")
+        raise TooLarge(declared, cap)
     body = bytes(body)
     if code == 0:
         if len(body) != declared:
@@ -214,44 +216,6 @@ def compress(framing: str, data: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------- bodies of no declared length
-
-# How the budget's note says which limits stopped it (the plugin's note says the same).
-LIMITS_HINT = "(the expanded and records limits: streamdump --limit raises them)"
-
-
-class Budget:
-    """What expanding one frame may still produce: decompressed bytes and records (the expanded
-    and records limits, by default far above what any broker's frame limit allows).
-
-    Each part is bounded by its own length, but a frame may hold many; the budget bounds
-    their sum. A hook takes the frame's budget from its decode context (Budget.of).
-    """
-
-    __slots__ = ("bytes_left", "limits", "records_left", "spent")
-
-    def __init__(self, limits: Limits | None = None) -> None:
-        self.limits = limits or DEFAULT_LIMITS
-        self.bytes_left = self.limits.expanded
-        self.records_left = self.limits.records
-        self.spent = False  # the frame has been told once
-
-    @staticmethod
-    def of(ctx: Any) -> Budget:
-        if ctx.budget is None:
-            ctx.budget = Budget(ctx.limits)
-        return ctx.budget  # type: ignore[no-any-return]
-
-    def refuse(self, ctx: Any, where: str, what: str, pos: int) -> None:
-        if not self.spent:
-            self.spent = True
-            ctx.expert.append(
-                Expert(
-                    "error",
-                    f"{where}: {what}; expanding this frame stops at {self.limits.expanded >> 20} MiB "
-                    f"decompressed and {self.limits.records} records {LIMITS_HINT}",
-                    pos,
-                )
-            )
 
 
 def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:

@@ -10,15 +10,36 @@ number, with their wire type's value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from streamdump.spec.registry import FieldSpec
-
 _F = descriptor_pb2.FieldDescriptorProto
+
+
+class Member(Protocol):
+    """A struct member as this module reads it (the spec's Member has these, and more)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def tag(self) -> int | None: ...
+    @property
+    def of(self) -> Member | None: ...
+    @property
+    def key(self) -> Member | None: ...
+    @property
+    def value(self) -> Member | None: ...
+    @property
+    def struct(self) -> str | None: ...
+    @property
+    def rest(self) -> bool: ...
+
+
 SCALARS = {
     "string": _F.TYPE_STRING,
     "bytes": _F.TYPE_BYTES,
@@ -40,7 +61,7 @@ class ProtobufError(ValueError):
 class Schema:
     """The message classes of one spec's protobuf structs (name -> class)."""
 
-    def __init__(self, package: str, structs: Mapping[str, tuple[FieldSpec, ...]]) -> None:
+    def __init__(self, package: str, structs: Mapping[str, tuple[Member, ...]]) -> None:
         self.package = package
         self.structs = structs
         proto = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
@@ -53,9 +74,7 @@ class Schema:
             for name in structs
         }
 
-    def _message(
-        self, msg: descriptor_pb2.DescriptorProto, name: str, members: tuple[FieldSpec, ...]
-    ) -> None:
+    def _message(self, msg: descriptor_pb2.DescriptorProto, name: str, members: tuple[Member, ...]) -> None:
         msg.name = name
         for spec in members:
             if spec.tag is None:

@@ -1,2 +1,3 @@
-"""Traffic as it happens: live capture (a capturing process writing a pcap stream, read as
-`read -` reads one) and the decoding proxy (connections passed through and decoded on the way)."""
+"""Floor 5, a front end: traffic as it happens. Live capture (a capturing process writing a pcap
+stream, read as `read -` reads one) and the decoding proxy (connections passed through and decoded
+on the way)."""

@@ -21,8 +21,8 @@ from typing import BinaryIO
 
 import dpkt
 
-from streamdump.core.packet import Segment
-from streamdump.core.reassembly import TCP_ACK, TCP_FIN, TCP_SYN
+from streamdump.wire.packet import Segment
+from streamdump.wire.reassembly import TCP_ACK, TCP_FIN, TCP_SYN
 
 # How much one read takes from a side before it is passed on.
 CHUNK = 64 << 10

@@ -1,4 +1,5 @@
-"""The data pipeline on Spark (`streamdump spark`): captures too big for one process, as Parquet tables.
+"""Floor 5, a front end: the data pipeline on Spark (`streamdump spark`), for captures too big
+for one process, as Parquet tables.
 
 pyspark is an optional extra (`pip install 'streamdump[spark]'`); `missing()` says in one
 line what a machine lacks before anything starts, and `session()` starts Spark locally

@@ -1,6 +1,6 @@
 """The Spark pipeline's driver: captures in, Parquet tables and the stats out.
 
-1. Scan (a job): each byte range of each file (streamdump.core.splits) walks its
+1. Scan (a job): each byte range of each file (streamdump.wire.splits) walks its
    records in a task and notes the packets that open connections; the driver confirms
    every range starts where the one before it ended, learns how many packets precede
    each range, and foresees each connection's number as a whole read gives it.
@@ -26,23 +26,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from streamdump.core.conversation import Diagnosis, abruptly_left
-from streamdump.core.endings import ended_together
-from streamdump.core.packet import Segment, parse
-from streamdump.core.pcapng import Section
-from streamdump.core.pipeline import ReadStats, loss_summary
-from streamdump.core.splits import (
-    Layout,
-    Scan,
-    Split,
-    head_blocks,
-    layout_of,
-    plan,
-    record_at,
-    records,
-    scan,
-    section_at,
-)
+from streamdump.analysis.endings import ended_together
+from streamdump.analysis.pipeline import ReadStats, loss_summary
+from streamdump.analysis.tracker import Diagnosis, abruptly_left
 from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
 from streamdump.spark.tasks import (
     COUNTED,
@@ -64,6 +50,20 @@ from streamdump.spark.tasks import (
     scan_split,
 )
 from streamdump.views.stats import Partial, document, finding_order
+from streamdump.wire.packet import Segment, parse
+from streamdump.wire.pcapng import Section
+from streamdump.wire.splits import (
+    Layout,
+    Scan,
+    Split,
+    head_blocks,
+    layout_of,
+    plan,
+    record_at,
+    records,
+    scan,
+    section_at,
+)
 
 TABLES = ("frames", "messages", "exchanges", "expert", "gaps")
 # Ranges no larger than this, and at least this many per core, so every core has work.

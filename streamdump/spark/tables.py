@@ -20,13 +20,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from streamdump.core.frame import Frame
-from streamdump.core.pipeline import Notice
+from streamdump.analysis.fieldnames import Names, field_types, messages_declared, names_of, value_items
+from streamdump.analysis.grouping import value_text
+from streamdump.analysis.pipeline import Notice
 from streamdump.spec.dissector import MessageRow, dissector_of
 from streamdump.spec.registry import FieldSpec, Protocol
-from streamdump.views.fieldnames import Names, field_types, messages_declared, names_of, value_items
-from streamdump.views.grouping import value_text
 from streamdump.views.render import _json_default
+from streamdump.wire.frame import Frame
 
 INT64, STRING, BOOL = pa.int64(), pa.string(), pa.bool_()
 TEXT_MAP = pa.map_(pa.string(), pa.string())

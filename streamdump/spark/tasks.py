@@ -23,21 +23,21 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from streamdump.core.capture import CaptureError, Tally, read_segments, read_stream, segment_of
-from streamdump.core.conversation import Conversations
-from streamdump.core.frame import Frame
-from streamdump.core.lifecycle import Life
-from streamdump.core.packet import Segment, Skip
-from streamdump.core.pcapng import PcapngError, Section
-from streamdump.core.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
-from streamdump.core.reassembly import TCP_ACK, TCP_SYN
-from streamdump.core.splits import Split, SplitError, find_first, head_section, records, scan
+from streamdump.analysis.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
+from streamdump.analysis.tracker import Conversations
 from streamdump.spark.tables import Tables, batch
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import default_registry
 from streamdump.views.stats import Partial, Statistics
+from streamdump.wire.capture import CaptureError, Tally, read_segments, read_stream, segment_of
+from streamdump.wire.frame import Frame
+from streamdump.wire.lifecycle import Life
+from streamdump.wire.limits import DEFAULT_LIMITS, Limits
+from streamdump.wire.packet import Segment, Skip
+from streamdump.wire.pcapng import PcapngError, Section
+from streamdump.wire.reassembly import TCP_ACK, TCP_SYN
+from streamdump.wire.splits import Split, SplitError, find_first, head_section, records, scan
 
 # Rows a task gathers before handing a batch on: large enough that Arrow's per-batch cost
 # vanishes, small enough that a task's memory stays flat.

@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from streamdump.core.frame import Expert, Frame, Node
 from streamdump.spec.hooks import Hook, build_hooks
 from streamdump.spec.keyed import Keyed
 from streamdump.spec.layout import (
@@ -29,9 +28,10 @@ from streamdump.spec.layout import (
     part_of,
     title,
 )
-from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Layout, Protocol, flat_fields
 from streamdump.spec.specialise import Fallback, Specialised, specialise
+from streamdump.wire.frame import Expert, Frame, Node
+from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 
 # Header fields with these names are the frame's own (Frame.size, .key, .version), not fields.
 FRAME_OWN = ("size", "key", "version")

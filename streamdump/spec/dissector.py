@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamdump.codecs.amqp import preview
+from streamdump.codecs.values import preview
 from streamdump.spec.registry import Protocol, SpecError
 
 if TYPE_CHECKING:
-    from streamdump.core.frame import Frame
     from streamdump.spec.hooks import Hook
+    from streamdump.wire.frame import Frame
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which made

@@ -24,8 +24,8 @@ from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import Protocol, SpecError
 
 if TYPE_CHECKING:
-    from streamdump.core.frame import Node
     from streamdump.spec.layout import Ctx
+    from streamdump.wire.frame import Node
 
 
 @dataclass(slots=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamdump.core.frame import Node
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec
+from streamdump.wire.frame import Node
 
 # What a secret (a password, a token) shows instead of itself; an empty one stays empty.
 MASKED = "********"

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from streamdump.codecs import lenient_json
 from streamdump.codecs.protobuf import ProtobufError, Schema
-from streamdump.core.frame import Expert, Node
 from streamdump.spec.hooks import Cut
 from streamdump.spec.keyed import MASKED, Keyed, key_of, label, member_nodes, title, value_nodes
-from streamdump.spec.limits import DEFAULT_LIMITS, Limits
 from streamdump.spec.registry import INT_TYPES, FieldSpec
+from streamdump.wire.frame import Expert, Node
+from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 
 __all__ = ["BadValue", "Compiler", "Ctx", "Short", "decode_ops", "encode_ops", "title"]
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdump.core.conversation import ConnState
-from streamdump.core.frame import Frame
-from streamdump.core.lifecycle import Life
+from streamdump.analysis.tracker import ConnState
+from streamdump.wire.frame import Frame
+from streamdump.wire.lifecycle import Life
 
 MAX_COLUMN = 64
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from streamdump.core.frame import Frame
+from streamdump.analysis.fieldnames import Names, names_of
+from streamdump.analysis.grouping import row_values, value_text
 from streamdump.spec.dissector import MessageRow, MessageRules
-from streamdump.views.fieldnames import Names, names_of
-from streamdump.views.grouping import row_values, value_text
+from streamdump.wire.frame import Frame
 
 
 class MessageLines:

@@ -14,11 +14,11 @@ import orjson
 from rich.text import Text
 from rich.tree import Tree
 
-from streamdump.codecs import amqp
-from streamdump.core.frame import Frame, Node
+from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
+from streamdump.wire.frame import Frame, Node
 
 PREVIEW_BYTES = 24
 
@@ -280,7 +280,7 @@ _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATE
 def _plain_float(value: Any) -> bool:
     """Whether orjson writes this value as json.dumps does: not a float, or one Python writes
     without an exponent (orjson writes 1e-05 as 0.00001, 1e+16 as 1e16 and NaN as null)."""
-    return type(value) is not float or amqp.plain_float(value)
+    return type(value) is not float or plain_float(value)
 
 
 def _plain_links(links: dict[str, Any]) -> bool:
@@ -324,15 +324,9 @@ def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
 
 
 def _orjson_default(value: Any) -> Any:
-    # What frames with messages hold most: a message per record, an object with its JSON form per entry.
-    if type(value) is amqp.DataAlone:  # a body alone, message_json's without its sections
-        return {"data": value.body.hex()}
-    if type(value) is amqp.Message:
-        sections = value.sections
-        if len(sections) == 1 and type(sections[0].value) is bytes:  # a body alone: message_json's
-            return {sections[0].name: sections[0].value.hex()}
-        return amqp.message_json(value, True)
-    as_json = getattr(value, "as_json", None)
+    # Objects with a JSON form of their own: a message per record, an entry... Those whose form
+    # may hold floats give it for a writer that writes floats otherwise than json.dumps.
+    as_json = getattr(value, "as_plain_json", None) or getattr(value, "as_json", None)
     if as_json is not None:
         return as_json()
     if isinstance(value, bytes | bytearray | memoryview):
@@ -343,8 +337,6 @@ def _orjson_default(value: Any) -> Any:
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
-    if isinstance(value, amqp.Message):
-        return amqp.message_json(value)
     as_json = getattr(value, "as_json", None)
     if as_json is not None:
         return as_json()

@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from streamdump.core.conversation import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
-from streamdump.core.frame import Frame
-from streamdump.core.lifecycle import Life
+from streamdump.analysis.grouping import Grouping
+from streamdump.analysis.tracker import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import Protocol
-from streamdump.views.grouping import Grouping
+from streamdump.wire.frame import Frame
+from streamdump.wire.lifecycle import Life
 
 # Keys the peers' properties use for who they are, in the order a summary shows them.
 PEER_KEYS = ("product", "version", "platform", "connection_name")

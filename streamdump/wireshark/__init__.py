@@ -1,1 +1,2 @@
-"""The Wireshark plugin: the Lua generator and the Lua interpreter of the registry it embeds."""
+"""Floor 5, a front end: the Wireshark plugin, its Lua generator and the Lua interpreter of the
+registry it embeds."""

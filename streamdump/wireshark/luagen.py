@@ -20,13 +20,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from streamdump.codecs.compression import LIMITS_HINT
-from streamdump.core.findings import Finding, expert_entries
+from streamdump.spec.budget import LIMITS_HINT
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
-from streamdump.spec.limits import DEFAULT_LIMITS
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, Ref
+from streamdump.wire.findings import Finding, expert_entries
+from streamdump.wire.limits import DEFAULT_LIMITS
 
 # What every frame carries besides its layout's fields (the JSON object's own keys).
 FRAME_FIELDS: tuple[tuple[str, str, str], ...] = (

@@ -37,11 +37,11 @@ from pcap_writer import tcp_pcap  # noqa: E402
 from spec_strategies import encode_chunk  # noqa: E402
 from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry, sub_batch_entry  # noqa: E402
 
-from streamdump.core.capture import CaptureError, read_segments  # noqa: E402
-from streamdump.core.pipeline import Dissection, ReadStats, decode_segments  # noqa: E402
+from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments  # noqa: E402
 from streamdump.fuzzing import damage  # noqa: E402
 from streamdump.spec.decoder import Decoder  # noqa: E402
 from streamdump.spec.registry import default_registry  # noqa: E402
+from streamdump.wire.capture import CaptureError, read_segments  # noqa: E402
 
 TS = 1_800_000_000.0
 

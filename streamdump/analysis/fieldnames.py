@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from streamdump.core.frame import Frame
+from streamdump.analysis.filter import FieldType, Filter, FilterError, compile_filter, nothing
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import INT_TYPES, FieldSpec, Protocol
-from streamdump.views.filter import FieldType, Filter, FilterError, compile_filter, nothing
+from streamdump.wire.frame import Frame
 
 # What every frame has, whatever its protocol: the JSON object's top-level keys.
 FRAME_NAMES: dict[str, FieldType] = {

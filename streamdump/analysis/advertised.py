@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamdump.core.frame import Frame
-from streamdump.core.paths import path_values
 from streamdump.spec.registry import AdvertiseSpec, Protocol
+from streamdump.wire.frame import Frame
+from streamdump.wire.paths import path_values
 
 
 def addresses(protocol: Protocol, frame: Frame) -> list[tuple[str, int]]:

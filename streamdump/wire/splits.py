@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from typing import BinaryIO
 
-from streamdump.core.capture import (
+from streamdump.wire.capture import (
     BZIP2_MAGIC,
     GZIP_MAGIC,
     MAX_RECORD,
@@ -28,8 +28,8 @@ from streamdump.core.capture import (
     XZ_MAGIC,
     ZSTD_MAGIC,
 )
-from streamdump.core.packet import Segment, parse
-from streamdump.core.pcapng import (
+from streamdump.wire.packet import Segment, parse
+from streamdump.wire.pcapng import (
     BYTE_ORDERS,
     DESCRIBING,
     EPB,

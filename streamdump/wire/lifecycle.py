@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streamdump.core.frame import Endpoint
-from streamdump.core.reassembly import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
+from streamdump.wire.frame import Endpoint
+from streamdump.wire.reassembly import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
 
 # How a connection ended; None while it is open (and when the capture ended first).
 CLOSED = "closed"  # both sides sent FIN

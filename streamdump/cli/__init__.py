@@ -28,12 +28,11 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 
-from streamdump.core.advertised import addresses
-from streamdump.core.capture import STDIN, CaptureError, read_stream
-from streamdump.core.conversation import Conversations, Tracker
-from streamdump.core.frame import Frame
-from streamdump.core.packet import LINKS_READ, Segment, Skip, unknown_links_text
-from streamdump.core.pipeline import (
+from streamdump.analysis.advertised import addresses
+from streamdump.analysis.fieldnames import FrameFilter
+from streamdump.analysis.filter import FilterError
+from streamdump.analysis.grouping import Grouping, UnknownName, check_names
+from streamdump.analysis.pipeline import (
     Dissection,
     ReadStats,
     decode_segments,
@@ -41,21 +40,22 @@ from streamdump.core.pipeline import (
     loss_summary,
     read_frames,
 )
+from streamdump.analysis.tracker import Conversations, Tracker
 from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.limits import DEFAULT_LIMITS, LimitError, Limits, described
 from streamdump.spec.registry import SpecError, default_registry
-from streamdump.views.fieldnames import FrameFilter
-from streamdump.views.filter import FilterError
 from streamdump.views.follow import Dialogue
-from streamdump.views.grouping import Grouping, UnknownName, check_names
 from streamdump.views.messages import MessageLines
 from streamdump.views.progress import ReadProgress, wanted
 from streamdump.views.render import Renderer
 from streamdump.views.stats import Partial, Statistics, document
 from streamdump.views.stats import render as render_stats
+from streamdump.wire.capture import STDIN, CaptureError, read_stream
+from streamdump.wire.frame import Frame
+from streamdump.wire.limits import DEFAULT_LIMITS, LimitError, Limits, described
+from streamdump.wire.packet import LINKS_READ, Segment, Skip, unknown_links_text
 from streamdump.wireshark import luagen
 
 app = typer.Typer(

@@ -1,6 +1,7 @@
-"""Framing rules: how long the next PDU is from the bytes at hand, and where one may start.
+"""Framing rules that decode: how long the next PDU is, from a spec's length field, and whether
+bytes at a candidate start decode cleanly.
 
-The framer (framing.py) cuts a byte stream into PDUs and hunts for a start after a loss;
+The framer (wire/framing.py) cuts a byte stream into PDUs and hunts for a start after a loss;
 what it asks of the protocol is a FramingRule. `LengthRule` serves every protocol whose
 spec names a length field in a fixed place of its header (with an optional magic before
 it); a protocol package whose PDUs are not so delimited (text lines, a length with two
@@ -13,55 +14,12 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from streamdump.spec.limits import hint
 from streamdump.spec.registry import INT_TYPES
+from streamdump.wire.framing import BAD, FramingRule
+from streamdump.wire.limits import hint
 
 if TYPE_CHECKING:
     from streamdump.spec.decoder import Decoder
-
-# total() for bytes that cannot start a PDU (an impossible length, a wrong magic).
-BAD = -1
-
-
-class FramingRule:
-    """The protocol knowledge framing and hunting need."""
-
-    # Bytes a candidate start must show before plausible() can judge it.
-    header_len = 1
-    # The largest PDU, whole, that is accepted.
-    limit = 64 << 20
-
-    def total(self, buf: bytes | bytearray, start: int) -> int | None:
-        """The whole length of the PDU at start: None while the bytes do not say, BAD if none starts there."""
-        raise NotImplementedError
-
-    def total_at_end(self, buf: bytes | bytearray, start: int) -> int | None:
-        """total() when the stream has ended and no byte will follow buf: a rule that waits for
-        the next PDU to decide where this one ends decides with what it has."""
-        return self.total(buf, start)
-
-    def impossible(self, buf: bytes | bytearray, start: int, seq: int) -> str:
-        """Why no PDU starts at start (seq is its TCP sequence number), for the notice."""
-        return f"no frame starts at seq {seq}"
-
-    def candidates(self, buf: bytearray, start: int) -> Iterable[int]:
-        """Offsets from start where a PDU may begin, in order. Taken lazily: a hunt usually
-        decides within the first few, and buf may be megabytes. (An iterator must hold no
-        export of buf between its steps: the framer cuts buf once it has found a start.)"""
-        return range(start, len(buf))
-
-    def plausible(self, data: bytes) -> bool:
-        """Whether the first header_len bytes of data look like a PDU's header."""
-        return True
-
-    def clean(self, data: bytes) -> bool:
-        """Whether data is one whole PDU that decodes without warnings or errors."""
-        raise NotImplementedError
-
-    def clean_prefix(self, data: bytes, from_client: bool | None = None) -> bool:
-        """Whether the start of a PDU (the rest cut off) decodes without errors up to its end;
-        from_client: which side sent the bytes, when known, to refuse a command that side never sends."""
-        raise NotImplementedError
 
 
 class DecodedRule(FramingRule):

@@ -1,8 +1,8 @@
 """Reads capture files and yields the TCP segments in them.
 
-pcap files are read by dpkt, pcapng files by `streamdump.core.pcapng` (dpkt's reader
+pcap files are read by dpkt, pcapng files by `streamdump.wire.pcapng` (dpkt's reader
 keeps one interface per file), either of them optionally gzip-, zstd-, xz- or
-bzip2-compressed. Headers are parsed by `streamdump.core.packet`. Every failure becomes
+bzip2-compressed. Headers are parsed by `streamdump.wire.packet`. Every failure becomes
 a CaptureError with a one-line message; packets read before a failure are already
 yielded, so nothing decoded is lost.
 """
@@ -24,9 +24,9 @@ from typing import BinaryIO
 import dpkt
 import zstandard
 
-from streamdump.core.packet import Segment, Skip, parse
-from streamdump.core.pcapng import PcapngError
-from streamdump.core.pcapng import read_packets as read_pcapng
+from streamdump.wire.packet import Segment, Skip, parse
+from streamdump.wire.pcapng import PcapngError
+from streamdump.wire.pcapng import read_packets as read_pcapng
 
 __all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_segments", "segment_of"]
 

@@ -21,13 +21,13 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamdump.core.endings import HEARTBEAT_SLACK, Ending, Words, ended_together, endings
-from streamdump.core.findings import FINDINGS
-from streamdump.core.frame import SEVERITIES, Endpoint, Expert, Frame
-from streamdump.core.lifecycle import Life
-from streamdump.core.paths import path_values
+from streamdump.analysis.endings import HEARTBEAT_SLACK, Ending, Words, ended_together, endings
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import AckSpec, CloseSpec, FieldSpec, Protocol, Ref, flat_fields
+from streamdump.wire.findings import FINDINGS
+from streamdump.wire.frame import SEVERITIES, Endpoint, Expert, Frame
+from streamdump.wire.lifecycle import Life
+from streamdump.wire.paths import path_values
 
 # Credit at zero for less than this is the normal rhythm of a consumer granting as it goes.
 CREDIT_STALL_S = 1.0

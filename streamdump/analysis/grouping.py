@@ -11,12 +11,12 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from streamdump.codecs.amqp import to_json
-from streamdump.core.frame import Frame
+from streamdump.analysis.fieldnames import Names, field_types, names_of, value_items
+from streamdump.analysis.filter import FilterError, compile_filter, is_field_name
+from streamdump.codecs.values import to_json
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRow, MessageRules
-from streamdump.views.fieldnames import Names, field_types, names_of, value_items
-from streamdump.views.filter import FilterError, compile_filter, is_field_name
+from streamdump.wire.frame import Frame
 
 NONE = "(none)"  # what a message without the field is counted under
 

@@ -18,13 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamdump.core.capture import CaptureError, Segment, Skip, Tally, read_segments
-from streamdump.core.frame import Endpoint, Expert, Frame
-from streamdump.core.framing import Framer, Piece
-from streamdump.core.framing_rules import FramingRule, LengthRule, WholeRule
-from streamdump.core.lifecycle import CLOSED, RESET, REUSED, Life, Mark
-from streamdump.core.packet import LINKS_READ, unknown_links_text
-from streamdump.core.reassembly import (
+from streamdump.analysis.tail import HookTail, TailRule, last_value, recover, tail_rule
+from streamdump.spec.decoder import Decoder, DecodeState
+from streamdump.spec.dissector import dissector_of
+from streamdump.spec.framing_rules import LengthRule, WholeRule
+from streamdump.spec.hooks import Around, Cut
+from streamdump.spec.registry import SpecError
+from streamdump.wire.capture import CaptureError, Segment, Skip, Tally, read_segments
+from streamdump.wire.frame import Endpoint, Expert, Frame
+from streamdump.wire.framing import Framer, FramingRule, Piece
+from streamdump.wire.lifecycle import CLOSED, RESET, REUSED, Life, Mark
+from streamdump.wire.limits import DEFAULT_LIMITS, hint
+from streamdump.wire.packet import LINKS_READ, unknown_links_text
+from streamdump.wire.reassembly import (
     BUFFERED_FULL,
     REORDER_FULL,
     SEQ_MOD,
@@ -35,13 +41,7 @@ from streamdump.core.reassembly import (
     Gap,
     Stream,
 )
-from streamdump.core.tail import HookTail, TailRule, last_value, recover, tail_rule
-from streamdump.core.wildcards import matches_any
-from streamdump.spec.decoder import Decoder, DecodeState
-from streamdump.spec.dissector import dissector_of
-from streamdump.spec.hooks import Around, Cut
-from streamdump.spec.limits import DEFAULT_LIMITS, hint
-from streamdump.spec.registry import SpecError
+from streamdump.wire.wildcards import matches_any
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096

@@ -21,10 +21,10 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from streamdump.core.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
+from streamdump.wire.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
 
 if TYPE_CHECKING:
-    from streamdump.core.conversation import ConnState, Seen
+    from streamdump.analysis.tracker import ConnState, Seen
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed. (The
