@@ -20,10 +20,10 @@ from pathlib import Path
 
 from streamdump.analysis.fieldnames import FrameFilter
 from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.statistics import Statistics
 from streamdump.analysis.tracker import Tracker
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
-from streamdump.views.stats import Statistics
 from streamdump.wire.frame import Frame
 
 DEFAULT = Path(__file__).resolve().parent.parent / "captures" / "rabbitmq_stream" / "bulk.pcap"

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments
+from streamdump.analysis.session import CaptureFile, CaptureStream, Options, Segments, Setup
 from streamdump.spec.decoder import Decoder, DecodeState
-from streamdump.spec.registry import Registry, default_registry
+from streamdump.spec.registry import default_registry
 from streamdump.views.render import Renderer
-from streamdump.wire.capture import CaptureError, Segment, read_segments, read_stream
+from streamdump.wire.capture import Segment
+from streamdump.wire.frame import Frame
 from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_SYN
 
 # A stream target's input: a control word, then the bytes. Segments are at most this long.
@@ -53,12 +54,11 @@ class Target:
     seeds: Callable[[], list[bytes]]
 
 
-def targets(registry: Registry | None = None, captures: Path | None = None) -> dict[str, Target]:
+def targets(captures: Path | None = None) -> dict[str, Target]:
     """Every target, by name: each protocol's decode and stream targets, then capture."""
-    registry = registry or default_registry()
     captures = captures if captures is not None else _captures_folder()
     out: dict[str, Target] = {}
-    decoders = [Decoder(p) for p in registry.protocols.values()]
+    decoders = [Decoder(p) for p in default_registry().protocols.values()]
     for decoder in decoders:
         name = decoder.protocol.name
         files = _files(captures, name)
@@ -73,7 +73,7 @@ def targets(registry: Registry | None = None, captures: Path | None = None) -> d
     everything = [
         p for folder in sorted(captures.glob("*")) if folder.is_dir() for p in _files(captures, folder.name)
     ]
-    out["capture"] = Target("capture", _capture(decoders), lambda: [p.read_bytes() for p in everything])
+    out["capture"] = Target("capture", _capture(), lambda: [p.read_bytes() for p in everything])
     return out
 
 
@@ -96,26 +96,26 @@ def _decode(decoder: Decoder) -> Callable[[bytes], None]:
 
 
 def _stream(decoder: Decoder, port: int) -> Callable[[bytes], None]:
+    """The bytes as one connection on the protocol's port, read by an analysis session: reassembly,
+    framing, recovery behind gaps, decoding and the conversation tracker."""
+    setup = Options(protocols=(decoder.protocol.name,), ports=(port,)).prepare()
+
     def run(data: bytes) -> None:
-        stats = ReadStats()
-        for _ in decode_segments(segments_of(data, port), decoder, [port], stats):
+        for _ in setup.session().frames(Segments(segments_of(data, port))):
             pass
 
     return run
 
 
-def _capture(decoders: list[Decoder]) -> Callable[[bytes], None]:
+def _capture() -> Callable[[bytes], None]:
+    """The bytes as a capture file, read by an analysis session of every protocol."""
+    setup = Options().prepare()
+
     def run(data: bytes) -> None:
-        stats = ReadStats()
-        dissection = Dissection(decoders)
-        try:
-            for frame in decode_segments(
-                read_stream(io.BytesIO(data), "fuzz", stats), dissection, None, stats
-            ):
-                if frame.incomplete is not None:
-                    continue
-        except CaptureError:
-            pass
+        session = setup.session()
+        for frame in session.frames(CaptureStream(io.BytesIO(data), "fuzz")):
+            if frame.incomplete is not None:
+                continue
 
     return run
 
@@ -198,13 +198,13 @@ def _streams(files: Iterable[Path], protocol: str, window: int = STREAM_WINDOW) 
     return out[:: max(1, len(out) // MAX_SEEDS)]
 
 
-def _read(path: Path) -> Iterable[object]:
-    stats = ReadStats()
-    decoders = [Decoder(p) for p in default_registry().protocols.values()]
-    try:
-        yield from decode_segments(read_segments(path, stats), Dissection(decoders), None, stats)
-    except CaptureError:
-        return
+def _read(path: Path) -> Iterable[Frame]:
+    return _everything().session().frames(CaptureFile(path))
+
+
+@cache
+def _everything() -> Setup:
+    return Options().prepare()
 
 
 # ---------------------------------------------------------------- damage

@@ -15,12 +15,11 @@ import pytest
 from conftest import CAPTURE_ROOT, CAPTURES, GOLDEN
 from typer.testing import CliRunner
 
-from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
-from streamdump.analysis.tracker import Conversations, Tracker
-from streamdump.cli import Format, Views, analysed, app, write_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.session import CaptureFile, Options
+from streamdump.cli import app
 from streamdump.spec.decoder import Decoder
-from streamdump.spec.registry import default_registry
-from streamdump.views.render import Renderer
+from streamdump.views.output import Format, Views, write_frames
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
 VIEWS = {
@@ -137,14 +136,14 @@ def test_missing_stream_error_response(decoder: Decoder) -> None:
     assert codes and set(codes) == {2}
 
 
-def render(path: Path, decoder: Decoder, view: str) -> str:
+def render(path: Path, options: Options, view: str) -> str:
     """A view as `streamdump read` writes it: frames linked by the conversation tracker."""
-    stats = ReadStats()
-    tracker = Tracker(decoder.protocol)
-    frames = analysed(read_frames(path, decoder, [5552], stats), tracker)
+    setup = options.prepare()
+    session = setup.session()
     out = io.StringIO()
     fmt, detail, messages = VIEWS[view]
-    write_frames(frames, Renderer(decoder), fmt, detail, out, messages, tracker)
+    frames = session.frames(CaptureFile(path))
+    write_frames(frames, Views(setup.decoders), fmt, detail, out, messages, lambda: session.first_ts)
     return out.getvalue()
 
 
@@ -153,7 +152,7 @@ def render(path: Path, decoder: Decoder, view: str) -> str:
 def test_golden_output(path: Path, view: str, decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.setenv("TERM", "dumb")
-    actual = render(path, decoder, view)
+    actual = render(path, Options(protocols=(decoder.protocol.name,), ports=(5552,)), view)
     golden = GOLDEN / f"{path.name}.{view}.txt"
     if os.environ.get("STREAMDUMP_UPDATE_GOLDEN"):
         golden.write_text(actual, encoding="utf-8")
@@ -175,7 +174,9 @@ def test_golden_stats_and_follow(path: Path, command: str) -> None:
 
 
 def test_json_lines_carry_the_documented_keys(decoder: Decoder) -> None:
-    lines = render(CAPTURES / "session.pcap", decoder, "jsonl").splitlines()
+    lines = render(
+        CAPTURES / "session.pcap", Options(protocols=(decoder.protocol.name,)), "jsonl"
+    ).splitlines()
     objects = [json.loads(line) for line in lines]
     for obj in objects:
         assert {
@@ -218,7 +219,9 @@ def test_every_json_field_name_comes_from_the_registry(path: Path, decoder: Deco
     declared = {f.name for f in decoder.protocol.all_fields()}
     opaque = {f.name for f in decoder.protocol.all_fields() if f.type in ("map", "amqp")}
     names: set[str] = set()
-    for line in render(path, decoder, "jsonl").splitlines():
+    for line in render(
+        path, Options(protocols=(decoder.protocol.name,), ports=(5552,)), "jsonl"
+    ).splitlines():
         _json_names(json.loads(line)["fields"], opaque, names)
     assert names and names <= declared, sorted(names - declared)
 
@@ -241,19 +244,9 @@ def test_golden_output_of_other_protocols(
 ) -> None:
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.setenv("TERM", "dumb")
-    registry = default_registry()
-    decoders = [Decoder(registry.get(name))]
-    carrier = decoders[0].protocol.wiring.carried_by
-    if carrier is not None:  # read through its carrier, as the CLI does
-        decoders.append(Decoder(registry.get(carrier[0])))
-    stats = ReadStats()
-    tracker = Conversations(d.protocol for d in decoders)
-    # As the CLI reads: the spec's ports, and its magic on any other port.
-    frames = analysed(read_frames(path, Dissection(decoders), None, stats), tracker)
-    out = io.StringIO()
-    fmt, detail, messages = VIEWS[view]
-    write_frames(frames, Views({d.protocol.name: d for d in decoders}), fmt, detail, out, messages, tracker)
-    check_golden(GOLDEN / name / f"{path.name}.{view}.txt", out.getvalue())
+    # As the CLI reads: the spec's ports, and its magic on any other port; a carried protocol
+    # through its carrier.
+    check_golden(GOLDEN / name / f"{path.name}.{view}.txt", render(path, Options(protocols=(name,)), view))
 
 
 @pytest.mark.parametrize("command", ["stats", "follow"])

@@ -2,9 +2,9 @@
 dependencies installed, and `streamdump spark` started from inside a clone, whose Spark workers
 put the clone's folder first on their path.
 
-The clone is the tracked files of this checkout, copied; "not installed" is Python without its
-site-packages processing (`-S`: no .pth file, so no editable install of this checkout either)
-and the dependencies on PYTHONPATH.
+The clone is the files of this checkout git would commit (tracked, and new ones not
+ignored), copied; "not installed" is Python without its site-packages processing (`-S`: no
+.pth file, so no editable install of this checkout either) and the dependencies on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from conftest import ROOT, need
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("clone")
     tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout.split(b"\0")
     for name in filter(None, tracked):
         source = ROOT / os.fsdecode(name)

@@ -765,7 +765,7 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
 ) -> None:
     """A capture with endless findings keeps MAX_DIAGNOSES of them whole; the summary still counts all."""
     import streamdump.analysis.tracker as conversation
-    from streamdump.views.stats import Statistics
+    from streamdump.analysis.statistics import Statistics
 
     name = max(EXPECTED, key=lambda n: len(EXPECTED[n]))
     _, whole = track(CAPTURES / name, decoder)
@@ -800,7 +800,7 @@ def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) 
 def test_latency_figures_are_the_exact_nearest_rank_percentiles(samples: list[float]) -> None:
     import math
 
-    from streamdump.views.stats import Samples, latency
+    from streamdump.analysis.statistics import Samples, latency
 
     store = Samples()
     for value in samples:
@@ -821,7 +821,7 @@ def test_latency_figures_are_the_exact_nearest_rank_percentiles(samples: list[fl
 
 
 def test_latency_store_stays_small_for_any_number_of_distinct_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamdump.views.stats as stats
+    import streamdump.analysis.statistics as stats
 
     monkeypatch.setattr(stats, "MAX_DISTINCT", 1000)
     store = stats.Samples()

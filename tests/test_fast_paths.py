@@ -30,9 +30,9 @@ from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, Strea
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 from test_amqp import leading_sections, messages, values
 
-from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
+from streamdump.analysis.pipeline import ReadStats, read_frames
+from streamdump.analysis.session import CaptureFile, Options
 from streamdump.analysis.tracker import Conversations
-from streamdump.cli import _decoders, analysed
 from streamdump.codecs import amqp
 from streamdump.codecs.values import preview
 from streamdump.spec.decoder import Decoder, _merge_notes
@@ -356,11 +356,9 @@ def test_a_body_alone_is_a_message_in_every_way(body: bytes, base: int) -> None:
 
 @pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: str(p.relative_to(CAPTURE_ROOT)))
 def test_json_lines_of_every_capture_are_json_dumps_lines(path: Path) -> None:
-    decoders = _decoders(None)
-    renderers = {name: Renderer(d) for name, d in decoders.items()}
-    tracker = Conversations(d.protocol for d in decoders.values())
-    stats = ReadStats()
-    for frame in analysed(read_frames(path, Dissection(decoders.values()), None, stats), tracker):
+    setup = Options().prepare()
+    renderers = {name: Renderer(d) for name, d in setup.decoders.items()}
+    for frame in setup.session().frames(CaptureFile(path)):
         renderer = renderers[frame.protocol]
         assert renderer.json_line(frame) == reference_json(renderer, frame)
 
@@ -437,13 +435,13 @@ def test_plain_lines_are_line_lines(size: int | None, text: str) -> None:
 def test_plain_rows_are_the_rows_of_whole_frames(path: Path) -> None:
     """Where a package gives a frame's rows as (where, size, text), they are its rows' values,
     and the lines made of them are the lines of its rows."""
-    decoders = _decoders(None)
+    setup = Options().prepare()
+    decoders = setup.decoders
     views = MessageLines(
         {name: dissector_of(d.protocol).messages(d.protocol) for name, d in decoders.items()}
     )
-    tracker = Conversations(d.protocol for d in decoders.values())
     plain_frames = 0
-    for frame in analysed(read_frames(path, Dissection(decoders.values()), None, ReadStats()), tracker):
+    for frame in setup.session().frames(CaptureFile(path)):
         rules = views.rules[frame.protocol]
         if not rules.carries(frame):
             continue

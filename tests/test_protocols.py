@@ -18,8 +18,8 @@ from conftest import CAPTURES, ROCKETMQ_CAPTURES, ROOT, need
 from typer.testing import CliRunner
 
 from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
-from streamdump.analysis.tracker import Tracker
-from streamdump.cli import analysed, app
+from streamdump.analysis.session import CaptureFile, Options, Setup
+from streamdump.cli import app
 from streamdump.spec.decoder import Decoder, EncodeError
 from streamdump.spec.dissector import Dissector, dissector_of
 from streamdump.spec.registry import Protocol, SpecError, default_registry, load_registry, load_spec
@@ -315,7 +315,8 @@ def test_toy_plugin_agrees_with_python_in_tshark(tmp_path: Path, toy: Decoder) -
     assert not any(e in (result.stdout + result.stderr).lower() for e in LUA_ERRORS), result.stderr
     theirs = tshark_pdus(json.loads(result.stdout, object_pairs_hook=list), "toy")
     renderer = Renderer(toy)
-    frames = analysed(read_frames(path, Dissection([toy]), None, ReadStats()), Tracker(toy.protocol))
+    setup = Setup(Options(), {toy.protocol.name: toy}, Dissection([toy]))
+    frames = setup.session().frames(CaptureFile(path))
     ours = [json.loads(renderer.json_line(frame)) for frame in frames]
     assert [f["frame"] for f in ours] == [4, 4, 6] and sorted(theirs) == [4, 6]
     ftypes = field_types(toy.protocol)

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from streamdump.cli import _setup, app
+from streamdump.analysis.session import Options
+from streamdump.cli import app
 from tests.conftest import CAPTURE_ROOT, ROOT, need
 
 CAPTURE_FILES = sorted(str(p.relative_to(ROOT)) for p in CAPTURE_ROOT.rglob("*.pcap*"))
@@ -55,15 +56,8 @@ class Run:
 
 def spark_run(spark: Any, inputs: list[str], out: Path, split_bytes: int) -> Run:
     from streamdump.spark.job import find_inputs, run, write_stats
-    from streamdump.spark.tasks import Settings
 
-    setup = _setup(None, None, None)
-    settings = Settings(
-        tuple(setup.decoders),
-        tuple((port, r.name) for port, r in sorted(setup.dissection.ports.items())),
-        tuple(sorted(setup.dissection.guess)),
-    )
-    outcome = run(spark, find_inputs(inputs), str(out), settings, 4, split_bytes)
+    outcome = run(spark, find_inputs(inputs), str(out), Options(), 4, split_bytes)
     write_stats(outcome)
     return Run(out, outcome)
 

@@ -210,13 +210,13 @@ def _items(
 
 
 def _item(key: str, value: Any, names: Names) -> Iterator[tuple[str, Any]]:
-    as_json = getattr(value, "as_json", None)
-    if as_json is not None:
-        value = as_json()
+    sections = getattr(value, "section_values", None)
+    if sections is not None:  # a message of sections (AMQP's): its sections by name, values as decoded
+        value = sections()
     else:
-        sections = getattr(value, "section_values", None)
-        if sections is not None:  # an AMQP message: its sections by name, values as decoded
-            value = sections()
+        as_json = getattr(value, "as_json", None)
+        if as_json is not None:
+            value = as_json()
     if isinstance(value, dict):
         yield key, value
         if key not in names.maps:

@@ -851,13 +851,18 @@ def decode_segments(
     stats: ReadStats,
 ) -> Iterator[Frame]:
     """Decoded frames, in capture order: of one protocol on the given server ports, or of a Dissection."""
-    reader = Reader(decoder, ports, stats)
+    return frames_of(Reader(decoder, ports, stats), segments)
+
+
+def frames_of(reader: Reader, segments: Iterable[Segment]) -> Iterator[Frame]:
+    """A reader's frames of the segments, the connections still open at the end flushed; a capture
+    that turns out damaged still gives what was buffered up to the damage, then raises."""
+    stats = reader.stats
     try:
         for seg in segments:
             stats.packets = max(stats.packets, seg.number)
             yield from reader.feed(seg)
     except CaptureError:
-        # The capture turned out damaged: what was buffered up to there is still shown.
         yield from reader.finish()
         report_skips(stats)
         raise

@@ -248,6 +248,8 @@ class Tracker:
         # (severity, group, kind, summary, conn) -> (count, first packet).
         self.untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = {}
         self.first_ts: float | None = None  # of the capture's first frame: time zero of every view
+        # A first pass (two passes): the confirms of each sending frame, by (connection, packet).
+        self.confirmed: dict[tuple[int, int], list[int]] | None = None
         conv = self.spec
         self.session_of: dict[str, list[tuple[str, str]]] = {}  # command -> [(session, role)]
         for session in conv.sessions.values():
@@ -370,6 +372,24 @@ class Tracker:
         if frame.from_client is not False and self._unregistered(frame):
             conn.suspects["unknown"] = seen
         conn.last = seen
+
+    # ------------------------------------------------------------------ two passes
+
+    def awaits_later(self, frame: Frame) -> bool:
+        """Whether frames after this one may link back to it: a request its response, a credit
+        grant the refusal that answers it, a frame that sent items the frames confirming them."""
+        if frame.kind == "request" or frame.command in self.grants:
+            return True
+        return frame.command in self.acks_sent and frame.kind != "response"
+
+    def later(self, frame: Frame) -> dict[str, Any] | None:
+        """What a frame kept by awaits_later learned from the frames after it, once they went by."""
+        if frame.command in self.acks_sent and frame.kind != "response":
+            confirms = (self.confirmed or {}).get((frame.conn, frame.number))
+            return {"confirm_in": list(dict.fromkeys(confirms))} if confirms else None
+        if frame.links and "response_in" in frame.links:
+            return {"response_in": frame.links["response_in"]}
+        return None
 
     def _unregistered(self, frame: Frame) -> bool:
         """A frame of a command, or a version of it, the registry does not know."""
@@ -1110,6 +1130,10 @@ class Tracker:
             links = _links(frame)
             links["publish_in"] = sent_in
             links["confirm_time"] = waited
+            if self.confirmed is not None:  # a first pass: the sending frames learn their confirms
+                for packet in dict.fromkeys(sent_in):
+                    if packet is not None:
+                        self.confirmed.setdefault((conn.number, packet), []).append(frame.number)
         if failing and ack.fail_code is not None:
             codes: dict[int, int] = {}
             for code in _values(frame.fields, ack.fail_code.path):
@@ -1503,6 +1527,17 @@ class Conversations:
         if self.first_ts is None:
             self.first_ts = frame.ts
         self.trackers[frame.protocol].feed(frame)
+
+    def first_pass(self) -> None:
+        """Remember what a second pass gives frames that frames after them link back to."""
+        for tracker in self.trackers.values():
+            tracker.confirmed = {}
+
+    def awaits_later(self, frame: Frame) -> bool:
+        return self.trackers[frame.protocol].awaits_later(frame)
+
+    def later(self, frame: Frame) -> dict[str, Any] | None:
+        return self.trackers[frame.protocol].later(frame)
 
     def finish(
         self, lossy: Collection[int] = (), lives: Mapping[int, Life] | None = None, whole: bool = True

@@ -28,6 +28,8 @@ import pyarrow.parquet as pq
 
 from streamdump.analysis.endings import ended_together
 from streamdump.analysis.pipeline import ReadStats, loss_summary
+from streamdump.analysis.session import Options
+from streamdump.analysis.statistics import Partial, document, finding_order
 from streamdump.analysis.tracker import Diagnosis, abruptly_left
 from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
 from streamdump.spark.tasks import (
@@ -39,7 +41,6 @@ from streamdump.spark.tasks import (
     Found,
     Openings,
     Parts,
-    Settings,
     Work,
     extract,
     flow_key,
@@ -49,7 +50,6 @@ from streamdump.spark.tasks import (
     range_openings,
     scan_split,
 )
-from streamdump.views.stats import Partial, document, finding_order
 from streamdump.wire.packet import Segment, parse
 from streamdump.wire.pcapng import Section
 from streamdump.wire.splits import (
@@ -154,7 +154,7 @@ def run(
     spark: Any,
     files: tuple[list[Input], list[str]],
     out: str,
-    settings: Settings,
+    options: Options,
     partitions: int | None = None,
     split_bytes: int | None = None,
     say: Callable[[str], None] = lambda _: None,
@@ -166,7 +166,8 @@ def run(
         split_bytes = max(MIN_SPLIT, min(MAX_SPLIT, total // max(1, cores * SPLITS_PER_CORE) + 1))
     splits = [s for i in inputs for s in plan(i.index, i.path, i.size, i.layout, split_bytes)]
     say(f"scanning {len(splits)} byte ranges of {len(inputs)} capture file{'s' * (len(inputs) != 1)}")
-    decoders, dissection = settings.dissection()
+    setup = options.prepare()
+    decoders, dissection = setup.decoders, setup.dissection
     works, captures, foreseen, sizes, errors = _scan(spark, inputs, splits, frozenset(dissection.ports))
     outcome = Outcome(out, errors=errors, skipped_files=passed)
     parts = partitions or max(1, cores * PARTITIONS_PER_CORE)
@@ -175,13 +176,13 @@ def run(
     _prepare(out, tables)
     files = f"{len(captures)} capture{'s' * (len(captures) != 1)}"
     say(f"decoding the connections of {files} in {parts} partitions")
-    found = _decode(spark, works, captures, foreseen, placed, settings, parts, out, tables)
+    found = _decode(spark, works, captures, foreseen, placed, options, parts, out, tables)
     say("merging what the tasks found; writing the tables")
     written = _renumbering(captures, foreseen, found)
     if any(written.values()):  # the scan did not foresee every connection: number them as a read does
         _renumber(spark, out, tables, written)
         outcome.renumbered = [name for name, numbers in written.items() if numbers]
-    extra = _driver_rows(tables, captures, found, written, outcome, settings)
+    extra = _driver_rows(tables, captures, found, written, outcome, tuple(decoders))
     fs, base = output(out)
     for table, rows in extra.items():
         if rows.num_rows:
@@ -394,7 +395,7 @@ def _decode(
     captures: dict[int, Capture],
     foreseen: dict[int, dict[int, int]],
     placed: dict[int, dict[int, int]],
-    settings: Settings,
+    options: Options,
     parts: int,
     out: str,
     tables: Tables,
@@ -414,9 +415,7 @@ def _decode(
 
         task = TaskContext.get()
         part, attempt = (task.partitionId(), task.attemptNumber()) if task is not None else (0, 0)
-        yield from Decoding(settings, captures, numbers.value, Parts(out, schemas, part, attempt)).run(
-            batches
-        )
+        yield from Decoding(options, captures, numbers.value, Parts(out, schemas, part, attempt)).run(batches)
 
     rows = (
         spark.range(len(works), numPartitions=len(works))
@@ -529,7 +528,7 @@ def _driver_rows(
     found: dict[str, list[Found]],
     written: dict[str, dict[int, int]],
     outcome: Outcome,
-    settings: Settings,
+    protocols: tuple[str, ...],
 ) -> dict[str, pa.RecordBatch]:
     """Merge the tasks' findings per capture: the stats, the loss summary, the conversation's
     findings and the notes about packets with no segment, as rows for the expert and gaps tables."""
@@ -539,7 +538,7 @@ def _driver_rows(
     gaps: list[tuple[Any, ...]] = []
     for capture in captures.values():
         items = found.get(capture.name, [])
-        merged = {name: Partial(subject=tables.roles[name].subject) for name in settings.protocols}
+        merged = {name: Partial(subject=tables.roles[name].subject) for name in protocols}
         total = Found()
         stats = ReadStats()
         for item in items:

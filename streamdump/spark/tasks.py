@@ -1,11 +1,11 @@
 """What Spark's Python workers run: scan a byte range, extract its TCP segments, decode connections.
 
 Each function takes and yields Arrow record batches (mapInArrow), so no row crosses
-between the JVM and Python one at a time. Decoding is the CLI's own: a pipeline Reader
-per capture fed one connection's segments after another, in packet order, then the
-conversation tracker and the statistics; what a task finds about its connections leaves
-it as a picklable Partial for the driver to merge, since one task never sees a whole
-capture. Nothing here needs Spark: tests drive these functions directly too.
+between the JVM and Python one at a time. Decoding is every front end's: an analysis
+session per capture, fed one connection's segments after another, in packet order, with
+the read's options; what a task finds about its connections leaves it as a picklable
+Partial for the driver to merge, since one task never sees a whole capture. Nothing here
+needs Spark: tests drive these functions directly too.
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from streamdump.analysis.pipeline import Dissection, Notice, Reader, ReadStats, report_skips
-from streamdump.analysis.tracker import Conversations
+from streamdump.analysis.pipeline import Notice, ReadStats, report_skips
+from streamdump.analysis.session import Options
+from streamdump.analysis.statistics import Partial
 from streamdump.spark.tables import Tables, batch
-from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
-from streamdump.spec.registry import default_registry
-from streamdump.views.stats import Partial, Statistics
 from streamdump.wire.capture import CaptureError, Tally, read_segments, read_stream, segment_of
 from streamdump.wire.frame import Frame
 from streamdump.wire.lifecycle import Life
-from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 from streamdump.wire.packet import Segment, Skip
 from streamdump.wire.pcapng import PcapngError, Section
 from streamdump.wire.reassembly import TCP_ACK, TCP_SYN
@@ -69,21 +66,6 @@ SEGMENTS = pa.schema(
 SKIPPED_FLOW = -1
 # What a task found about a capture, pickled: what decoding tasks hand back to the driver.
 FOUND = pa.schema([("capture", pa.string()), ("blob", pa.binary())])
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Which protocols a run decodes, and on which ports: what a worker rebuilds its Dissection from."""
-
-    protocols: tuple[str, ...]
-    ports: tuple[tuple[int, str], ...] = ()
-    guess: tuple[int, ...] = ()
-    limits: Limits = DEFAULT_LIMITS  # the bounds the driver's --limit set
-
-    def dissection(self) -> tuple[dict[str, Decoder], Dissection]:
-        registry = default_registry()
-        decoders = {name: Decoder(registry.get(name), limits=self.limits) for name in self.protocols}
-        return decoders, Dissection(decoders.values(), dict(self.ports), self.guess)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,12 +337,13 @@ class Decoding:
 
     def __init__(
         self,
-        settings: Settings,
+        options: Options,
         captures: dict[int, Capture],
         numbers: dict[int, dict[int, int]],
         parts: Parts,
     ) -> None:
-        self.decoders, self.dissection = settings.dissection()
+        self.setup = options.prepare()
+        self.decoders = self.setup.decoders
         self.captures = captures
         self.numbers = numbers
         self.parts = parts
@@ -407,8 +390,7 @@ class Decoding:
                     columns["payload"][i],
                     columns["wire_len"][i],
                 )
-                current.stats.packets = seg.number
-                self._frames(current, current.reader.feed(seg))
+                self._frames(current, current.session.feed(seg))
                 if self.rows >= BATCH_ROWS:
                     self._flush()
         if current is not None:
@@ -419,8 +401,6 @@ class Decoding:
     def _frames(self, current: _Current, frames: Iterable[Frame]) -> None:
         tables, out, name = self.tables, self.out, current.capture.name
         for frame in frames:
-            current.tracker.feed(frame)
-            current.statistics[frame.protocol].add(frame)
             out["frames"].append(tables.frame_row(name, frame))
             if frame.expert:
                 tables.expert_rows(out["expert"], name, frame)
@@ -429,18 +409,18 @@ class Decoding:
                 self.decoders[frame.protocol].expand(frame)
                 self.rows += tables.message_rows(out["messages"], name, frame, rules.rows(frame))
             self.rows += 1
-        for notice in current.stats.notices:
+        for notice in current.session.take_notices():
             out["gaps"].append(tables.gap_row(name, notice))
-        current.stats.notices.clear()
 
     def _finish(self, current: _Current) -> pa.RecordBatch:
         self._frames(current, current.end())
         found = current.found
-        stats = current.stats
+        session = current.session
+        stats = session.stats
         found.counts = {name: getattr(stats, name) for name in COUNTED}
         found.lossy, found.lives = set(stats.lossy), dict(stats.lives)
-        current.tracker.finish(stats.lossy, stats.lives, whole=False)
-        found.partials = {name: s.partial() for name, s in current.statistics.items()}
+        session.finish(whole=False)
+        found.partials = session.partials()
         self._flush()
         return batch(FOUND, [(current.capture.name, pickle.dumps(found))])
 
@@ -486,24 +466,19 @@ def output(out: str) -> tuple[pafs.FileSystem, str]:
 
 
 class _Current:
-    """The capture a task is decoding now: its reader, tracker and statistics."""
+    """The capture a task is decoding now: its analysis session."""
 
     def __init__(self, decoding: Decoding, capture: Capture) -> None:
         self.capture = capture
         self.foreseen = decoding.numbers.get(capture.index, {})
-        self.stats = ReadStats()
         self.found = Found()
-        self.reader = Reader(decoding.dissection, None, self.stats, numbering=self._opened)
-        self.tracker = Conversations(d.protocol for d in decoding.decoders.values())
-        self.statistics = {
-            name: Statistics(d.protocol, self.tracker.trackers[name]) for name, d in decoding.decoders.items()
-        }
+        self.session = decoding.setup.session(statistics=True, numbering=self._opened)
 
     def _opened(self) -> int:
         """The connection's number as a whole read gives it: foreseen by the scan from the packet
         that opens it; otherwise (a protocol found by its magic, say) a provisional one, and the
         driver renumbers."""
-        opened = self.stats.packets
+        opened = self.session.stats.packets
         self.found.opened.append(opened)
         number = self.foreseen.get(opened)
         if number is None:
@@ -512,10 +487,8 @@ class _Current:
         return number
 
     def end(self) -> list[Frame]:
-        """Flush the connections still open as the capture's end does (its last packet and time)."""
-        self.stats.packets = self.capture.packets
-        self.reader.ts = self.capture.last_ts
-        return list(self.reader.finish())
+        """End the connections still open as the capture's end does (its last packet and time)."""
+        return list(self.session.end(self.capture.packets, self.capture.last_ts))
 
 
 def notices_of(found: Found) -> list[Notice]:

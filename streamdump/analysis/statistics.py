@@ -1,0 +1,441 @@
+"""What a capture adds up to, from frames the conversation tracker linked: `stats`' numbers.
+
+Service response times per command, response codes per command, publish-to-confirm
+latency, messages and bytes per stream and direction, one summary per connection, and
+the expert summary. `Statistics.add` takes frames one at a time and keeps only counters
+and latency samples, so a capture of any length fits; `partial()` gives what it holds as
+plain data that merges with other reads' (Spark's tasks), and `result()` the JSON `stats`
+prints. Front ends draw it (views/stats.py draws the tables).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from streamdump.analysis.grouping import Grouping
+from streamdump.analysis.tracker import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
+from streamdump.spec.dissector import MessageRules, dissector_of
+from streamdump.spec.registry import Protocol
+from streamdump.wire.frame import Frame
+from streamdump.wire.lifecycle import Life
+
+# Keys the peers' properties use for who they are, in the order a summary shows them.
+PEER_KEYS = ("product", "version", "platform", "connection_name")
+
+
+class Samples:
+    """Latencies in seconds, counted by their value in microseconds: exact, and small.
+
+    Confirms of one Publish frame, confirmed together, share one latency, so a million
+    messages make a few thousand distinct values. Should a capture make more than
+    MAX_DISTINCT, values are kept to SIGNIFICANT digits from then on (percentiles within
+    0.05%), which bounds memory for any capture length.
+    """
+
+    __slots__ = ("coarse", "counts", "total")
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+        self.total = 0
+        self.coarse = False
+
+    def merge(self, other: Samples) -> None:
+        """Add another's samples: the same as having added them here (coarse if either is)."""
+        self.counts.update(other.counts)
+        self.total += other.total
+        if (other.coarse or len(self.counts) > MAX_DISTINCT) and not self.coarse:
+            self.coarse = True
+        if self.coarse:
+            coarse: Counter[int] = Counter()
+            for value, count in self.counts.items():
+                coarse[_coarsen(value)] += count
+            self.counts = coarse
+
+    def add(self, seconds: float) -> None:
+        micros = round(seconds * 1_000_000)
+        self.counts[_coarsen(micros) if self.coarse else micros] += 1
+        self.total += 1
+        if len(self.counts) > MAX_DISTINCT and not self.coarse:
+            self.coarse = True
+            coarse: Counter[int] = Counter()
+            for value, count in self.counts.items():
+                coarse[_coarsen(value)] += count
+            self.counts = coarse
+
+    def __len__(self) -> int:
+        return self.total
+
+    def ordered_ms(self) -> list[tuple[float, int]]:
+        return [(round(micros / 1000, 3), count) for micros, count in sorted(self.counts.items())]
+
+
+MAX_DISTINCT = 100_000
+SIGNIFICANT = 4
+
+
+def _coarsen(micros: int) -> int:
+    digits = len(str(abs(micros)))
+    if digits <= SIGNIFICANT:
+        return micros
+    step = 10 ** (digits - SIGNIFICANT)
+    return round(micros / step) * step
+
+
+def latency(samples: Samples) -> dict[str, Any]:
+    """Count, min, median, p95, p99 and max of samples in seconds, given in milliseconds."""
+    ordered = samples.ordered_ms()
+    if not ordered:
+        return {"count": 0}
+    total = len(samples)
+
+    def rank(p: float) -> float:
+        # Nearest rank: the smallest value with p% of the samples at or below it.
+        wanted = max(1, math.ceil(p / 100 * total))
+        seen = 0
+        for value, count in ordered:
+            seen += count
+            if seen >= wanted:
+                return value
+        return ordered[-1][0]
+
+    out = {
+        "count": total,
+        "min_ms": ordered[0][0],
+        "median_ms": rank(50),
+        "p95_ms": rank(95),
+        "p99_ms": rank(99),
+        "max_ms": ordered[-1][0],
+    }
+    if samples.coarse:
+        out["approximate"] = True
+    return out
+
+
+@dataclass(slots=True)
+class Volume:
+    frames: int = 0
+    messages: int = 0
+    bytes: int = 0
+    latency: Samples | None = None  # replies' request latency, where the protocol pairs them
+
+    def merge(self, other: Volume) -> None:
+        self.frames += other.frames
+        self.messages += other.messages
+        self.bytes += other.bytes
+        if other.latency is not None:
+            if self.latency is None:
+                self.latency = Samples()
+            self.latency.merge(other.latency)
+
+
+@dataclass(slots=True)
+class Statistics:
+    protocol: Protocol
+    tracker: Tracker
+    frames: int = 0
+    srt: dict[str, Samples] = field(default_factory=lambda: defaultdict(Samples))
+    codes: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    confirm: dict[str, Samples] = field(default_factory=lambda: defaultdict(Samples))
+    volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rules: MessageRules | None = None
+    grouping: Grouping | None = None  # stats --by: messages by a field's values
+    # Frames and bytes counted per connection and side (client?), of the frames counted.
+    sides: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
+    # stats -Y: a filter chose the frames counted. Then the packets of frames counted and of
+    # frames passed over are marked (a byte per packet), so that only findings about frames
+    # counted, or about no frame at all (a FIN), are told, for connections with frames counted.
+    filtered: bool = False
+    picked: bytearray = field(default_factory=bytearray)
+    framed: bytearray = field(default_factory=bytearray)
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            self.rules = dissector_of(self.protocol).messages(self.protocol)
+
+    def add(self, frame: Frame, selected: bool = True) -> None:
+        """Count a frame; selected False: a filter passed over it (only its packet is marked)."""
+        if self.filtered:
+            _mark(self.framed, frame.number)
+            if not selected:
+                return
+            _mark(self.picked, frame.number)
+        side = self.sides.get((frame.conn, frame.from_client is not False))
+        if side is None:
+            side = self.sides[frame.conn, frame.from_client is not False] = [0, 0]
+        side[0] += 1
+        side[1] += len(frame.data)
+        self.frames += 1
+        self.commands[frame.name, frame.kind] += 1
+        links = frame.links or {}
+        name = frame.name
+        response_time = links.get("response_time")
+        if isinstance(response_time, float | int):
+            self.srt[name].add(float(response_time))
+        status = self.protocol.conversation.status
+        code = frame.fields.get(status) if status else None
+        if frame.kind == "response" and isinstance(code, int):
+            self.codes[name][self.tracker.code_name(frame, code)] += 1
+        waited = links.get("confirm_time")
+        if isinstance(waited, list):
+            samples = self.confirm[name]
+            for w in waited:
+                if w is not None:
+                    samples.add(w)
+        assert self.rules is not None
+        moved = self.rules.volume(frame)
+        if moved is not None:
+            volume = self.volume.setdefault((moved.subject, moved.direction), Volume())
+            volume.frames += 1
+            volume.messages += moved.messages
+            volume.bytes += moved.bytes
+            if moved.latency is not None:
+                if volume.latency is None:
+                    volume.latency = Samples()
+                volume.latency.add(moved.latency)
+        if self.grouping is not None:
+            self.grouping.add(frame)
+
+    def _counted(self, number: int) -> bool:
+        return (number, True) in self.sides or (number, False) in self.sides
+
+    def _told(self, d: Diagnosis) -> bool:
+        """Whether stats tell a finding: always, or under -Y when it is about a frame counted or
+        about no frame (a connection's end) of a connection with frames counted."""
+        if not self.filtered:
+            return True
+        if not self._counted(d.conn):
+            return False
+        return _marked(self.picked, d.number) or not _marked(self.framed, d.number)
+
+    def _connections(self) -> list[dict[str, Any]]:
+        """One summary per connection: those with frames, and those whose packets carried none
+        (a refused connection, one closed before a byte); under -Y, those with frames counted."""
+        tracker = self.tracker
+        rows = {
+            number: _connection(conn, tracker.lives.get(number), tracker.server(conn), self.sides)
+            for number, conn in tracker.connections.items()
+            if not self.filtered or self._counted(number)
+        }
+        for number, life in tracker.lives.items():
+            if number not in rows and not self.filtered:
+                bare = ConnState(number, life.protocol, life.client, life.server)
+                rows[number] = _connection(bare, life, tracker.spec.server, self.sides)
+        return [rows[n] for n in sorted(rows)]
+
+    @property
+    def subject(self) -> str:
+        """What messages are addressed to (a stream, a topic): the volume table's key."""
+        assert self.rules is not None
+        return self.rules.subject
+
+    # ------------------------------------------------------------------ result
+
+    def result(self) -> dict[str, Any]:
+        return self.partial().result()
+
+    def partial(self) -> Partial:
+        """What the statistics hold so far, as plain data that merges with other reads' (Spark's
+        tasks each see some connections of a capture)."""
+        return Partial(
+            subject=self.subject,
+            frames=self.frames,
+            commands=Counter(self.commands),
+            srt=dict(self.srt),
+            codes={name: Counter(counts) for name, counts in self.codes.items()},
+            confirm=dict(self.confirm),
+            volume=dict(self.volume),
+            connections=self._connections(),
+            diagnoses=[d for d in self.tracker.diagnoses if self._told(d)],
+            untold={k: v for k, v in self.tracker.untold.items() if not self.filtered or self._counted(k[4])},
+            by_fields=self.grouping.fields if self.grouping is not None else (),
+            by={key: list(count) for key, count in self.grouping.counts.items()} if self.grouping else {},
+        )
+
+
+@dataclass(slots=True)
+class Partial:
+    """The statistics of some connections of a capture: counters, latency histograms, one
+    summary per connection and the findings. Partials of disjoint connections merge into
+    what one read of them all gives; `result()` is the JSON `stats` prints."""
+
+    subject: str
+    frames: int = 0
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    srt: dict[str, Samples] = field(default_factory=dict)
+    codes: dict[str, Counter[str]] = field(default_factory=dict)
+    confirm: dict[str, Samples] = field(default_factory=dict)
+    volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # stats --by: the fields asked for, and messages and bytes by (field, subject, direction, value).
+    by_fields: tuple[str, ...] = ()
+    by: dict[tuple[str, str, str, str], list[int]] = field(default_factory=dict)
+
+    def merge(self, other: Partial) -> None:
+        self.frames += other.frames
+        self.by_fields = self.by_fields or other.by_fields
+        for key, (messages, size) in other.by.items():
+            count = self.by.setdefault(key, [0, 0])
+            count[0] += messages
+            count[1] += size
+        self.commands.update(other.commands)
+        for mine, theirs in ((self.srt, other.srt), (self.confirm, other.confirm)):
+            for name, samples in theirs.items():
+                mine.setdefault(name, Samples()).merge(samples)
+        for name, counts in other.codes.items():
+            self.codes.setdefault(name, Counter()).update(counts)
+        for key, volume in other.volume.items():
+            self.volume.setdefault(key, Volume()).merge(volume)
+        self.connections += other.connections
+        # Findings past the cap stay counted, never listed: which are listed is the cap's to say.
+        listed = sorted([*self.diagnoses, *other.diagnoses], key=finding_order)
+        self.diagnoses = listed[:MAX_DIAGNOSES]
+        untold = dict(self.untold)
+        for key, (count, first) in other.untold.items():
+            before, earliest = untold.get(key, (0, first))
+            untold[key] = (before + count, min(earliest, first))
+        for d in listed[MAX_DIAGNOSES:]:
+            key = (d.severity, d.group, d.kind, d.summary, d.conn)
+            before, earliest = untold.get(key, (0, d.number))
+            untold[key] = (before + 1, min(earliest, d.number))
+        self.untold = untold
+
+    def renumber(self, numbers: Mapping[int, int]) -> None:
+        """Give connections the numbers a read of the whole capture gives them."""
+        for conn in self.connections:
+            conn["connection"] = numbers.get(conn["connection"], conn["connection"])
+        self.diagnoses = [replace(d, conn=numbers.get(d.conn, d.conn)) for d in self.diagnoses]
+        self.untold = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.untold.items()}
+
+    def result(self) -> dict[str, Any]:
+        diagnoses = sorted(self.diagnoses, key=finding_order)
+        severities: dict[int, Counter[str]] = defaultdict(Counter)
+        for d in diagnoses:
+            severities[d.conn][d.severity] += 1
+        for (severity, _group, _kind, _summary, conn), (count, _first) in self.untold.items():
+            severities[conn][severity] += count
+        return {
+            "frames": self.frames,
+            "commands": [
+                {"command": command, "kind": kind, "frames": count}
+                for (command, kind), count in sorted(self.commands.items())
+            ],
+            "response_times": [
+                {"command": command} | latency(samples) for command, samples in sorted(self.srt.items())
+            ],
+            "response_codes": [
+                {"command": command, "code": code, "count": count}
+                for command, counts in sorted(self.codes.items())
+                for code, count in sorted(counts.items())
+            ],
+            "confirm_latency": [
+                {"command": command} | latency(samples) for command, samples in sorted(self.confirm.items())
+            ],
+            f"{self.subject}s": [
+                {
+                    self.subject: stream,
+                    "direction": direction,
+                    "frames": v.frames,
+                    "messages": v.messages,
+                    "bytes": v.bytes,
+                }
+                | ({"latency": latency(v.latency)} if v.latency is not None else {})
+                for (stream, direction), v in sorted(self.volume.items())
+            ],
+            "connections": [
+                conn | {"expert": dict(sorted(severities[conn["connection"]].items()))}
+                for conn in sorted(self.connections, key=lambda c: c["connection"])
+            ],
+            "expert": summarise(diagnoses, self.untold),
+            "diagnoses": [d.as_dict() for d in diagnoses],
+            # Findings past the listed ones: in the expert summary's counts, not listed one by one.
+            "diagnoses_not_listed": sum(count for count, _first in self.untold.values()),
+        } | (
+            {
+                "messages_by": [
+                    {
+                        "field": name,
+                        self.subject: subject,
+                        "direction": direction,
+                        "value": value,
+                        "messages": n,
+                        "bytes": size,
+                    }
+                    for (name, subject, direction, value), (n, size) in sorted(
+                        self.by.items(),
+                        key=lambda i: (self.by_fields.index(i[0][0]), *i[0][1:3], -i[1][0], i[0][3]),
+                    )
+                ]
+            }
+            if self.by_fields
+            else {}
+        )
+
+
+def document(results: Mapping[str, Partial]) -> dict[str, Any]:
+    """What `stats --format json` prints: the one protocol the capture holds, else each that it
+    holds by name (when it holds none, the first asked for, with its empty tables)."""
+    shown = [name for name, partial in results.items() if partial.connections] or list(results)[:1]
+    if len(shown) == 1:
+        return results[shown[0]].result()
+    return {"protocols": {name: results[name].result() for name in shown}}
+
+
+def finding_order(d: Diagnosis) -> tuple[int, int]:
+    """Findings in the order of the packets they name, a connection's in the order found."""
+    return (d.number, d.conn)
+
+
+def _mark(marks: bytearray, number: int) -> None:
+    if number >= len(marks):
+        marks.extend(bytes(max(number + 1 - len(marks), len(marks))))  # doubles: few resizes
+    marks[number] = 1
+
+
+def _marked(marks: bytearray, number: int) -> bool:
+    return number < len(marks) and marks[number] == 1
+
+
+def _connection(
+    conn: ConnState, life: Life | None, server_name: str, sides: Mapping[tuple[int, bool], list[int]]
+) -> dict[str, Any]:
+    client_frames, client_bytes = sides.get((conn.number, True), (0, 0))
+    server_frames, server_bytes = sides.get((conn.number, False), (0, 0))
+    last_ts = conn.last.ts if conn.last is not None else conn.first_ts
+    start = life.first.ts if life is not None else conn.first_ts
+    duration = life.duration if life is not None else (last_ts or 0.0) - (conn.first_ts or 0.0)
+    return {
+        "connection": conn.number,
+        "client": str(conn.client) if conn.client else None,
+        "server": str(conn.server) if conn.server else None,
+        "start": start,
+        "duration_s": round(duration, 6),
+        "ended": life.as_dict(server_name) if life is not None else None,
+        "client_frames": client_frames,
+        "client_bytes": client_bytes,
+        "server_frames": server_frames,
+        "server_bytes": server_bytes,
+        "client_properties": _peer(conn.client_side.properties),
+        "server_properties": _peer(conn.server_side.properties),
+        "user": conn.user,
+        "frame_max": conn.negotiated[0] if conn.negotiated else None,
+        "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
+        "versions": (
+            {f"0x{key:04x}": list(span) for key, span in sorted(conn.server_side.versions.items())}
+            if conn.server_side.versions
+            else None
+        ),
+        "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
+    }
+
+
+def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:
+    if properties is None:
+        return None
+    return {key: properties[key] for key in PEER_KEYS if key in properties}

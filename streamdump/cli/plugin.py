@@ -1,0 +1,82 @@
+"""`streamdump lua`: the Wireshark plugin generated from the registry, written, installed, listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from streamdump.cli.base import app, fail
+from streamdump.spec.registry import default_registry
+from streamdump.wireshark import luagen
+
+lua_app = typer.Typer(
+    no_args_is_help=True,
+    help="The Wireshark plugin generated from the registry: write it, install it, list its fields.",
+)
+app.add_typer(lua_app, name="lua")
+
+
+@lua_app.command("generate")
+def lua_generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the plugins into.")] = Path("lua"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a plugin there is not current.")
+    ] = False,
+) -> None:
+    """Write one Wireshark Lua dissector per spec in the registry (lua/ in the repository)."""
+    protocols = list(default_registry().protocols.values())
+    if check:
+        stale = [
+            luagen.plugin_name(p)
+            for p in protocols
+            if not (out / luagen.plugin_name(p)).is_file()
+            or (out / luagen.plugin_name(p)).read_text(encoding="utf-8") != luagen.generate(p, protocols)
+        ]
+        if stale:
+            raise fail(f"stale in {out}: {', '.join(stale)} (run `streamdump lua generate`)")
+        print(f"{out}: current")
+        return
+    try:
+        written = luagen.write(protocols, out)
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror or exc}") from None
+    for path in written:
+        print(path)
+
+
+@lua_app.command("install")
+def lua_install(
+    folder: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Plugins folder (default: Wireshark's personal Lua plugins folder)."),
+    ] = None,
+) -> None:
+    """Install the plugins into Wireshark's personal plugins folder and say where."""
+    target = folder or luagen.personal_plugins_folder()
+    try:
+        written = luagen.write(default_registry().protocols.values(), target)
+    except OSError as exc:
+        raise fail(f"cannot write {target}: {exc.strerror or exc}") from None
+    for path in written:
+        print(f"installed {path}")
+    print("Wireshark loads them when it starts (Analyze > Reload Lua Plugins in a running one).")
+
+
+@lua_app.command("fields")
+def lua_fields(
+    protocol: Annotated[
+        str | None, typer.Option("--protocol", help="Only this protocol's (default: every protocol's).")
+    ] = None,
+) -> None:
+    """List the plugins' display-filter fields and expert entries: abbreviation, type, title.
+
+    Without its protocol's prefix, a field's name is the one --filter takes."""
+    registry = default_registry()
+    if protocol is not None and protocol not in registry.protocols:
+        raise fail(f"no protocol {protocol!r} (known: {', '.join(sorted(registry.protocols))})")
+    for name in sorted(registry.protocols):
+        if protocol in (None, name):
+            for abbreviation, ftype, title in luagen.glossary(registry.protocols[name]):
+                print(f"{abbreviation}\t{ftype}\t{title}")
