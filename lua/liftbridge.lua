@@ -1066,18 +1066,17 @@ local SPEC = {
   conversation = {
     codes = "hex",
     server = "server",
-    hints = {},
     ok = {},
     routine = {},
     close_hints = {},
     close_about = {},
     setup = {},
     sessions = {},
-    acks = {},
     links = {},
     closes = {},
     versioned = false,
-    limits = {},
+    rule_order = {},
+    rules = {},
   },
   experts = {
     {
@@ -1247,7 +1246,7 @@ local SPEC = {
 
 -- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
 -- This text is copied into every generated plugin after its SPEC table; it is the Lua
--- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and core/conversation.py. Lua 5.2 to 5.4:
+-- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
 -- no integer division operator, no bit operators, no bit32; arithmetic only.
 
 local P = Proto(SPEC.name, SPEC.title)
@@ -1265,7 +1264,7 @@ local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
-local CONV_HOOKS = {}   -- the protocol package's conversation hooks (user: who authenticates)
+local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
@@ -3255,6 +3254,10 @@ local function decode_frame(tvb, tree, lookup, lite)
 end
 
 -- The conversation tracker: links and findings, from SPEC.conversation ---------------------
+-- The engine: pairing by correlation id, status codes, sessions and the server's closes. What
+-- only one protocol does is a rule of its package; the rule's Lua twin, in the package's Lua
+-- files below, sets CONV_RULES[key] = { before, feed, status, explain, session_ended }, each
+-- optional, called in the order of SPEC.conversation.rule_order (the package's).
 
 local CONV = SPEC.conversation
 local SESSION_OF = {}   -- command -> list of {session name, role}
@@ -3266,17 +3269,6 @@ for name, session in pairs(CONV.sessions) do
   add(session.open, "open")
   if session.close then add(session.close, "close") end
   for _, user in ipairs(session.used_by) do add(user, "use") end
-end
-local ACKS_SENT, ACKS_CONFIRMED, ACKS_FAILED = {}, {}, {}
-for name, ack in pairs(CONV.acks) do
-  ack.name = name
-  ACKS_SENT[ack.send.command] = ack
-  ACKS_CONFIRMED[ack.confirm.command] = ack
-  if ack.fail then ACKS_FAILED[ack.fail.command] = ack end
-end
-local GRANTS = {}
-if CONV.credit then
-  for _, ref in ipairs(CONV.credit.grant) do GRANTS[ref.command] = ref end
 end
 -- Per command key and direction ("key/r" for responses): the status field's enum, and the
 -- request strings worth naming in findings.
@@ -3322,10 +3314,6 @@ for key, kinds in pairs(SPEC.layouts) do
     named_in(layout.fields)
   end
 end
--- Enum names the generator resolved from the spec's references (none: codes shown in hex).
-local ANNOUNCE_ENUM = CONV.announcement and VS[CONV.announcement.enum] or {}
-local FAIL_ENUMS = {}
-for name, ack in pairs(CONV.acks) do FAIL_ENUMS[name] = VS[ack.fail_enum] or {} end
 
 local function set_of(list)
   local out = {}
@@ -3382,7 +3370,7 @@ local function links_of(f)
   return f.links
 end
 
--- kind: the conversation rule's kind of finding, as core/conversation.py files it.
+-- kind: the conversation rule's kind of finding, as the Python tracker files it.
 local function tnote(f, severity, kind, message)
   f.tnotes = f.tnotes or {}
   f.tnotes[#f.tnotes + 1] = { severity = severity, kind = kind, message = message }
@@ -3390,9 +3378,8 @@ end
 
 local function new_conn()
   return {
-    pending = {}, sessions = {}, in_flight = {}, credits = {}, last_grant = {}, announced = {},
-    versions = {}, client_last = nil, suspects = {}, negotiated = nil, negotiated_in = nil, user = nil,
-    requests = {}, server_port = nil, ended = {}, asked = {}, pings = {}, limits = {}, setup_seen = false,
+    pending = {}, sessions = {}, client_last = nil, suspects = {}, requests = {}, server_port = nil,
+    ended = {}, setup_seen = false, rules = {},
   }
 end
 
@@ -3411,35 +3398,30 @@ local function asked(request, response)
   return string.format("%s%s (packet %d)", request.command, detail, request.number)
 end
 
-local function announced(conn, values)
-  local name = CONV.announcement and CONV.announcement.about
-  if values == nil or name == nil then return "" end
-  local subject = values[name]
-  local said = type(subject) == "string" and conn.announced[subject] or nil
-  if said == nil then return "" end
-  return string.format("; at packet %d the %s had announced %s %s: %s", said[1], server_of(conn), name,
-    quoted(subject), said[2])
-end
-
 local function session_name(kind, sid, session)
   local stream = session and session.values.stream
   if stream and stream ~= "" then return kind .. " " .. sid .. " (stream " .. quoted(stream) .. ")" end
   return kind .. " " .. sid
 end
 
-local function credit_refused(conn, f, code, what)
-  local sid = f.fields[CONV.sessions[CONV.credit.session].id]
-  local grant = sid ~= nil and conn.last_grant[sid] or nil
-  local where = ""
-  if grant then
-    local links = links_of(f)
-    links.request_in = grant.number
-    links.response_time = round6(f.ts - grant.ts)
-    links_of(grant).response_in = f.number
-    where = " (packet " .. grant.number .. ")"
+-- A response and its request, linked both ways with the time between.
+local function pair(request, response)
+  local links = links_of(response)
+  links.request_in = request.number
+  if response.ts >= request.ts then links.response_time = round6(response.ts - request.ts) end
+  links_of(request).response_in = response.number
+end
+
+-- The package's rule twins, in the package's order, once every file has set its own.
+local ORDERED_RULES = nil
+local function rules()
+  if ORDERED_RULES == nil then
+    ORDERED_RULES = {}
+    for _, key in ipairs(CONV.rule_order) do
+      if CONV_RULES[key] then ORDERED_RULES[#ORDERED_RULES + 1] = CONV_RULES[key] end
+    end
   end
-  tnote(f, "warn", "error_response",
-    string.format("%s for subscription %s%s refused: %s", f.command, tostring(sid), where, what))
+  return ORDERED_RULES
 end
 
 local function status(conn, f, request)
@@ -3447,31 +3429,22 @@ local function status(conn, f, request)
   local code = f.fields[CONV.status]
   if not is_number(code) or OK[code] then return end
   local what = named(STATUS_ENUM[layout_id(f.key, f.kind == "response")] or ANY_STATUS, code)
-  if request == nil and CONV.credit and f.command == CONV.credit.refusal then
-    credit_refused(conn, f, code, what)
-    return
+  for _, rule in ipairs(rules()) do
+    if rule.status and rule.status(conn, f, request, code, what) then return end
   end
   if ROUTINE[code] then
     tnote(f, "note", "routine_response", asked(request, f) .. " answered " .. what .. " (a routine answer)")
     return
   end
-  if f.command == CONV.authenticate then
-    local how = ""
-    if request then
-      local user = conn.user and (", user " .. quoted(conn.user)) or ""
-      how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
-    end
-    tnote(f, "error", "auth_failure",
-      "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
-    return
-  end
   local severity = SETUP[f.command] and "error" or "warn"
   local said = CONV.status_text and f.fields[CONV.status_text]
   said = (type(said) == "string" and said:find("%S")) and (" " .. quoted(said:match("^%s*(.-)%s*$"))) or ""
-  local hint = CONV.hints[f.command or ""] and CONV.hints[f.command][code]
-  hint = hint and (": " .. hint) or ""
+  local more = ""
+  for _, rule in ipairs(rules()) do
+    if rule.explain then more = more .. rule.explain(conn, f, request, code) end
+  end
   tnote(f, severity, SETUP[f.command] and "setup_refused" or "error_response",
-    asked(request, f) .. " failed: " .. what .. said .. hint .. announced(conn, request and request.fields))
+    asked(request, f) .. " failed: " .. what .. said .. more)
 end
 
 local function corr_text(corr)
@@ -3511,79 +3484,48 @@ local function correlate(conn, f)
     return
   end
   conn.pending[key] = nil
-  local links = links_of(f)
-  links.request_in = request.number
-  if f.ts >= request.ts then links.response_time = round6(f.ts - request.ts) end
-  links_of(request).response_in = f.number
+  pair(request, f)
   status(conn, f, request)
   request.pending = nil
   request.fields = nil  -- answered: only its number and links stay
 end
 
-local function negotiation(conn, f)
-  local fields = f.fields
-  if CONV.tune and f.command == CONV.tune.command then
-    local frame_max, heartbeat = fields[CONV.tune.frame_max], fields[CONV.tune.heartbeat]
-    if is_number(frame_max) and is_number(heartbeat) and f.from_client then
-      conn.negotiated, conn.negotiated_in = frame_max, f.number
-    end
-  end
-  if CONV.versions and f.command == CONV.versions.command then
-    local items = fields[CONV.versions.path[1]]
-    if type(items) == "table" then
-      local known = {}
-      for _, item in ipairs(items) do
-        if item.command_key and item.min_version and item.max_version then
-          known[item.command_key] = { item.min_version, item.max_version }
-        end
-      end
-      conn.versions[side_key(f.from_client)] = known
-    end
-  end
-  if f.command == CONV.authenticate and f.kind == "request" and CONV_HOOKS.user then
-    conn.user = CONV_HOOKS.user(fields)
-  end
+-- The server's close: its code and reason, and the client's frame it is about.
+local function closing(conn, f)
   local close = f.command and CONV.closes[f.command]
-  if close and f.kind ~= "response" and not f.from_client then
-    local code = close.code and fields[close.code]
-    if close.code == nil or is_number(code) then
-      local what = code and (": " .. named(VS[close.enum] or {}, code)) or ""
-      local parts = {}
-      for _, name in ipairs(close.reason) do
-        local v = fields[name]
-        if v ~= nil and v ~= "" then parts[#parts + 1] = tostring(v) end
-      end
-      local reason = table.concat(parts, ":")
-      local said = reason ~= "" and (" " .. quoted(reason)) or ""
-      -- Twin of Tracker._closing: the client's frame the code is about, else its last one.
-      local function named_frame(g)
-        local version = CONV.versioned and string.format(", version %d", g.version) or ""
-        return string.format("%s (key %s%s, %d bytes, packet %d)",
-          g.command or string.format("Unknown(%s)", g.key_text or key_text(g.key)), key_text(g.wire_key),
-          version, g.length, g.number)
-      end
-      local latest = conn.client_last
-      local about = code and CONV.close_about[code]
-      local suspect = about and conn.suspects[about]
-      local hint = code and CONV.close_hints[code]
-      local last = ""
-      if suspect and latest and suspect.number ~= latest.number then
-        last = "; the client's frame it is about was " .. named_frame(suspect)
-          .. string.format(", before its last (packet %d)", latest.number)
-      elseif suspect or latest then
-        last = "; the client's last frame before it was " .. named_frame(suspect or latest)
-      end
-      if last ~= "" and hint then last = last .. ": " .. hint end
-      tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
-        "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
-    end
+  if not close or f.kind == "response" or f.from_client then return end
+  local fields = f.fields
+  local code = close.code and fields[close.code]
+  if close.code ~= nil and not is_number(code) then return end
+  local what = code and (": " .. named(VS[close.enum] or {}, code)) or ""
+  local parts = {}
+  for _, name in ipairs(close.reason) do
+    local v = fields[name]
+    if v ~= nil and v ~= "" then parts[#parts + 1] = tostring(v) end
   end
-  local theirs = conn.versions[side_key(not f.from_client)]
-  local range = theirs and theirs[f.key]
-  if range and (f.version < range[1] or f.version > range[2]) then
-    tnote(f, "warn", "version", string.format(
-      "%s version %d is outside the versions the peer announced (%d..%d)", f.command, f.version, range[1], range[2]))
+  local reason = table.concat(parts, ":")
+  local said = reason ~= "" and (" " .. quoted(reason)) or ""
+  -- Twin of Tracker._closing: the client's frame the code is about, else its last one.
+  local function named_frame(g)
+    local version = CONV.versioned and string.format(", version %d", g.version) or ""
+    return string.format("%s (key %s%s, %d bytes, packet %d)",
+      g.command or string.format("Unknown(%s)", g.key_text or key_text(g.key)), key_text(g.wire_key),
+      version, g.length, g.number)
   end
+  local latest = conn.client_last
+  local about = code and CONV.close_about[code]
+  local suspect = about and conn.suspects[about]
+  local hint = code and CONV.close_hints[code]
+  local last = ""
+  if suspect and latest and suspect.number ~= latest.number then
+    last = "; the client's frame it is about was " .. named_frame(suspect)
+      .. string.format(", before its last (packet %d)", latest.number)
+  elseif suspect or latest then
+    last = "; the client's last frame before it was " .. named_frame(suspect or latest)
+  end
+  if last ~= "" and hint then last = last .. ": " .. hint end
+  tnote(f, code == nil and close.severity or OK[code] and "note" or "error", "server_close",
+    "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
 end
 
 local function sessions(conn, f)
@@ -3592,12 +3534,12 @@ local function sessions(conn, f)
     local sid = f.fields[spec.id]
     if is_number(sid) or type(sid) == "string" then
       local key = role.name .. ":" .. tostring(sid)
-      if role.role == "open" and f.kind ~= "response" then
-        if f.kind == "request" then
-          for _, ack in pairs(CONV.acks) do
-            if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
-          end
+      if (role.role == "open" or role.role == "close") and f.kind == "request" and is_number(sid) then
+        for _, rule in ipairs(rules()) do
+          if rule.session_ended then rule.session_ended(conn, role.name, sid) end
         end
+      end
+      if role.role == "open" and f.kind ~= "response" then
         local values = {}
         for i, name in ipairs(spec.keep) do values[spec.keep_as[i]] = f.fields[name] end
         conn.sessions[key] = { opened_in = f.number, values = values, keep = spec.keep_as, uses = 0 }
@@ -3610,11 +3552,6 @@ local function sessions(conn, f)
         else
           conn.sessions[key] = nil
           conn.ended[key] = f.number
-        end
-        if f.kind == "request" then
-          for _, ack in pairs(CONV.acks) do
-            if ack.session == role.name then conn.in_flight[ack.name .. ":" .. sid] = nil end
-          end
         end
       elseif role.role == "use" then
         local session = conn.sessions[key]
@@ -3645,232 +3582,21 @@ local function sessions(conn, f)
   end
 end
 
-local function acks(conn, f)
-  local command = f.command
-  local ack = ACKS_SENT[command]
-  if ack and f.kind ~= "response" then
-    local sid = f.fields[CONV.sessions[ack.session].id]
-    if not is_number(sid) then return end
-    local key = ack.name .. ":" .. sid
-    conn.in_flight[key] = conn.in_flight[key] or {}
-    local flight = conn.in_flight[key]
-    local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
-    local keyed = LITE.key
-    local path = ack.send.path
-    local list = #path == 2 and f.fields[path[1]]
-    if type(list) == "table" and list.pos == nil and #list > 0 then
-      -- A member of each element (a Publish frame's messages' ids), read in place: path_values
-      -- would copy hundreds into a list first. An element's member of another kind takes
-      -- path_values' own step for it.
-      local leaf = path[2]
-      for _, item in ipairs(list) do
-        if type(item) == "table" then
-          local id = item[leaf]
-          if type(id) == "number" then
-            flight[id] = sent
-          else
-            for _, v in ipairs(path_values(item, path, 2)) do flight[keyed(v)] = sent end
-          end
-        end
-      end
-      return
-    end
-    for _, item in ipairs(path_values(f.fields, path)) do
-      -- a number is its own key (the commonest, without a tree): no call for it
-      if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
-    end
-    return
-  end
-  local failing = ACKS_FAILED[command] ~= nil
-  ack = ACKS_FAILED[command] or ACKS_CONFIRMED[command]
-  if ack == nil then return end
-  local sid = f.fields[CONV.sessions[ack.session].id]
-  if not is_number(sid) then return end
-  local ref = failing and ack.fail or ack.confirm
-  local flight = conn.in_flight[ack.name .. ":" .. sid] or {}
-  local sent_in, waited, any = {}, {}, false
-  local waits = {}  -- the wait since each sending frame, worked out once
-  local keyed = LITE.key
-  -- A plain array (a confirm's ids) is read in place, taking what path_values would: values,
-  -- not plain tables; any other path gets path_values' list.
-  local list = #ref.path == 1 and f.fields[ref.path[1]]
-  if not (type(list) == "table" and list.pos == nil and #list > 0) then list = path_values(f.fields, ref.path) end
-  local index = 0
-  for _, item in ipairs(list) do
-    if type(item) ~= "table" or getmetatable(item) ~= nil then
-      index = index + 1
-      local id = item
-      if type(id) ~= "number" then id = keyed(item) end
-      local sent = flight[id]
-      flight[id] = nil
-      if sent then
-        local wait = waits[sent]
-        if wait == nil then
-          wait = round6(f.ts - sent.ts)
-          waits[sent] = wait
-          -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
-          local back = links_of(sent)
-          back.confirm_in = back.confirm_in or {}
-          if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
-        end
-        sent_in[index], waited[index], any = sent.number, wait, true
-      end
-    end
-  end
-  if any then
-    local links = links_of(f)
-    links.publish_in, links.confirm_time = sent_in, waited
-  end
-  if failing and ack.fail_code then
-    local counts, codes = {}, {}
-    for _, code in ipairs(path_values(f.fields, ack.fail_code.path)) do
-      if counts[code] == nil then codes[#codes + 1] = code end
-      counts[code] = (counts[code] or 0) + 1
-    end
-    table.sort(codes)
-    local session = conn.sessions[ack.session .. ":" .. sid]
-    local where = session_name(ack.session, sid, session)
-    local gone = announced(conn, session and session.values)
-    for _, code in ipairs(codes) do
-      local count = counts[code]
-      tnote(f, "warn", "refused_items", string.format("%d %s%s of %s refused: %s%s", count, ack.noun,
-        count ~= 1 and "s" or "", where, named(FAIL_ENUMS[ack.name], code), gone))
-    end
-  end
-end
-
-local function credit(conn, f)
-  local spec = CONV.credit
-  local sid = f.fields[CONV.sessions[spec.session].id]
-  if not is_number(sid) then return end
-  local grant = GRANTS[f.command]
-  if grant and f.kind ~= "response" then
-    local amount = f.fields[grant.path[1]]
-    if not is_number(amount) then return end
-    conn.last_grant[sid] = f
-    if f.command == CONV.sessions[spec.session].open then
-      conn.credits[sid] = amount
-    elseif conn.credits[sid] ~= nil then
-      conn.credits[sid] = conn.credits[sid] + amount
-    end
-  elseif f.command == spec.spend then
-    local left = conn.credits[sid]
-    if left == nil or left == 0 then return end
-    conn.credits[sid] = left - 1
-    links_of(f).credit_left = left - 1
-  elseif f.command == CONV.sessions[spec.session].close and f.kind == "request" then
-    conn.credits[sid] = nil
-  end
-end
-
-local function announcement(conn, f)
-  local spec = CONV.announcement
-  local code, subject = f.fields[spec.code], f.fields[spec.about]
-  if not is_number(code) or type(subject) ~= "string" or OK[code] then return end
-  local what = named(ANNOUNCE_ENUM, code)
-  conn.announced[subject] = { f.number, what }
-  tnote(f, "note", "announcement", string.format("the %s announced %s %s: %s", server_of(conn), spec.about,
-    quoted(subject), what))
-end
-
--- A frame sent where an earlier request of the other side asked to be answered is its answer;
--- a frame naming where to answer is a request (request/reply through reply subjects).
-local function pair(request, response)
-  local links = links_of(response)
-  links.request_in = request.number
-  if response.ts >= request.ts then links.response_time = round6(response.ts - request.ts) end
-  links_of(request).response_in = response.number
-end
-
-local function replies(conn, f)
-  local spec = CONV.replies
-  local to = f.fields[spec.answer]
-  if type(to) == "string" then
-    local key = side_key(not f.from_client) .. to
-    local request = conn.asked[key]
-    if request then
-      conn.asked[key] = nil
-      pair(request, f)
-      for _, kept in ipairs(spec.keep) do
-        local v = request.fields[kept[2]]
-        if v ~= nil then
-          local links = links_of(f)
-          links.kept = links.kept or {}
-          table.insert(links.kept, { kept[1], v })
-        end
-      end
-      local status = spec.status and f.fields[spec.status]
-      local meaning = is_number(status) and spec.statuses[status]
-      if meaning then
-        tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
-          server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
-      end
-      request.pending = nil
-      request.fields = nil  -- answered: only its number and links stay
-    end
-  end
-  local ask = f.fields[spec.ask]
-  if type(ask) == "string" and ask ~= "" then
-    conn.asked[side_key(f.from_client) .. ask] = f
-    f.pending = true  -- its fields name it when its answer comes
-  end
-end
-
-local function pings(conn, f)
-  if f.command == CONV.pings.ask then
-    local list = conn.pings[side_key(f.from_client)] or {}
-    list[#list + 1] = f
-    conn.pings[side_key(f.from_client)] = list
-  else
-    local list = conn.pings[side_key(not f.from_client)]
-    if list and #list > 0 then pair(table.remove(list, 1), f) end
-  end
-end
-
-local function limits(conn, f)
-  if not f.from_client then
-    for i, limit in ipairs(CONV.limits) do
-      if f.command == limit.command and is_number(f.fields[limit.announced]) then
-        conn.limits[i] = { f.fields[limit.announced], f.number, limit.announced }
-      end
-    end
-    return
-  end
-  for i, limit in ipairs(CONV.limits) do
-    -- the first of the bounded fields the frame has (HPUB's total, else PUB's size)
-    local bounds = limit.bounds[1]
-    for _, name in ipairs(limit.bounds) do
-      if f.fields[name] ~= nil then bounds = name break end
-    end
-    local found, value = conn.limits[i], f.fields[bounds]
-    if found and is_number(value) and value > found[1] then
-      tnote(f, "error", "over_limit", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
-        f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
-        found[3], found[1], server_of(conn), found[2]))
-    end
-  end
-end
-
 local function track(conn, f)
-  if conn.negotiated and conn.negotiated > 0 and f.length > conn.negotiated then
-    if f.from_client then conn.suspects.oversized = f end
-    tnote(f, "error", "frame_max", string.format(
-      "%s frame of %d bytes exceeds the frame_max of %d bytes negotiated at packet %d",
-      f.command or string.format("Unknown(%s)", key_text(f.key)), f.length, conn.negotiated, conn.negotiated_in))
+  local ordered = rules()
+  for _, rule in ipairs(ordered) do
+    if rule.before then rule.before(conn, f) end
   end
+  if SETUP[f.command] then conn.setup_seen = true end
   -- A response whose command is its request's is tracked even when the request is missing.
   local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
-  if SETUP[f.command] then conn.setup_seen = true end
-  if #CONV.limits > 0 then limits(conn, f) end
-  if CONV.replies and f.command then replies(conn, f) end
-  if CONV.pings and (f.command == CONV.pings.ask or f.command == CONV.pings.answer) then pings(conn, f) end
   if (f.command or orphan) and f.kind ~= "unknown" then
     if CONV.correlation then correlate(conn, f) end
-    negotiation(conn, f)
+    closing(conn, f)
     if SESSION_OF[f.command] then sessions(conn, f) end
-    if ACKS_SENT[f.command] or ACKS_CONFIRMED[f.command] or ACKS_FAILED[f.command] then acks(conn, f) end
-    if CONV.credit then credit(conn, f) end
-    if CONV.announcement and f.command == CONV.announcement.command then announcement(conn, f) end
+    for _, rule in ipairs(ordered) do
+      if rule.feed then rule.feed(conn, f) end
+    end
   end
   if f.from_client then
     conn.client_last = f

@@ -16,9 +16,11 @@ from conftest import CAPTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
+from streamdump.dissectors.rabbitmq_stream.credit import CREDIT_STALL_S
 
+from streamdump.analysis.endings import HEARTBEAT_SLACK
 from streamdump.analysis.pipeline import ReadStats, read_frames
-from streamdump.analysis.tracker import CREDIT_STALL_S, HEARTBEAT_SLACK, Tracker
+from streamdump.analysis.tracker import Tracker
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.wire.frame import Endpoint, Frame
@@ -262,7 +264,7 @@ def track(path: Path, decoder: Decoder) -> tuple[list[Frame], Tracker]:
 def test_a_client_host_ending_its_connections_at_once(decoder: Decoder) -> None:
     """The crashing application's four connections that were open when it died: one finding for
     them all, made from every connection's end (the first, closed 200 ms before, is not of them)."""
-    from streamdump.analysis.tracker import Conversations
+    from streamdump.analysis.conversations import Conversations
 
     stats = ReadStats()
     conversations = Conversations([decoder.protocol])
@@ -413,10 +415,10 @@ def test_publish_and_deliver_know_their_stream(name: str, decoder: Decoder) -> N
 def test_tune_and_peer_properties_per_connection(decoder: Decoder) -> None:
     _, tracker = track(CAPTURES / "session.pcap", decoder)
     (conn,) = tracker.connections.values()
-    assert conn.negotiated == (1048576, 60)
+    assert (conn.facts["frame_max"], conn.facts["heartbeat_s"]) == (1048576, 60)
     assert conn.client_side.properties["product"] == "RabbitMQ Stream"
     assert conn.server_side.properties["version"] == "3.10.8"
-    assert conn.user == "guest"
+    assert conn.facts["user"] == "guest"
 
 
 def test_credit_left_counts_down(decoder: Decoder) -> None:
@@ -785,7 +787,7 @@ def test_diagnoses_past_the_cap_are_counted_not_kept(
 
 def test_the_tracker_keeps_no_frame_bytes_of_finished_traffic(decoder: Decoder) -> None:
     """Per connection only a small record of the latest frame stays, not the frame and its fields."""
-    from streamdump.analysis.tracker import Seen
+    from streamdump.analysis.state import Seen
 
     frames, tracker = track(CAPTURES / "bulk.pcap", decoder)
     for conn in tracker.connections.values():
@@ -990,13 +992,13 @@ def test_a_publisher_mixing_raw_bytes_with_amqp_messages(decoder: Decoder) -> No
 def test_message_ids_are_not_looked_for_where_a_publisher_sends_none(
     decoder: Decoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import streamdump.analysis.tracker as conversation
+    import streamdump.dissectors.rabbitmq_stream.confirms as conversation
 
     monkeypatch.setattr(conversation, "ID_PATIENCE", 3)
     wire = Wire(decoder)
     _publisher(wire)
     _publish_records(wire, 1.0, 1, [_rstream_message(None)] * 3)
-    (seen,) = wire.tracker.connections[1].content.values()
+    (seen,) = wire.tracker.connections[1].rules["acks"].content.values()
     assert not seen.watching  # what follows costs no message id lookup
     _publish_records(wire, 1.1, 4, [_rstream_message("x"), _rstream_message("x")])
     assert _content_notes(wire) == []

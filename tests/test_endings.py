@@ -17,8 +17,9 @@ from conftest import CAPTURES
 from pcap_writer import tcp_pcap
 from typer.testing import CliRunner
 
+from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.pipeline import ReadStats, read_frames
-from streamdump.analysis.tracker import Conversations, id_runs
+from streamdump.analysis.tracker import id_runs
 from streamdump.cli import app
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import SpecError, default_registry, load_spec

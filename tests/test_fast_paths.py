@@ -30,9 +30,9 @@ from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, Strea
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 from test_amqp import leading_sections, messages, values
 
+from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.analysis.session import CaptureFile, Options
-from streamdump.analysis.tracker import Conversations
 from streamdump.codecs import amqp
 from streamdump.codecs.values import preview
 from streamdump.spec.decoder import Decoder, _merge_notes

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import CAPTURE_ROOT, need
 
+from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.pipeline import Dissection, ReadStats, read_frames
-from streamdump.analysis.tracker import Conversations
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.wire.frame import Frame

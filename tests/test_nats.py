@@ -17,8 +17,8 @@ from gufo.liftbridge import api_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.pipeline import Dissection, ReadStats, decode_segments, read_frames
-from streamdump.analysis.tracker import Conversations
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.registry import INT_TYPES, FieldSpec, SpecError, default_registry, load_registry
@@ -361,7 +361,7 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
 
 
 def test_an_unanswered_ping_is_a_warning_when_traffic_goes_on() -> None:
-    from streamdump.analysis import tracker as conversation
+    from streamdump.dissectors.nats import pings as conversation
 
     frames, tracker = tracked(
         (False, INFO), (True, CONNECT + b"PING\r\n"), *[(True, b"PUB a 1\r\nx\r\n")] * 3

@@ -6,12 +6,12 @@ RedirectInfo, message packages) and the conversation rules. What the grammar can
 is here: where a frame ends when its length means two things (framing.py, with its Lua
 twin framing.lua), which convention a frame used and what a message package holds
 (packages.py, twin packages.lua), and what a message is for `--messages` and stats
-(messages.py).
+(messages.py); and heartbeats that stop, the conversation's own rule (heartbeats.py).
 """
 
 from __future__ import annotations
 
-from streamdump.dissectors.eventmesh import framing, messages, packages
+from streamdump.dissectors.eventmesh import framing, heartbeats, messages, packages
 
 from streamdump.spec.dissector import Dissector
 
@@ -20,4 +20,5 @@ DISSECTOR = Dissector(
     lua=("framing.lua", "packages.lua"),
     framing=framing.EventMeshRule,
     messages=messages.PackageMessages,
+    rules=(heartbeats.Heartbeats,),
 )

@@ -13,10 +13,32 @@ HOOKS.sasl_plain = {
     tree:add(F[spec.name], value.tvb(value.pos, value.len), raw)
   end,
 }
-CONV_HOOKS.user = function(fields)
-  if fields.mechanism ~= "PLAIN" then return nil end
-  local data = fields.sasl_opaque_data
-  if type(data) ~= "table" or data.pos == nil or data.len == 0 then return nil end
-  local raw = data.tvb:raw(data.pos, data.len)
-  return raw:match("^[^%z]*%z([^%z]*)%z[^%z]*$")
+-- Twin of sasl.py's Authentication rule: who authenticates, and the broker refusing them.
+do
+  local spec = CONV.rules.authenticate
+  local function user_of(fields)
+    if fields.mechanism ~= "PLAIN" then return nil end
+    local data = fields.sasl_opaque_data
+    if type(data) ~= "table" or data.pos == nil or data.len == 0 then return nil end
+    local raw = data.tvb:raw(data.pos, data.len)
+    return raw:match("^[^%z]*%z([^%z]*)%z[^%z]*$")
+  end
+  if spec then
+    CONV_RULES.authenticate = {
+      feed = function(conn, f)
+        if f.command == spec.command and f.kind == "request" then conn.rules.user = user_of(f.fields) end
+      end,
+      status = function(conn, f, request, code, what)
+        if f.command ~= spec.command then return false end
+        local how = ""
+        if request then
+          local user = conn.rules.user and (", user " .. quoted(conn.rules.user)) or ""
+          how = string.format(" (%s%s, packet %d)", tostring(request.fields.mechanism), user, request.number)
+        end
+        tnote(f, "error", "auth_failure",
+          "authentication failed: the " .. server_of(conn) .. " answered " .. f.command .. how .. " with " .. what)
+        return true
+      end,
+    }
+  end
 end

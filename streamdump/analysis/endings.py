@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from streamdump.wire.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
 
 if TYPE_CHECKING:
-    from streamdump.analysis.tracker import ConnState, Seen
+    from streamdump.analysis.state import ConnState, Seen
 
 # A peer sends a heartbeat once the interval passes without it sending anything, so gaps of
 # a little over the interval are normal; half an interval more means one was missed. (The
@@ -202,7 +202,7 @@ def _server_left(mark: Mark, flag: str, conn: ConnState, words: Words) -> Ending
         )
     heard = conn.client_side.last
     since = heard.ts if heard is not None else conn.first_ts or mark.ts
-    beat = conn.negotiated[1] if conn.negotiated is not None else 0
+    beat = conn.heartbeat
     quiet = mark.ts - since
     if beat > 0 and quiet > beat * HEARTBEAT_SLACK:
         last = f"since its {_seen(heard)}" if heard is not None else "at all"

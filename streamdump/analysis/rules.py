@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     from streamdump.analysis.state import ConnState, SideState
     from streamdump.analysis.tracker import Tracker
-    from streamdump.spec.registry import Ref
+    from streamdump.spec.registry import Protocol, Ref
     from streamdump.wire.frame import Frame
 
 
@@ -33,7 +33,6 @@ class SpecCheck(Protocol):
     def command(self, name: Any, where: str) -> Any: ...
     def ref(self, text: Any, where: str, *, int_only: bool = False) -> Ref: ...
     def field_names(self) -> set[str]: ...
-    def enum_at(self, ref: Ref) -> str | None: ...
     def sessions(self) -> Mapping[str, Any]: ...
 
 
@@ -57,7 +56,7 @@ class Rule:
         return raw
 
     @classmethod
-    def lua(cls, spec: Any, check: SpecCheck) -> dict[str, Any] | None:
+    def lua(cls, spec: Any, protocol: Protocol) -> Any:
         """What the rule's Lua twin reads of its section (SPEC.conversation.rules[key]); None:
         the rule tells nothing on a frame, so the plugin has no twin of it."""
         return None

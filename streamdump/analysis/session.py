@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.fieldnames import FrameFilter
 from streamdump.analysis.filter import FilterError
 from streamdump.analysis.grouping import Grouping, UnknownName, check_names
 from streamdump.analysis.hexdump import best
 from streamdump.analysis.pipeline import Dissection, Notice, Reader, ReadStats, frames_of, loss_summary
+from streamdump.analysis.state import Diagnosis
 from streamdump.analysis.statistics import Partial, Statistics
-from streamdump.analysis.tracker import Conversations, Diagnosis
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.wire.capture import STDIN, CaptureError, Tally, read_segments, read_stream

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamdump.analysis.grouping import Grouping
-from streamdump.analysis.tracker import MAX_DIAGNOSES, ConnState, Diagnosis, Tracker, summarise
+from streamdump.analysis.state import FACTS, ConnState, Diagnosis
+from streamdump.analysis.tracker import MAX_DIAGNOSES, Tracker, summarise
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import Protocol
 from streamdump.wire.frame import Frame
@@ -243,6 +244,7 @@ class Statistics:
         tasks each see some connections of a capture)."""
         return Partial(
             subject=self.subject,
+            acked=self.tracker.confirms,
             frames=self.frames,
             commands=Counter(self.commands),
             srt=dict(self.srt),
@@ -276,9 +278,12 @@ class Partial:
     # stats --by: the fields asked for, and messages and bytes by (field, subject, direction, value).
     by_fields: tuple[str, ...] = ()
     by: dict[tuple[str, str, str, str], list[int]] = field(default_factory=dict)
+    # The command whose items are confirmed one by one, as the confirm latency table is titled.
+    acked: str | None = None
 
     def merge(self, other: Partial) -> None:
         self.frames += other.frames
+        self.acked = self.acked or other.acked
         self.by_fields = self.by_fields or other.by_fields
         for key, (messages, size) in other.by.items():
             count = self.by.setdefault(key, [0, 0])
@@ -423,14 +428,7 @@ def _connection(
         "server_bytes": server_bytes,
         "client_properties": _peer(conn.client_side.properties),
         "server_properties": _peer(conn.server_side.properties),
-        "user": conn.user,
-        "frame_max": conn.negotiated[0] if conn.negotiated else None,
-        "heartbeat_s": conn.negotiated[1] if conn.negotiated else None,
-        "versions": (
-            {f"0x{key:04x}": list(span) for key, span in sorted(conn.server_side.versions.items())}
-            if conn.server_side.versions
-            else None
-        ),
+        **{fact: conn.facts.get(fact) for fact in FACTS},
         "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
     }
 

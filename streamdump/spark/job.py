@@ -26,11 +26,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from streamdump.analysis.conversations import abruptly_left
 from streamdump.analysis.endings import ended_together
 from streamdump.analysis.pipeline import ReadStats, loss_summary
 from streamdump.analysis.session import Options
+from streamdump.analysis.state import Diagnosis
 from streamdump.analysis.statistics import Partial, document, finding_order
-from streamdump.analysis.tracker import Diagnosis, abruptly_left
 from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
 from streamdump.spark.tasks import (
     COUNTED,

@@ -3,8 +3,8 @@
 A protocol lives in one folder under dissectors/ (the package streamdump.dissectors.<name>):
 its spec (data) and the code the spec cannot say, declared in the package's `DISSECTOR`:
 hooks with their Lua twins, a framing rule when the spec's length word does not say how
-long a PDU is, what counts as a message for `--messages` and `stats`, and conversation
-hooks. The core imports a package only through `dissector_of`, by the name the registry
+long a PDU is, what counts as a message for `--messages` and `stats`, and the conversation
+rules only this protocol has. The core imports a package only through `dissector_of`, by the name the registry
 recorded for the spec's folder, so no core module names a protocol.
 """
 
@@ -121,30 +121,27 @@ class Dissector:
     # Builds the framing rule from the protocol's decoder; None: the spec's length word.
     framing: Callable[[Any], Any] | None = None
     messages: type[MessageRules] = MessageRules
-    # The user an authentication request names (never its secret), for diagnoses and stats.
-    user: Callable[[dict[str, Any]], str | None] | None = None
-    # How many ids one sent element may use, where an ack's ids rise one by one (`ordered`): a
-    # batch of n records may take one id or n (its id n above the one before), as clients
-    # choose. None: one each.
-    span: Callable[[dict[str, Any]], int] | None = None
-    # What each sent element of a frame (its published messages) says of its content, for notes
-    # on a sender that mixes formats or reuses message ids: (the name of its format, or None
-    # when it is in none the package knows; its message id when asked for and it has one), or
-    # None where the element does not show (compressed). Called on every sending frame: cheap.
-    content: Callable[[list[Any], bool], list[tuple[str | None, Any] | None]] | None = None
+    # The package's own conversation rules (analysis/rules.py's Rule classes), in the order the
+    # tracker calls them; each parses its section of the spec's `conversation:`.
+    rules: tuple[Any, ...] = ()
 
 
 def dissector_of(protocol: Protocol) -> Dissector:
     """The protocol package's DISSECTOR; a spec without a package has only what the core does."""
     if protocol.package is None:
         return _NONE
+    return dissector_named(protocol.package, protocol.source)
+
+
+def dissector_named(package: str, source: str) -> Dissector:
+    """The DISSECTOR of a protocol package, by its name (source: the spec, for errors)."""
     try:
-        module = importlib.import_module(protocol.package)
+        module = importlib.import_module(package)
     except ImportError as exc:
-        raise SpecError(f"{protocol.source}: cannot import {protocol.package}: {exc}") from None
+        raise SpecError(f"{source}: cannot import {package}: {exc}") from None
     found = getattr(module, "DISSECTOR", None)
     if not isinstance(found, Dissector):
-        raise SpecError(f"{protocol.source}: {protocol.package} defines no DISSECTOR")
+        raise SpecError(f"{source}: {package} defines no DISSECTOR")
     return found
 
 

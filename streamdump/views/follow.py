@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdump.analysis.tracker import ConnState
+from streamdump.analysis.state import ConnState
 from streamdump.wire.frame import Frame
 from streamdump.wire.lifecycle import Life
 

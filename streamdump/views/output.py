@@ -131,6 +131,4 @@ def write_statistics(
         protocol = decoders[name].protocol
         if titled or len(shown) > 1:
             console.print(("\n" if n else "") + f"== {protocol.title} ==", style="bold")
-        ack = next(iter(protocol.conversation.acks.values()), None)
-        acked = ack.send.command if ack is not None else None
-        render(partials[name].result(), console, partials[name].subject, acked)
+        render(partials[name].result(), console, partials[name].subject, partials[name].acked)

@@ -27,6 +27,9 @@ class Finding:
     # Told on a frame as it goes by, so the plugin tells it too; else only the end of a read
     # finds it (an answer that never came), which the plugin has no end for.
     on_frame: bool = True
+    # What bytes the capture lost may explain (a silence): on a connection that lost bytes, a
+    # note, whatever its usual severity.
+    doubted_by_loss: bool = False
 
 
 FINDINGS: dict[str, Finding] = {
@@ -48,7 +51,13 @@ FINDINGS: dict[str, Finding] = {
     "unanswered": Finding("sequence", "Request never answered", ("warn", "note"), False),
     "no_reply": Finding("sequence", "Reply never came", ("note",), False),
     "unanswered_ping": Finding("sequence", "Keepalive never answered", ("warn", "note"), False),
-    "heartbeat": Finding("sequence", "Silence longer than the heartbeat interval", ("warn", "note"), False),
+    "heartbeat": Finding(
+        "sequence",
+        "Silence longer than the heartbeat interval",
+        ("warn", "note"),
+        False,
+        doubted_by_loss=True,
+    ),
     "heartbeat_stopped": Finding("sequence", "Heartbeats stopped", ("warn", "note"), False),
     "item_order": Finding("sequence", "Sent ids out of order", ("note",), False),
     "mixed_formats": Finding(

@@ -362,12 +362,10 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
         "status_text": conv.status_text,
         "codes": conv.codes,
         "server": conv.server,
-        "hints": {command: dict(codes) for command, codes in conv.hints.items()},
         "ok": sorted(conv.ok),
         "routine": sorted(conv.routine),
         "close_hints": dict(conv.close_hints),
         "close_about": dict(conv.close_about),
-        "authenticate": conv.authenticate,
         "setup": sorted(conv.setup),
         "sessions": {
             name: {
@@ -382,27 +380,8 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
             }
             for name, s in conv.sessions.items()
         },
-        "acks": {
-            name: {
-                "session": a.session,
-                "noun": a.noun,
-                "ordered": a.ordered,
-                "send": _ref(a.send),
-                "confirm": _ref(a.confirm),
-                "fail": _ref(a.fail),
-                "fail_code": _ref(a.fail_code),
-                "fail_enum": _enum_at(protocol, a.fail_code),
-            }
-            for name, a in conv.acks.items()
-        },
         "links": [spec.name for spec in conv.links],
     }
-    if conv.tune is not None:
-        out["tune"] = {
-            "command": conv.tune.command,
-            "frame_max": conv.tune.path[0],
-            "heartbeat": conv.tune_heartbeat,
-        }
     out["closes"] = {
         close.command: {
             "code": close.code,
@@ -414,36 +393,13 @@ def _conversation(protocol: Protocol) -> dict[str, Any]:
         for close in conv.closes
     }
     out["versioned"] = protocol.versioned
-    if conv.replies is not None:
-        out["replies"] = {
-            "ask": conv.replies.ask,
-            "answer": conv.replies.answer,
-            "status": conv.replies.status,
-            "statuses": dict(conv.replies.statuses),
-            "keep": [[link, name] for link, name in conv.replies.keep.items()],
-        }
-    if conv.pings is not None:
-        out["pings"] = {"ask": conv.pings[0], "answer": conv.pings[1]}
-    out["limits"] = [
-        {"command": ref.command, "announced": ref.path[0], "bounds": list(bounds)}
-        for ref, bounds in conv.limits
-    ]
-    if conv.announcement is not None:
-        out["announcement"] = {
-            "command": conv.announcement.command,
-            "code": conv.announcement.path[0],
-            "about": conv.announcement_about,
-            "enum": _enum_at(protocol, conv.announcement),
-        }
-    if conv.versions is not None:
-        out["versions"] = _ref(conv.versions)
-    if conv.credit is not None:
-        out["credit"] = {
-            "session": conv.credit.session,
-            "grant": [_ref(ref) for ref in conv.credit.grant],
-            "spend": conv.credit.spend,
-            "refusal": conv.credit.refusal,
-        }
+    # The package's rules this spec uses, in its order, with what each one's Lua twin reads
+    # (a rule that tells nothing on a frame has no twin).
+    rules = [cls for cls in dissector_of(protocol).rules if cls.key in conv.rules]
+    out["rule_order"] = [cls.key for cls in rules]
+    out["rules"] = {
+        cls.key: data for cls in rules if (data := cls.lua(conv.rules[cls.key], protocol)) is not None
+    }
     return out
 
 
