@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.pipeline import ReadStats, read_frames
-from streamdump.analysis.tracker import id_runs
+from streamdump.analysis.state import id_runs
 from streamdump.cli import app
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import SpecError, default_registry, load_spec

@@ -14,9 +14,9 @@ from typing import Any
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, SideState
-from streamdump.analysis.tracker import MAX_IN_FLIGHT, links_of
+from streamdump.analysis.tracker import MAX_IN_FLIGHT
 from streamdump.spec.registry import Protocol
-from streamdump.wire.frame import Frame
+from streamdump.wire.frame import Frame, links_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamdump.analysis.rules import Rule, SpecCheck
-from streamdump.analysis.state import ConnState
-from streamdump.analysis.tracker import named
+from streamdump.analysis.state import ConnState, named
 from streamdump.spec.registry import Protocol, Ref
 from streamdump.wire.frame import Frame
 

@@ -18,11 +18,11 @@ from typing import Any
 from streamdump.dissectors.rabbitmq_stream.osiris import content_of, ids_of
 
 from streamdump.analysis.rules import Rule, SpecCheck
-from streamdump.analysis.state import ConnState, session_name
-from streamdump.analysis.tracker import MAX_IN_FLIGHT, id_runs, int_values, links_of, named
+from streamdump.analysis.state import ConnState, id_runs, named, session_name
+from streamdump.analysis.tracker import MAX_IN_FLIGHT
 from streamdump.spec.registry import Protocol, Ref
-from streamdump.wire.frame import Frame
-from streamdump.wire.paths import path_values
+from streamdump.wire.frame import Frame, links_of
+from streamdump.wire.paths import int_values, path_values
 
 # Places a connection's sent ids went out of order that are kept to be told.
 MAX_DISORDER = 100

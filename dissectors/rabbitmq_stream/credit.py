@@ -14,9 +14,8 @@ from typing import Any
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, session_name
-from streamdump.analysis.tracker import links_of
 from streamdump.spec.registry import Protocol, Ref
-from streamdump.wire.frame import Frame
+from streamdump.wire.frame import Frame, links_of
 
 # Credit at zero for less than this is the normal rhythm of a consumer granting as it goes.
 CREDIT_STALL_S = 1.0

@@ -9,6 +9,7 @@ knows (the user, the negotiated frame size and heartbeat) in `facts`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,3 +143,27 @@ class ConnState:
     def heartbeat(self) -> float:
         """The heartbeat interval the peers negotiated, in seconds (0: none)."""
         return self.facts.get("heartbeat_s") or 0
+
+
+def named(enum: Mapping[int, str], code: int, codes: str = "hex") -> str:
+    """A code as its enum's name and its value: "OK (0x01)", or "code 0x42" when unnamed."""
+    text = f"0x{code:02x}" if codes == "hex" else str(code)
+    name = enum.get(code)
+    return f"{name} ({text})" if name else f"code {text}"
+
+
+# Runs an id list names one by one before it gives up and names the rest by count.
+MAX_RUNS = 8
+
+
+def id_runs(ids: list[int]) -> str:
+    """Sorted ids as their runs: "1..5, 8, 10..12" (a range would hide the gaps)."""
+    runs: list[tuple[int, int]] = []
+    for value in ids:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:MAX_RUNS])
+    more = len(runs) - MAX_RUNS
+    return text + (f" and {more} more run{'s' * (more != 1)}" if more > 0 else "")

@@ -23,13 +23,13 @@ from typing import Any
 
 from streamdump.analysis.endings import Ending, Words, endings
 from streamdump.analysis.rules import Rule, rule_classes
-from streamdump.analysis.state import ConnState, Diagnosis, Request, Seen, Session, SideState, seen
+from streamdump.analysis.sessions import Sessions
+from streamdump.analysis.state import ConnState, Diagnosis, Request, Seen, SideState, named, seen
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.registry import CloseSpec, FieldSpec, Protocol, flat_fields
 from streamdump.wire.findings import FINDINGS
-from streamdump.wire.frame import SEVERITIES, Expert, Frame
+from streamdump.wire.frame import SEVERITIES, Expert, Frame, links_of
 from streamdump.wire.lifecycle import Life
-from streamdump.wire.paths import path_values
 
 # Requests waiting for their answer (and answers waiting for their request) remembered per
 # connection; beyond this they are only counted.
@@ -63,13 +63,6 @@ class Tracker:
         self.first_ts: float | None = None  # of the capture's first frame: time zero of every view
         # A first pass of two: rules keep what frames after a frame tell it (its confirms).
         self.backlinks = False
-        self.session_of: dict[str, list[tuple[str, str]]] = {}  # command -> [(session, role)]
-        for session in conv.sessions.values():
-            self.session_of.setdefault(session.open, []).append((session.name, "open"))
-            if session.close:
-                self.session_of.setdefault(session.close, []).append((session.name, "close"))
-            for user in session.used_by:
-                self.session_of.setdefault(user, []).append((session.name, "use"))
         self.closes = {close.command: close for close in conv.closes}
         self._statuses(protocol)
         self.roles = protocol.wiring.roles
@@ -83,6 +76,7 @@ class Tracker:
         )
         # The command whose items a rule confirms one by one (the statistics' latency table).
         self.confirms: str | None = None
+        self.sessions = Sessions(self)
         self.rules: tuple[Rule, ...] = tuple(
             cls(self, conv.rules[cls.key])
             for cls in rule_classes(dissector_of(protocol))
@@ -171,8 +165,8 @@ class Tracker:
         if (command is not None or orphan) and frame.kind != "unknown":
             self._correlate(conn, frame)
             self._negotiation(conn, side, frame)
-            if command in self.session_of:
-                self._sessions(conn, frame)
+            if command in self.sessions.commands:
+                self.sessions.feed(conn, frame)
             for rule in self.rules_for.get(command, self.rules_every):  # type: ignore[arg-type]
                 rule.feed(conn, frame)
         last = Seen(
@@ -550,68 +544,6 @@ class Tracker:
         key = self.key_text(seen.wire_key)
         return f"{seen.name} (key {key}{version}, {seen.length} bytes, packet {seen.number})"
 
-    # ------------------------------------------------------------------ sessions
-
-    def _sessions(self, conn: ConnState, frame: Frame) -> None:
-        for name, role in self.session_of[frame.command or ""]:
-            spec = self.spec.sessions[name]
-            sid = frame.fields.get(spec.id)
-            if not isinstance(sid, int | str) or isinstance(sid, bool):
-                continue
-            if role in ("open", "close") and frame.kind == "request" and isinstance(sid, int):
-                for rule in self.rules:
-                    rule.session_ended(conn, name, sid)
-            if role == "open" and frame.kind != "response":
-                values = {
-                    k: frame.fields[f]
-                    for k, f in zip(spec.keep_as, spec.keep, strict=True)
-                    if f in frame.fields
-                }
-                conn.sessions[name, sid] = Session(name, sid, frame.number, values)
-                conn.ended.pop((name, sid), None)
-            elif role == "close" and frame.kind != "response":
-                session = conn.sessions.get((name, sid))
-                after = frame.fields.get(spec.close_after) if spec.close_after else None
-                if session is not None and isinstance(after, int) and session.uses < after:
-                    session.limit = after  # it ends after that many uses in all
-                else:
-                    conn.sessions.pop((name, sid), None)
-                    conn.ended[name, sid] = frame.number
-            elif role == "use":
-                session = conn.sessions.get((name, sid))
-                if session is not None:
-                    links = links_of(frame)
-                    links["opened_in"] = session.opened_in
-                    links.update(session.values)
-                    session.uses += 1
-                    if session.limit is not None and session.uses >= session.limit:
-                        conn.sessions.pop((name, sid), None)
-                        conn.ended[name, sid] = frame.number
-                elif spec.unknown and conn.setup_seen:
-                    self._unknown_session(conn, frame, spec, sid)
-
-    def _unknown_session(self, conn: ConnState, frame: Frame, spec: Any, sid: int | str) -> None:
-        ended = conn.ended.get((spec.name, sid))
-        if ended is not None:
-            self.note(
-                conn,
-                frame,
-                "note",
-                "ended_session",
-                f"{frame.name} for a {spec.name} already ended",
-                f"{frame.name} for {spec.name} {spec.id} {sid} after packet {ended} ended it "
-                f"(sent before the {self.server(conn)} read the {spec.close})",
-            )
-            return
-        self.note(
-            conn,
-            frame,
-            "warn",
-            "unknown_session",
-            f"{frame.name} for a {spec.name} never opened",
-            f"{frame.name} for {spec.name} {spec.id} {sid}, which no {spec.open} in the capture opened",
-        )
-
     # ------------------------------------------------------------------ findings
 
     def note(
@@ -668,42 +600,3 @@ def summarise(
         row["count"] += count
         row["first_packet"] = min(row["first_packet"], first)
     return sorted(rows.values(), key=lambda r: (-SEVERITIES.index(r["severity"]), r["first_packet"]))
-
-
-# Runs an id list names one by one before it gives up and names the rest by count.
-MAX_RUNS = 8
-
-
-def id_runs(ids: list[int]) -> str:
-    """Sorted ids as their runs: "1..5, 8, 10..12" (a range would hide the gaps)."""
-    runs: list[tuple[int, int]] = []
-    for value in ids:
-        if runs and value == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], value)
-        else:
-            runs.append((value, value))
-    text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:MAX_RUNS])
-    more = len(runs) - MAX_RUNS
-    return text + (f" and {more} more run{'s' * (more != 1)}" if more > 0 else "")
-
-
-def links_of(frame: Frame) -> dict[str, Any]:
-    """The frame's links, made on first use."""
-    if frame.links is None:
-        frame.links = {}
-    return frame.links
-
-
-def int_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
-    """Every integer a path names."""
-    values = path_values(fields, path)
-    if set(map(type, values)) <= {int}:  # the commonest: ids, nothing to leave out
-        return values
-    return [v for v in values if isinstance(v, int)]
-
-
-def named(enum: Mapping[int, str], code: int, codes: str = "hex") -> str:
-    """A code as its enum's name and its value: "OK (0x01)", or "code 0x42" when unnamed."""
-    text = f"0x{code:02x}" if codes == "hex" else str(code)
-    name = enum.get(code)
-    return f"{name} ({text})" if name else f"code {text}"

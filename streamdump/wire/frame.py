@@ -87,3 +87,10 @@ class Frame:
         if not self.expert:
             return None
         return max((e.severity for e in self.expert), key=SEVERITIES.index)
+
+
+def links_of(frame: Frame) -> dict[str, Any]:
+    """The frame's links, made on first use."""
+    if frame.links is None:
+        frame.links = {}
+    return frame.links

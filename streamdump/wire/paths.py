@@ -28,3 +28,11 @@ def path_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
                 found.append(value)
         level = found
     return level
+
+
+def int_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
+    """Every integer a path names."""
+    values = path_values(fields, path)
+    if set(map(type, values)) <= {int}:  # the commonest: ids, nothing to leave out
+        return values
+    return [v for v in values if isinstance(v, int)]
