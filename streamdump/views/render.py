@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -325,13 +326,23 @@ def _floats_possible(specs: tuple[FieldSpec, ...], protocol: Protocol) -> bool:
 
 def _orjson_default(value: Any) -> Any:
     # Objects with a JSON form of their own: a message per record, an entry... Those whose form
-    # may hold floats give it for a writer that writes floats otherwise than json.dumps.
-    as_json = getattr(value, "as_plain_json", None) or getattr(value, "as_json", None)
-    if as_json is not None:
-        return as_json()
+    # may hold floats give it for a writer that writes floats otherwise than json.dumps. Looked
+    # up once per type: a frame holds hundreds of messages.
+    form = _PLAIN_FORMS.get(type(value))
+    if form is None:
+        kind = type(value)
+        form = getattr(kind, "as_plain_json", None) or getattr(kind, "as_json", None) or _hex_or_refuse
+        _PLAIN_FORMS[kind] = form
+    return form(value)
+
+
+def _hex_or_refuse(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+_PLAIN_FORMS: dict[type, Callable[[Any], Any]] = {}
 
 
 def _json_default(value: Any) -> Any:
