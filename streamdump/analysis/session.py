@@ -277,6 +277,7 @@ class Session:
         self.setup = setup
         self.write = write
         self.kept_packets: set[int] = set()  # with write: the packets of the frames kept
+        self.kept_connections: set[int] = set()  # and their connections, whose opening and end go too
         self.write_error: str | None = None
         self.worst: str | None = None  # the highest severity of what the read found
         self.numbering = numbering
@@ -377,6 +378,7 @@ class Session:
             if kept:
                 if keeping is not None:
                     keeping.update(frame.packets)
+                    self.kept_connections.add(frame.conn)
                 if expand:
                     decoders[frame.protocol].expand(frame)
                 if frame.expert:
@@ -422,7 +424,13 @@ class Session:
     def _write_packets(self, source: Source, spool: _Spool | None) -> None:
         """Copy the packets of the frames kept to the writer, from the file or the spool."""
         assert self.write is not None
-        wanted = self.kept_packets
+        wanted = set(self.kept_packets)
+        # The SYNs, FINs and reset of the connections kept: the file reads back as they were read.
+        for number in self.kept_connections:
+            life = self.stats.lives.get(number)
+            if life is not None:
+                marks = [life.syn, life.syn_ack, life.reset, *life.fins.values()]
+                wanted.update(mark.number for mark in marks if mark is not None)
         last = max(wanted, default=0)
         try:
             if spool is not None:
