@@ -261,4 +261,7 @@ def test_packets_of_a_link_type_not_read_are_named_beside_those_read(tmp_path: P
 def capture_packets(path: Path) -> list[tuple[float, int, bytes]]:
     with path.open("rb") as fh:
         src = capture_module._Exact(fh, str(path))
-        return [(ts, link, bytes(buf)) for ts, link, buf in capture_module._packets(src, str(path), capture_module.Tally())]
+        return [
+            (ts, link, bytes(buf))
+            for ts, link, buf in capture_module._packets(src, str(path), capture_module.Tally())
+        ]
