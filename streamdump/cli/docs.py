@@ -69,7 +69,7 @@ def fields_page() -> str:
         "",
         "Every name `--filter` (`-Y`), `-T fields -e`, `--messages --column` and `stats --by` take, and",
         "the JSON output and the Wireshark plugin use (there with the protocol's prefix:",
-        "`rabbitmq_stream.stream`). A name may carry its protocol's prefix in filters too. Types are",
+        "`<protocol>.stream`). A name may carry its protocol's prefix in filters too. Types are",
         "what a filter compares a value with: `int` (numbers, and the names of enum values), `str`",
         "(quoted text), `bytes` (`de:ad:be:ef`, or quoted text), `bool`, `float`, `any` (a map, a",
         "list or a parsed value: `==`, `contains` and `matches` test what it holds).",
