@@ -303,6 +303,12 @@ def test_decode_reads_tshark_x_of_a_real_packet() -> None:
     assert "PeerProperties request 0x0011 corr=1" in out and "TCP payload" in err
 
 
+def test_Y_on_decode() -> None:
+    two = [DELETE_PUBLISHER, "0000000a80060001000000070001"]
+    code, out, _ = run("decode", *two, "--brief", "-Y", 'kind == "response"')
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["2"]
+
+
 def test_decode_says_when_no_protocol_reads_the_bytes() -> None:
     code, out, err = run("decode", "0000")
     assert code == 1 and out == ""

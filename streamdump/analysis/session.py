@@ -481,12 +481,15 @@ class Session:
 
     def _hex(self, source: HexBytes) -> Iterator[Frame]:
         number = 0
+        selection = self.setup.selection
         for piece in source.pieces:
             frames, notes = best(piece, self.setup.decoders)
             self.hex_notes += notes
             for frame in frames:
                 number += 1
                 frame.number = number
+                if selection is not None and not selection(frame):
+                    continue
                 if self.setup.options.expand_kept:
                     self.setup.decoders[frame.protocol].expand(frame)
                 if frame.expert:

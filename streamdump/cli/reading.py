@@ -244,13 +244,14 @@ def decode(
     field: FieldOpt = None,
     fields_option: FieldsOptionOpt = None,
     hex_dump: HexOpt = False,
+    filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     fail_on: FailOnOpt = None,
 ) -> None:
     """Decode frames given as hex, as pasted from logs, tshark -x, Wireshark or xxd: by the protocol
     that reads them (or --protocol's); says so when none does."""
-    setup = prepare(protocol, None, None, limit, fail_on=fail_on)
+    setup = prepare(protocol, None, None, limit, filter_text, fail_on=fail_on)
     shown = display(setup, fmt, detail=detail, hex_dump=hex_dump, fields=field, fields_options=fields_option)
     text = sys.stdin.read() if hexdump == ["-"] else "\n".join(hexdump)
     try:
@@ -263,7 +264,7 @@ def decode(
     frames = list(session.frames(HexBytes(dump.data, dump.pieces)))
     for note in session.hex_notes:
         finding("note", note)
-    if not protocol and not decodable(frames):
+    if not protocol and filter_text is None and not decodable(frames):
         raise fail(
             f"no protocol reads these {len(dump.data)} bytes ({session.hex_tried}); "
             "give --protocol to see what one makes of them",
