@@ -1533,9 +1533,16 @@ local function bad(field, offset, text)
   error({ bad = true, field = field, offset = offset, text = text }, 0)
 end
 
+local function short_detail(err)
+  -- a count said after the name, "(3 entries)", stays as it is
+  local name, counted = err.field:match("^(.-)( %(.*)$")
+  if not name then name, counted = err.field, "" end
+  return string.format("%s needs %d bytes at offset %d, %d left",
+    struct_title(name) .. counted, err.need, err.offset, math.max(err.have, 0))
+end
+
 local function short_message(err)
-  return string.format("frame too short: %s needs %d bytes at offset %d, %d left",
-    err.field, err.need, err.offset, math.max(err.have, 0))
+  return "frame too short: " .. short_detail(err)
 end
 
 -- kind: a kind of finding of SPEC.experts (the decoder's: malformed, undecoded, api_error).
@@ -2584,7 +2591,8 @@ local function read_protobuf(spec, tvb, pos, len, tree, ctx, name)
   local ok, value = pcall(read_pb_struct, spec.struct, raw, tvb, pos)
   if not ok then
     if value ~= PB_BAD then error(value, 0) end
-    note(ctx, "warn", "malformed", string.format("%s is not a protobuf %s: truncated or corrupt", name, spec.struct))
+    note(ctx, "warn", "malformed", string.format("%s is not a protobuf %s: truncated or corrupt",
+      struct_title(name), struct_title(spec.struct)))
     if tree then tree:add(F[name] or F.payload, tvb(pos, len)) end
     return { pos = pos, len = len, tvb = tvb }
   end
@@ -2766,7 +2774,7 @@ local function checks(spec, value, out, range, ctx)
   if spec.const ~= nil then
     local want = spec.const
     if type(want) == "number" and value ~= want then
-      note(ctx, "error", "malformed", string.format("%s is 0x%x, expected 0x%x", spec.name, value, want))
+      note(ctx, "error", "malformed", string.format("%s is 0x%x, expected 0x%x", struct_title(spec.name), value, want))
     end
   end
   if spec.bits and type(value) == "number" then
@@ -2870,8 +2878,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
           local want = spec.const:gsub("..", function(h) return string.char(tonumber(h, 16)) end)
           local got = value.len > 0 and tvb:raw(value.pos, value.len) or ""
           if got ~= want then
-            note(ctx, "error", "malformed", string.format("%s is %s, expected %s", spec.name,
-              py_repr(got, true), py_repr(want, true)))
+            note(ctx, "error", "malformed", string.format("%s is 0x%s, expected 0x%s", struct_title(spec.name),
+              Struct.tohex(got, true), Struct.tohex(want, true)))
           end
         end
         local hook = spec.hook and HOOKS[spec.hook]
@@ -3105,7 +3113,7 @@ local function decode_frame(tvb, tree, lookup, lite)
   local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, probe_ctx)
   if not ok then
     if type(result) == "table" and (result.short or result.bad) then
-      local what = result.short and short_message(result) or result.text
+      local what = result.short and short_detail(result) or result.text
       note(ctx, "error", "malformed", "frame too short for a header: " .. what)
       -- The key field, when it came before what was short, still names the frame (as Python's).
       local wire_key = probe[FRAME.key]

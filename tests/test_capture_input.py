@@ -200,7 +200,7 @@ def test_pcap_records_match_dpkt_whatever_the_read_size(
             expected = [(float(ts), bytes(buf)) for ts, buf in dpkt.pcap.Reader(fh)]
         with path.open("rb") as fh:
             src = capture._Exact(fh, str(path))
-            got = [(ts, bytes(buf)) for ts, _link, buf in capture._packets(src, str(path))]
+            got = [(ts, bytes(buf)) for ts, _link, buf in capture._packets(src, str(path), capture.Tally())]
         assert got == expected, path.name
 
 
@@ -253,7 +253,7 @@ def test_packets_of_a_link_type_not_read_are_named_beside_those_read(tmp_path: P
     assert len(result.stdout.splitlines()) == len(whole.stdout.splitlines())
     (line,) = [ln for ln in result.stderr.splitlines() if "link type" in ln]
     assert line == (
-        "streamdump: warn: packet 1: link type 147 (1 packet) not read: streamdump reads "
+        "[warn] packet 1: link type 147 (1 packet) not read: streamdump reads "
         "Ethernet, Linux cooked (SLL and SLL2), raw IP, and BSD and OpenBSD loopback"
     )
 
@@ -261,4 +261,7 @@ def test_packets_of_a_link_type_not_read_are_named_beside_those_read(tmp_path: P
 def capture_packets(path: Path) -> list[tuple[float, int, bytes]]:
     with path.open("rb") as fh:
         src = capture_module._Exact(fh, str(path))
-        return [(ts, link, bytes(buf)) for ts, link, buf in capture_module._packets(src, str(path))]
+        return [
+            (ts, link, bytes(buf))
+            for ts, link, buf in capture_module._packets(src, str(path), capture_module.Tally())
+        ]

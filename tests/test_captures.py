@@ -19,7 +19,7 @@ from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.analysis.session import CaptureFile, Options
 from streamdump.cli import app
 from streamdump.spec.decoder import Decoder
-from streamdump.views.output import Format, Views, write_frames
+from streamdump.views.output import Display, Format, Views, write_frames
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
 VIEWS = {
@@ -50,7 +50,7 @@ EXPECTED_DECODER_NOTES = {
     # The client reset the connection half way through a Publish frame.
     "reset_mid_frame.pcap": [
         (24, "Publish", "error", "incomplete frame (1016 of 2033 bytes): the connection was reset"),
-        (24, "Publish", "error", "frame too short: entry needs 2008 bytes at offset 25, 991 left"),
+        (24, "Publish", "error", "frame too short: Entry needs 2008 bytes at offset 25, 991 left"),
     ],
 }
 
@@ -143,7 +143,7 @@ def render(path: Path, options: Options, view: str) -> str:
     out = io.StringIO()
     fmt, detail, messages = VIEWS[view]
     frames = session.frames(CaptureFile(path))
-    write_frames(frames, Views(setup.decoders), fmt, detail, out, messages, lambda: session.first_ts)
+    write_frames(frames, Views(setup.decoders), Display(fmt, detail, messages), out, lambda: session.first_ts)
     return out.getvalue()
 
 

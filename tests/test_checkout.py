@@ -56,7 +56,7 @@ def test_python_m_runs_from_a_fresh_clone(clone: Path) -> None:
         cwd=clone, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "Connect command CONNECT name=orders-service" in proc.stdout
+    assert "Connect command name=orders-service" in proc.stdout
 
 
 def test_spark_runs_from_inside_a_clone_after_pip_install(clone: Path, tmp_path: Path) -> None:

@@ -45,7 +45,14 @@ def test_python_dash_m_decodes_the_issue_example() -> None:
 
 def test_decode_views() -> None:
     code, out, _ = run("decode", "00 00 00 09 00 06 00 01 00 00 00 07 01", "--brief")
-    assert code == 0 and out.split()[2:] == ["DeletePublisher", "request", "0x0006", "corr=7", "pub=1"]
+    assert code == 0 and out.split()[2:] == [
+        "RMQS",
+        "DeletePublisher",
+        "request",
+        "0x0006",
+        "corr=7",
+        "pub=1",
+    ]
     code, out, _ = run("decode", "0x00000009000600010000000701", "--format", "jsonl")
     obj = json.loads(out)
     assert obj["command"] == "DeletePublisher" and obj["fields"] == {"correlation_id": 7, "publisher_id": 1}
@@ -71,10 +78,11 @@ def test_read_default_line_view() -> None:
     code, out, err = run("read", str(CAPTURES / "session.pcap"))
     assert code == 0 and err == ""
     first = out.splitlines()[0].split()
+    # Wireshark's time: packet 4 comes 0.001115 s after the capture's first packet (the handshake's).
     assert (
-        first[1] == "0.000000"
+        first[1] == "0.001115"
         and first[3] == "→"
-        and first[5:] == ["PeerProperties", "request", "0x0011", "corr=1"]
+        and first[5:] == ["RMQS", "PeerProperties", "request", "0x0011", "corr=1"]
     )
 
 
@@ -145,7 +153,7 @@ def test_other_port_traffic_is_an_empty_result(tmp_path: Path) -> None:
     code, out, err = run("read", str(other))
     assert code == 0 and out == ""
     line = err.strip()
-    assert line.startswith("streamdump: no frames of ") and "in 1 packets" in line
+    assert line.startswith("[note] no frames of ") and "in 1 packets" in line
     assert "RabbitMQ Streams on 5552" in line and "NATS on 4222" in line
     assert "--port" in line and "--decode-as" in line and "\n" not in line
 
@@ -181,10 +189,11 @@ def test_extra_port_and_raw_ip_link(tmp_path: Path) -> None:
     assert code == 2 and "--port" in err
 
 
-def test_unknown_protocol() -> None:
-    code, _, err = run("decode", "00", "--protocol", "kafka")
-    assert code == 1
-    one_line_error(err, "unknown protocol 'kafka'")
+@pytest.mark.parametrize("command", [["decode", "00"], ["read", str(CAPTURES / "session.pcap")]])
+def test_unknown_protocol_is_a_usage_error(command: list[str]) -> None:
+    code, out, err = run(*command, "--protocol", "kafka")
+    assert code == 2 and out == ""
+    one_line_error(err, "--protocol kafka: unknown protocol (known: eventmesh, liftbridge, nats,")
 
 
 def test_messages_view_lists_every_message_with_its_stream() -> None:
@@ -212,17 +221,17 @@ def test_messages_view_does_not_combine_with_other_views() -> None:
 
 REFUSALS = {
     # capture: the one line a user gets on stderr after the frames, naming the packet
-    "auth_failure.pcap": "streamdump: error: packet 11: authentication failed: the broker answered "
+    "auth_failure.pcap": "[error] packet 11: authentication failed: the broker answered "
     "SaslAuthenticate (PLAIN, user 'guest', packet 10) with Authentication failure (0x08)",
-    "wrong_vhost.pcap": "streamdump: error: packet 17: Open for virtual host 'streamdump-no-such-vhost' "
+    "wrong_vhost.pcap": "[error] packet 17: Open for virtual host 'streamdump-no-such-vhost' "
     "(packet 15) failed: Virtual host access failure (0x0c)",
-    "unknown_command.pcap": "streamdump: error: packet 19: the broker closed the connection: Unknown frame "
+    "unknown_command.pcap": "[error] packet 19: the broker closed the connection: Unknown frame "
     "(0x0d) 'unknown frame'; the client's last frame before it was ExchangeCommandVersions (key 0x001b, "
     "version 1, 34 bytes, packet 18): the broker does not know this command key or version",
-    "unsupported_version.pcap": "streamdump: error: packet 19: the broker closed the connection: Unknown "
+    "unsupported_version.pcap": "[error] packet 19: the broker closed the connection: Unknown "
     "frame (0x0d) 'unknown frame'; the client's last frame before it was Metadata (key 0x000f, version 2, "
     "36 bytes, packet 18): the broker does not know this command key or version",
-    "deleted_stream.pcap": "streamdump: warn: packet 33: 2 messages of publisher 1 (stream "
+    "deleted_stream.pcap": "[warn] packet 33: 2 messages of publisher 1 (stream "
     "'streamdump-deleted') refused: Publisher does not exist (0x12); at packet 30 the broker had announced "
     "stream 'streamdump-deleted': Stream not available (0x06)",
 }
@@ -354,10 +363,10 @@ def test_follow_puts_responses_beside_requests() -> None:
 def test_follow_picks_one_connection() -> None:
     code, out, _ = run("follow", str(CAPTURES / "session.pcap"), "--connection", "1")
     assert code == 0 and out.startswith("Connection 1:")
-    code, out, err = run("follow", str(CAPTURES / "session.pcap"), "-c", "2")
+    code, out, err = run("follow", str(CAPTURES / "session.pcap"), "--connection", "2")
     assert code == 1 and out == ""
     one_line_error(err, "no connection 2")
-    code, _, err = run("follow", str(CAPTURES / "session.pcap"), "-c", "0")
+    code, _, err = run("follow", str(CAPTURES / "session.pcap"), "--connection", "0")
     assert code == 2
 
 
@@ -391,19 +400,18 @@ def test_the_note_on_unreassembled_fragments_names_their_first_packet() -> None:
     capture = ROOT / "captures/rabbitmq_stream/pathological/session.ipfrag.pcap"
     code, _, stderr = run("read", str(capture))
     assert code == 0
-    assert "streamdump: note: packet 30: 7 IP fragments were not reassembled" in stderr, stderr
+    assert "[note] packet 30: 7 IP fragments were not reassembled" in stderr, stderr
 
 
 @pytest.mark.parametrize(
     ("args", "text"),
     [
         (
-            ["follow", "-c", "abc", "captures/rabbitmq_stream/session.pcap"],
+            ["follow", "--connection", "abc", "captures/rabbitmq_stream/session.pcap"],
             "Invalid value for '--connection'",
         ),
         (["read", "--no-such-option", "x.pcap"], "No such option: --no-such-option"),
         (["frobnicate"], "No such command 'frobnicate'"),
-        (["read"], "Missing argument 'file'"),
     ],
 )
 def test_a_command_line_typer_refuses_gets_one_line(args: list[str], text: str) -> None:
@@ -413,6 +421,15 @@ def test_a_command_line_typer_refuses_gets_one_line(args: list[str], text: str) 
     assert proc.returncode == 2 and proc.stdout == ""
     one_line_error(proc.stderr, text)
     assert "--help)" in proc.stderr and "╭" not in proc.stderr
+
+
+def test_read_without_a_capture_is_a_usage_error() -> None:
+    code, out, err = run("read")
+    assert code == 2 and out == ""
+    one_line_error(err, "which capture? give a file (or -r FILE")
+    code, out, err = run("read", "a.pcap", "-r", "b.pcap")
+    assert code == 2 and out == ""
+    one_line_error(err, "give the capture once")
 
 
 def test_stats_filter_reaches_the_connection_totals_and_the_findings() -> None:

@@ -22,7 +22,7 @@ from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 
 NULL_NOTE = (
-    "AMQP 1.0 message: application_properties 'i' is null: no value crossed the wire "
+    "AMQP 1.0 message: application properties 'i' is null: no value crossed the wire "
     "(a client that cannot encode a value's type may write null)"
 )
 
@@ -37,7 +37,7 @@ def test_a_null_among_the_values_an_application_fills() -> None:
     ]
     found = notes_of([("message_annotations", {"x-opt": None, 7: None}), ("data", b"x")])
     named = [n.split(" is null")[0] for n in found]
-    assert named == ["message_annotations 'x-opt'", "message_annotations '7'"]
+    assert named == ["message annotations 'x-opt'", "message annotations '7'"]
     # Properties and header write absent fields as nulls: that is not a lost value.
     plain = [("properties", {"message_id": "m"}), ("application_properties", {"i": 1}), ("data", b"x")]
     assert notes_of(plain) == []
@@ -98,7 +98,7 @@ def test_the_plugin_words_the_notes_alike(tmp_path: Path) -> None:
             "AMQP 1.0 message: content_type 'application/json' says JSON, but the body does not parse "
             "as JSON",
             "AMQP 1.0 message: content_type 'text/plain' says text, but the body is not UTF-8",
-            "AMQP 1.0 message: application_properties 'tenant' is null: no value crossed the wire "
+            "AMQP 1.0 message: application properties 'tenant' is null: no value crossed the wire "
             "(a client that cannot encode a value's type may write null)",
         ]
     )

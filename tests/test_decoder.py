@@ -63,7 +63,7 @@ def test_truncated_frame_keeps_what_was_decoded(decoder: Decoder) -> None:
     frame = decoder.decode(cut)
     assert frame.fields == {"correlation_id": 3, "publisher_id": 2, "publisher_reference": "ref"}
     messages = [e.message for e in frame.expert if e.severity == "error"]
-    assert any("stream needs 6 bytes" in m for m in messages), messages
+    assert any("Stream needs 6 bytes" in m for m in messages), messages
     # A frame whose own size is short of its layout is also reported, not raised.
     reframed = struct.pack(">I", len(cut) - 4) + cut[4:]
     short = decoder.decode(reframed)
@@ -76,7 +76,7 @@ def test_partial_array_is_kept(decoder: Decoder) -> None:
     frame = decoder.decode(struct.pack(">I", len(wire) - 4 - 4) + wire[4:-4])
     assert frame.fields["publisher_id"] == 1
     assert frame.expert and frame.expert[0].severity == "error"
-    assert "publishing_ids (3 entries)" in frame.expert[0].message
+    assert "Publishing IDs (3 entries)" in frame.expert[0].message
 
 
 def test_trailing_bytes_are_a_warning_not_data(decoder: Decoder) -> None:
@@ -102,7 +102,7 @@ def test_negative_length_and_huge_count(decoder: Decoder) -> None:
     neg = decoder.decode(bytes.fromhex("0000000a000e000100000001fffe"))
     assert neg.expert[0].message == "stream has negative length -2"
     huge = decoder.decode(bytes.fromhex("0000000c000f0001000000017fffffff"))
-    assert "streams (2147483647 entries)" in huge.expert[0].message
+    assert "Streams (2147483647 entries)" in huge.expert[0].message
 
 
 def test_invalid_utf8_is_flagged(decoder: Decoder) -> None:

@@ -161,7 +161,7 @@ def test_a_protocol_without_a_close_command_ends_with_tcp(tmp_path: Path) -> Non
 
 
 def test_follow_shows_the_end_as_rows() -> None:
-    result = CliRunner().invoke(app, ["follow", str(CAPTURES / "client_crash.pcap"), "-c", "5"])
+    result = CliRunner().invoke(app, ["follow", str(CAPTURES / "client_crash.pcap"), "--connection", "5"])
     assert result.exit_code == 0, result.output
     last = result.stdout.rstrip().splitlines()[-1].split()
     assert last[0] == "187" and last[-1] == "[RST]"

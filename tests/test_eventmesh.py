@@ -252,7 +252,7 @@ GARBAGE = [
     (MAGIC + struct.pack(">ii", 21, 8) + b'{"cmd":[', "header is not JSON"),
     (
         MAGIC + struct.pack(">ii", 25, 200) + b'{"cmd":"HELLO_REQUEST"}',
-        "header needs 200 bytes at offset 21, 23 left",
+        "Header needs 200 bytes at offset 21, 23 left",
     ),
     (b"GET / HTTP/1.1\r\n\r\n", "18 bytes from seq 184 passed over"),
 ]

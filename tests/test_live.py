@@ -106,7 +106,7 @@ def test_fresh_compression_decodes_to_what_the_client_sent(tmp_path: Path, decod
     frames = [decoder.expand(f) for f in decode(tmp_path / "compression.pcap", decoder)]
     # The scenario sends an application property "null" set to null on purpose (every AMQP type):
     # its content note, on its Publish and its Deliver, is the only one.
-    null = "AMQP 1.0 message: application_properties 'null' is null"
+    null = "AMQP 1.0 message: application properties 'null' is null"
     notes = [(f.name, e.message.startswith(null)) for f in frames for e in f.expert]
     assert notes == [("Publish", True), ("Deliver", True)]
 

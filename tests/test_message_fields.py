@@ -203,10 +203,12 @@ def test_messages_column_shows_each_messages_value() -> None:
             "--by content_typ: no field of that name (did you mean content_type",
         ),
         (
-            ("read", "--messages", "-e", "mesage_id"),
+            ("read", "--messages", "--column", "mesage_id"),
             "--column mesage_id: no field of that name (did you mean",
         ),
-        (("read", "-e", "message_id"), "--column names values --messages lines show; add --messages"),
+        (("read", "-e", "mesage_id"), "-e mesage_id: no field of that name (did you mean"),
+        (("read", "--column", "message_id"), "--column names values --messages lines show; add --messages"),
+        (("read", "-T", "json", "-e", "message_id"), "-e names the columns of -T fields, not of -T json"),
         (
             ("stats", "--by", "content_type == 1"),
             "--by content_type == 1: give a field name, not an expression",
@@ -220,7 +222,11 @@ def test_unknown_or_misplaced_names_are_refused_in_one_line(args: tuple[str, ...
 
 
 def test_a_name_may_carry_its_protocols_prefix() -> None:
-    plain = streamdump("read", str(CAPTURE), "--messages", "-e", "message_id")
-    prefixed = streamdump("read", str(CAPTURE), "--messages", "-e", "rabbitmq_stream.message_id")
+    plain = streamdump("read", str(CAPTURE), "--messages", "--column", "message_id")
+    prefixed = streamdump("read", str(CAPTURE), "--messages", "--column", "rabbitmq_stream.message_id")
     assert prefixed.returncode == 0 and prefixed.stdout == plain.stdout
     assert "message_id=cmp-1" in plain.stdout
+    # -e is tshark's: the field's values alone, a row per message with --messages.
+    rows = streamdump("read", str(CAPTURE), "--messages", "-e", "message_id").stdout.splitlines()
+    prefixed_rows = streamdump("read", str(CAPTURE), "--messages", "-e", "rabbitmq_stream.message_id")
+    assert prefixed_rows.stdout.splitlines() == rows and "cmp-1" in rows

@@ -204,7 +204,7 @@ def test_envelope_trouble_each_gets_its_note() -> None:
     cases = {
         good[:8] + bytes([good[8] ^ 1]) + good[9:]: "CRC-32C mismatch",
         good[:5] + bytes([6]) + good[6:]: "header length 6 is shorter than the header (12 bytes)",
-        envelope("Publish", {"stream": "orders", "value": b"cut off"})[:-4]: "not a protobuf lb_message",
+        envelope("Publish", {"stream": "orders", "value": b"cut off"})[:-4]: "not a protobuf Lb Message",
         bytes.fromhex("b90e43b4") + bytes([0, 8, 0, 99]): "unknown command key 99",
         bytes.fromhex("b90e43b4") + bytes([0, 12, 1, 0, 0]): "frame too short for a header",
     }  # fmt: skip
@@ -264,12 +264,12 @@ def test_frames_are_found_in_any_segmentation(cuts: list[int]) -> None:
     ("garbage", "says"),
     [
         (b"HELLO WORLD\r\n", "unknown command key HELLO"),
-        (b"PUB orders.a 3\r\nhello\r\n", "data_end is b'lo', expected b'\\r\\n'"),
+        (b"PUB orders.a 3\r\nhello\r\n", "Data End is 0x6c6f, expected 0x0d0a"),
         (b"PUB orders.a x\r\n", "payload_size 'x' is not a number"),
         (b"PUB\r\n", "pub: 0 words where subject [reply_to] payload_size are expected"),
         (b"UNSUB 1 2 3\r\n", "unsub: 1 words more than expected"),
         (b"UNSUB 1 99999999999\r\n", "max_msgs '99999999999' is out of range for uint32"),
-        (b"HPUB a  9 4\r\nNATS/1.0\r\n\r\n\r\n", "headers needs 9 bytes"),
+        (b"HPUB a  9 4\r\nNATS/1.0\r\n\r\n\r\n", "Headers needs 9 bytes"),
     ],
 )
 def test_garbage_gets_its_note_and_the_next_line_is_read(garbage: bytes, says: str) -> None:
@@ -340,10 +340,10 @@ def test_subscriptions_requests_pings_and_limits_in_plain_words() -> None:
     )
     assert "Message for subscription sid 7, which no Subscribe in the capture opened" in said
     assert any("with status 503: no one is subscribed to its subject (no responders)" in m for m in said)
-    assert "Publish payload_size 65 exceeds the max_payload of 64 the server announced at packet 4" in said
+    assert "Publish payload size 65 exceeds the max_payload of 64 the server announced at packet 4" in said
     # An HPUB is bounded by its headers and payload together, as the server counts it.
     assert (
-        "HeadersPublish total_size 70 exceeds the max_payload of 64 the server announced at packet 4" in said
+        "HeadersPublish total size 70 exceeds the max_payload of 64 the server announced at packet 4" in said
     )
     assert any(
         m.startswith(
@@ -578,7 +578,7 @@ def test_text_that_is_not_utf_8_reads_the_same_in_both_twins(tmp_path: Path) -> 
         found = list(differences(path, tmp_path, REGISTRY.get(name)))
         assert not found, "\n\n".join(found[:5])
     lb = LIFTBRIDGE.decode(not_utf8)
-    assert [e.message for e in lb.expert] == ["message is not a protobuf lb_message: truncated or corrupt"]
+    assert [e.message for e in lb.expert] == ["Message is not a protobuf Lb Message: truncated or corrupt"]
 
 
 def test_a_ping_right_after_garbage_is_read_when_it_arrives() -> None:

@@ -173,8 +173,8 @@ def test_tables_open_in_pandas_and_pyarrow_with_the_documented_columns(runs: dic
     from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
     from streamdump.spec.registry import default_registry
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### The tables") :]
+    readme = (ROOT / "docs" / "spark.md").read_text()
+    section = readme[readme.index("## The tables") :]
     tables = Tables(default_registry().protocols.values())
     out: Path = runs["all"].out
     for name in ("frames", "messages", "exchanges", "expert", "gaps"):
@@ -188,7 +188,7 @@ def test_tables_open_in_pandas_and_pyarrow_with_the_documented_columns(runs: dic
         )
         assert columns == expected
         for column in columns:
-            assert f"`{column}`" in section, f"README does not document {name}.{column}"
+            assert f"`{column}`" in section, f"docs/spark.md does not document {name}.{column}"
         assert len(frame) == runs["all"].outcome.rows[name]
     assert runs["all"].outcome.rows["frames"] > 3000
 

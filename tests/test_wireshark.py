@@ -648,7 +648,7 @@ def test_tshark_and_streamdump_agree_on_damage(flavour: str, tmp_path: Path, pro
         "2 bytes after the last field",
         "arguments has negative count -5",
         "stream is not valid UTF-8",
-        "frame too short: messages (5 entries)",
+        "frame too short: Messages (5 entries)",
         "Metadata version 9 is not in the registry",
     ):
         assert meant in notes, f"the damage capture lacks {meant!r}: {notes}"

@@ -27,7 +27,7 @@ do
           local announced, value = found[i], f.fields[bounds]
           if announced and is_number(value) and value > announced[1] then
             tnote(f, "error", "over_limit", string.format("%s %s %d exceeds the %s of %d the %s announced at packet %d",
-              f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), bounds, value,
+              f.command or string.format("Unknown(%s)", f.key_text or key_text(f.key)), (bounds:gsub("_", " ")), value,
               announced[3], announced[1], server_of(conn), announced[2]))
           end
         end

@@ -73,12 +73,13 @@ class Limits(Rule):
             limit, number, announced = found
             if value > limit:
                 server = self.tracker.server(conn)
+                words = bounds.replace("_", " ")  # the field as words: "payload size"
                 self.tracker.note(
                     conn,
                     frame,
                     "error",
                     "over_limit",
-                    f"{bounds} over the {announced} the {server} announced",
-                    f"{frame.name} {bounds} {value} exceeds the {announced} of {limit} the "
+                    f"{words} over the {announced} the {server} announced",
+                    f"{frame.name} {words} {value} exceeds the {announced} of {limit} the "
                     f"{server} announced at packet {number}",
                 )

@@ -314,7 +314,7 @@ function AMQPV.content_notes(btvb, sections, ctx)
           if pair[2].t == "null" then
             note(ctx, "note", "content", string.format(
               "AMQP 1.0 message: %s '%s' is null: no value crossed the wire (a client that cannot encode a value's type may write null)",
-              names[s.code], AMQPV.text(pair[1])))
+              (names[s.code]:gsub("_", " ")), AMQPV.text(pair[1])))
           end
         end
       elseif ok and value.t == "list" and s.code == 0x73 then

@@ -499,7 +499,7 @@ class _Parser:
             bytes_rx = re.compile(tok.value.encode("utf-8", "surrogateescape")) if kind != "str" else None
         except (re.error, OverflowError, RecursionError, UnicodeEncodeError) as exc:
             raise self.error(f"bad regular expression: {exc}", tok.pos) from None
-        return partial(_matches, text_rx, bytes_rx)
+        return _inside(partial(_matches, text_rx, bytes_rx))
 
 
 def _plain(value: Any) -> Any:
@@ -511,12 +511,12 @@ def _predicate(kind: str, op: str, lit: Any) -> Pred:
     """One value against a literal that compile time already converted to the field's type."""
     if op in ("==", "!="):
         if kind in ("bytes", "any"):
-            return lambda v: _plain(v) == lit
+            return _inside(lambda v: _plain(v) == lit)
         return partial(operator.eq, lit)
     if op == "contains":
         if isinstance(lit, str):
-            return lambda v: isinstance(v, str) and lit in v
-        return lambda v: isinstance(v, _BYTES_LIKE) and lit in _plain(v)
+            return _inside(lambda v: isinstance(v, str) and lit in v)
+        return _inside(lambda v: isinstance(v, _BYTES_LIKE) and lit in _plain(v))
     cmp = _ORDER[op]
     if kind in ("int", "float"):
         return lambda v: isinstance(v, _NUMBERS) and cmp(v, lit)
@@ -525,6 +525,43 @@ def _predicate(kind: str, op: str, lit: Any) -> Pred:
     if kind == "bytes":
         return lambda v: isinstance(v, _BYTES_LIKE) and cmp(_plain(v), lit)
     return partial(_ordered, cmp, lit)
+
+
+# A value that holds others (a message body's map or list): ==, contains and matches test what
+# it holds, the keys of maps too, as deep as it goes.
+_CONTAINERS = (dict, list, tuple)
+
+
+def _inside(pred: Pred) -> Pred:
+    """pred, applied to a map's or a list's keys and values (at any depth) instead of to it."""
+
+    def test(value: Any) -> bool:
+        if not isinstance(value, _CONTAINERS):
+            return pred(value)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    if isinstance(key, _CONTAINERS):
+                        stack.append(key)
+                    elif pred(key):
+                        return True
+                    if isinstance(inner, _CONTAINERS):
+                        stack.append(inner)
+                    elif pred(inner):
+                        return True
+            elif isinstance(item, _CONTAINERS):
+                for inner in item:
+                    if isinstance(inner, _CONTAINERS):
+                        stack.append(inner)
+                    elif pred(inner):
+                        return True
+            elif pred(item):
+                return True
+        return False
+
+    return test
 
 
 def _ordered(cmp: Callable[[Any, Any], bool], lit: Any, value: Any) -> bool:

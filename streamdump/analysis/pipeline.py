@@ -12,7 +12,8 @@ order it happened; a caller may drain that list as it goes to keep memory flat.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import copy
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,9 @@ HELD_CHECK_BYTES = 8 << 20
 # once, and how many of their segments with bytes each gets before it is given up.
 WATCHED = 4096
 WATCHED_SEGMENTS = 4
+# Segments remembered per direction to say which packets made a frame: those of the bytes the
+# framer holds; past this many, the oldest are forgotten (a frame then names its later packets).
+SPANS_KEPT = 1 << 16
 # What ended a connection, as the framer words it for a frame it cut, and as its Life records it.
 ENDINGS = {"the connection closed": CLOSED, "the connection was reset": RESET, "the port was reused": REUSED}
 
@@ -105,6 +109,25 @@ class Side:
     # (the piece, its packet number, its time).
     waiting: tuple[Piece, int, float] | None = None
     conn: int = 0  # the connection's number
+    # (start, end, packet) of the segments whose bytes the framer has not cut into pieces yet.
+    spans: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=SPANS_KEPT))
+    passed_packets: tuple[int, ...] = ()  # the packets of the bytes waiting in `waiting`
+
+    def packets(self, start: int, end: int) -> tuple[int, ...]:
+        """The packets that carried bytes in [start, end); those before end are forgotten (the
+        framer hands on pieces in stream order)."""
+        spans = self.spans
+        while spans and spans[0][1] <= start:
+            spans.popleft()
+        found = []
+        for first, last, number in spans:
+            if first >= end:
+                break
+            if last > start and (not found or found[-1] != number):
+                found.append(number)
+        while spans and spans[0][1] <= end:
+            spans.popleft()
+        return tuple(found)
 
     @property
     def where(self) -> str:
@@ -220,6 +243,16 @@ class Dissection:
         dissection.magic = []
         return dissection
 
+    def extended(self, ports: Mapping[int, str], guess: Iterable[int]) -> Dissection:
+        """A copy that also decodes these ports: as these protocols, or by each connection's first
+        frame (ports it already names keep their protocol)."""
+        other = copy.copy(self)
+        other.ports = dict(self.ports)
+        for port, name in ports.items():
+            other.ports.setdefault(port, self.runtimes[name])
+        other.guess = (self.guess | frozenset(guess)) - other.ports.keys()
+        return other
+
     def server_ports(self) -> dict[str, list[int]]:
         """Ports each protocol is decoded on, for messages to the user."""
         out: dict[str, list[int]] = {}
@@ -285,6 +318,12 @@ class Reader:
         self.held_limit = runtimes[0].decoder.limits.buffered if runtimes else DEFAULT_LIMITS.buffered
         self.fed = 0
 
+    def adopt(self, dissection: Dissection) -> None:
+        """Decode with this dissection from now on (one that names more ports)."""
+        self.dissection = dissection
+        self.ports = dissection.ports
+        self.watching = bool(dissection.magic or dissection.guess)
+
     # ------------------------------------------------------------------ input
 
     def feed(self, seg: Segment) -> Iterator[Frame]:
@@ -326,6 +365,9 @@ class Reader:
                 yield from self._events(conn, other, events, seg)
         was_new = side.stream.next is None
         events = side.stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number)
+        if seg.payload and side.stream.next is not None:
+            start = side.stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
+            side.spans.append((start, start + len(seg.payload), seg.number))
         if was_new and not side.stream.syn_seen and side.stream.next is not None:
             self._notice(
                 "note",
@@ -541,7 +583,9 @@ class Reader:
                 waiting, side.waiting = side.waiting, None
                 yield from self._passed_over(side, conn, *waiting, after=frame)
             if piece.kind == "skipped":
-                if piece.islands:
+                carried_by = side.packets(piece.pos, piece.pos + piece.length)
+                if piece.islands:  # the tail of a frame may be in them: it came in these packets
+                    side.passed_packets = carried_by
                     side.waiting = (piece, number, ts)
                 else:
                     yield from self._passed_over(side, conn, piece, number, ts)
@@ -556,7 +600,9 @@ class Reader:
             yield frame
             carried = self.dissection.carried.get(frame.protocol)
             if carried and frame.incomplete is None:
-                yield from carried_frames(frame, carried)
+                for inner in carried_frames(frame, carried):
+                    inner.packets = frame.packets
+                    yield inner
 
     def _passed_over(
         self, side: Side, conn: Connection, piece: Piece, number: int, ts: float, after: Frame | None = None
@@ -578,6 +624,7 @@ class Reader:
             length=piece.length,
         )
         if orphan is not None:
+            orphan.packets, side.passed_packets = side.passed_packets, ()
             orphan.number = number
             orphan.conn, orphan.from_client = conn.number, side is conn.to_server
             orphan.ts = ts
@@ -597,6 +644,7 @@ class Reader:
         frame.dst = side.dst
         frame.seq = piece.pos % SEQ_MOD
         frame.conn, frame.from_client = conn.number, from_client
+        frame.packets = side.packets(piece.pos, piece.pos + max(piece.length, len(piece.data)))
         if piece.kind == "incomplete":
             if piece.islands:
                 self._recover_tail(side, frame, piece, conn.runtime)
@@ -861,6 +909,8 @@ def frames_of(reader: Reader, segments: Iterable[Segment]) -> Iterator[Frame]:
     try:
         for seg in segments:
             stats.packets = max(stats.packets, seg.number)
+            if stats.first_ts is None:  # segments without a capture file around them (a proxy's)
+                stats.first_ts = seg.ts
             yield from reader.feed(seg)
     except CaptureError:
         yield from reader.finish()

@@ -17,6 +17,8 @@ A session prints nothing. Notices about the capture (gaps, bytes passed over) go
 from __future__ import annotations
 
 import gc
+import re
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +34,20 @@ from streamdump.analysis.state import Diagnosis
 from streamdump.analysis.statistics import Partial, Statistics
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
-from streamdump.wire.capture import STDIN, CaptureError, Tally, read_segments, read_stream
-from streamdump.wire.frame import Frame
+from streamdump.wire.capture import STDIN, CaptureError, Tally, read_records, read_segments, read_stream
+from streamdump.wire.frame import SEVERITIES, Frame
 from streamdump.wire.lifecycle import Life
 from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 from streamdump.wire.packet import LINKS_READ, Segment, Skip, unknown_links_text
+from streamdump.wire.writer import PacketWriter, WriteError, WriteFormat
 
 # What may watch each pass over a source's frames (a progress bar): the frames, the pass's label
 # and its tally (how far into the source it has come); it hands the frames on.
 Follow = Callable[[Iterable[Frame], str, Tally], Iterable[Frame]]
+
+# A capture file's comment that says how to decode a port (Setup.hints), as a proxy writes it.
+HINT_PREFIX = "streamdump: "
+_HINT = re.compile(r"streamdump: --(decode-as|port) (\d{1,5})(?:=([a-z0-9_]+))?")
 
 
 class OptionError(ValueError):
@@ -68,10 +75,23 @@ class Options:
     two_pass: bool = False
     by: tuple[str, ...] = ()
     keylogs: tuple[Path, ...] = ()
+    # Stop after this many packets of the capture (tshark's -c); None: read them all.
+    count: int | None = None
+    # Expand every frame the filter keeps, so that the notes on its messages count in
+    # Session.worst (--fail-on); the views need not show them.
+    expand_kept: bool = False
 
     def prepare(self) -> Setup:
         """The options checked and compiled once: OptionError for what the user must mend,
         SpecError for a spec that does not load."""
+        known = default_registry().protocols
+        unknown = [name for name in self.protocols if name not in known]
+        if unknown:
+            raise OptionError(
+                f"--protocol {unknown[0]}: unknown protocol (known: {', '.join(sorted(known))})"
+            )
+        if self.count is not None and self.count < 1:
+            raise OptionError(f"--count takes a number of packets from 1, got {self.count}")
         decoders = decoders_of(self.protocols, self.limits)
         bad = [p for p in self.ports if not 0 < p < 65536]
         if bad:
@@ -98,7 +118,9 @@ class Options:
             except FilterError as exc:
                 raise OptionError(f"--filter: {exc}") from None
         by = field_names(decoders.values(), self.by, "--by")
-        setup = Setup(self, decoders, Dissection(decoders.values(), forced, guess), selection, by)
+        setup = Setup(
+            self, decoders, Dissection(decoders.values(), forced, guess), selection, by, forced, tuple(guess)
+        )
         # The registry and the compiled layouts live as long as the process: the collector need
         # not walk them again each time decoding's short-lived dicts and lists trigger it.
         gc.freeze()
@@ -134,6 +156,15 @@ class Setup:
     dissection: Dissection
     selection: FrameFilter | None = None
     by: tuple[str, ...] = ()
+    forced: dict[int, str] = field(default_factory=dict)  # ports the options gave a protocol
+    guessed: tuple[int, ...] = ()  # ports whose protocol each connection's first frame tells
+
+    def hints(self) -> tuple[str, ...]:
+        """How these options decode ports the specs do not name, as a capture file's comments
+        say it (a proxy's --write): a read of that file decodes them the same, with no options."""
+        return tuple(
+            f"{HINT_PREFIX}--decode-as {port}={name}" for port, name in sorted(self.forced.items())
+        ) + tuple(f"{HINT_PREFIX}--port {port}" for port in sorted(self.guessed))
 
     def describe_ports(self) -> str:
         return "; ".join(
@@ -176,6 +207,9 @@ class CaptureFile(Source):
     def segments(self, tally: Tally) -> Iterator[Segment]:
         return read_segments(self.path, tally)
 
+    def records(self, tally: Tally) -> Iterator[tuple[int, float, int, bytes | memoryview]]:
+        return read_records(self.path, tally)
+
 
 class CaptureStream(Source):
     """A capture arriving on a stream that cannot seek (a live capture's pipe)."""
@@ -199,10 +233,12 @@ class Segments(Source):
 
 class HexBytes(Source):
     """The bytes of PDUs given as hex: decoded by the protocol that reads them best, numbered
-    from 1, with no capture around them (no connection, no time, no conversation)."""
+    from 1, with no capture around them (no connection, no time, no conversation). pieces: parts
+    decoded one after the other (a dump's packets), each by the protocol that reads it best."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, pieces: Iterable[bytes] | None = None) -> None:
         self.data = data
+        self.pieces = list(pieces) if pieces is not None else [data]
         self.name = "hex"
 
 
@@ -236,8 +272,15 @@ class Session:
         on_notice: Callable[[Notice], None] | None = None,
         follow: Follow | None = None,
         on_frame: Callable[[Frame], None] | None = None,
+        write: PacketWriter | None = None,
     ) -> None:
+        """write: the packets of the frames the filter keeps go there once the read ends (-w)."""
         self.setup = setup
+        self.write = write
+        self.kept_packets: set[int] = set()  # with write: the packets of the frames kept
+        self.kept_connections: set[int] = set()  # and their connections, whose opening and end go too
+        self.write_error: str | None = None
+        self.worst: str | None = None  # the highest severity of what the read found
         self.numbering = numbering
         self.on_notice = on_notice
         self.follow = follow
@@ -268,7 +311,15 @@ class Session:
             yield from self._hex(source)
             return
         first = self._first_pass(source) if self.setup.options.two_pass else None
-        frames = self._watched(frames_of(self.reader, source.segments(self.stats)), "reading", self.stats)
+        self.stats.stop_after = self.setup.options.count
+        spool = None
+        if self.write is not None and not isinstance(source, CaptureFile | CaptureStream):
+            raise OptionError(f"{source.name}: only a capture's packets can be written")
+        if self.write is not None and not source.rereadable:
+            spool = _Spool()  # a pipe is read once: its packets are kept aside to be copied from
+            self.stats.on_record = spool.keep
+        segments = self._hinted(source.segments(self.stats))
+        frames = self._watched(frames_of(self.reader, segments), "reading", self.stats)
         try:
             for frame, kept in self._analysed(frames, first):
                 if kept:
@@ -277,6 +328,8 @@ class Session:
             self.error = str(exc)
         self._tell()
         self.finish()
+        if self.write is not None:
+            self._write_packets(source, spool)
 
     def feed(self, seg: Segment) -> Iterator[Frame]:
         """Every frame a segment completes, analysed (filter or not), for a caller that holds the
@@ -313,6 +366,9 @@ class Session:
             self.stats,
         )
         later = first.later if first is not None else None
+        keeping = self.kept_packets if self.write is not None else None
+        expand = self.setup.options.expand_kept
+        decoders = self.setup.decoders
         for index, frame in enumerate(frames):
             if stats.notices and self.on_notice is not None:
                 self._tell()
@@ -320,11 +376,80 @@ class Session:
             if later and index in later:
                 frame.links = (frame.links or {}) | later[index]
             kept = selection is None or selection(frame)
+            if kept:
+                if keeping is not None:
+                    keeping.update(frame.packets)
+                    self.kept_connections.add(frame.conn)
+                if expand:
+                    decoders[frame.protocol].expand(frame)
+                if frame.expert:
+                    self._found(frame.worst_severity)
             if statistics is not None:
                 statistics[frame.protocol].add(frame, kept)
             if self.on_frame is not None:
                 self.on_frame(frame)
             yield frame, kept
+
+    def _found(self, severity: str | None) -> None:
+        if severity is not None and (
+            self.worst is None or SEVERITIES.index(severity) > SEVERITIES.index(self.worst)
+        ):
+            self.worst = severity
+
+    def _hinted(self, segments: Iterator[Segment]) -> Iterator[Segment]:
+        """The segments, the capture file's decoding hints (a proxy's) taken in before the first."""
+        for seg in segments:
+            self._adopt(self.stats.comments)
+            yield seg
+            yield from segments
+            return
+
+    def _adopt(self, comments: list[str]) -> None:
+        """Ports a capture's comments name, for protocols of this read on ports it left unnamed."""
+        forced: dict[int, str] = {}
+        guess: list[int] = []
+        for comment in comments:
+            found = _HINT.fullmatch(comment.strip())
+            if found is None or not 0 < int(found.group(2)) < 65536:
+                continue
+            port = int(found.group(2))
+            if port in self.setup.forced or port in self.setup.guessed:
+                continue  # the user's own options win
+            if found.group(1) == "decode-as" and found.group(3) in self.reader.dissection.runtimes:
+                forced[port] = found.group(3)
+            elif found.group(1) == "port":
+                guess.append(port)
+        if forced or guess:
+            self.reader.adopt(self.reader.dissection.extended(forced, guess))
+
+    def _write_packets(self, source: Source, spool: _Spool | None) -> None:
+        """Copy the packets of the frames kept to the writer, from the file or the spool."""
+        assert self.write is not None
+        wanted = set(self.kept_packets)
+        # The SYNs, FINs and reset of the connections kept: the file reads back as they were read.
+        for number in self.kept_connections:
+            life = self.stats.lives.get(number)
+            if life is not None:
+                marks = [life.syn, life.syn_ack, life.reset, *life.fins.values()]
+                wanted.update(mark.number for mark in marks if mark is not None)
+        last = max(wanted, default=0)
+        try:
+            if spool is not None:
+                records = spool.records()
+            else:
+                assert isinstance(source, CaptureFile)
+                records = source.records(Tally())
+            for number, ts, linktype, data in records:
+                if number > last:
+                    break
+                if number in wanted:
+                    self.write.write(ts, linktype, data)
+            self.write.close()
+        except (CaptureError, WriteError, OSError) as exc:
+            self.write_error = f"cannot write the packets: {exc}"
+        finally:
+            if spool is not None:
+                spool.close()
 
     def _watched(self, frames: Iterable[Frame], label: str, tally: Tally) -> Iterable[Frame]:
         return self.follow(frames, label, tally) if self.follow is not None else frames
@@ -356,9 +481,27 @@ class Session:
         return found
 
     def _hex(self, source: HexBytes) -> Iterator[Frame]:
-        frames, self.hex_notes = best(source.data, self.setup.decoders)
-        yield from frames
+        number = 0
+        selection = self.setup.selection
+        for piece in source.pieces:
+            frames, notes = best(piece, self.setup.decoders)
+            self.hex_notes += notes
+            for frame in frames:
+                number += 1
+                frame.number = number
+                if selection is not None and not selection(frame):
+                    continue
+                if self.setup.options.expand_kept:
+                    self.setup.decoders[frame.protocol].expand(frame)
+                if frame.expert:
+                    self._found(frame.worst_severity)
+                yield frame
         self.finished = True
+
+    @property
+    def hex_tried(self) -> str:
+        """Which protocols decoding hex tried, for the line saying none reads it."""
+        return "tried " + ", ".join(d.protocol.title for d in self.setup.decoders.values())
 
     # ------------------------------------------------------------------ what it found
 
@@ -371,16 +514,27 @@ class Session:
         """The notices about the capture not yet told (all of them, without an on_notice)."""
         notices, self.stats.notices = self.stats.notices, []
         # Packets of link types nothing reads, when they are all there is: the read's error says it.
-        return [n for n in notices if not (n.kind == "link type" and self.unreadable())]
+        notices = [n for n in notices if not (n.kind == "link type" and self.unreadable())]
+        for notice in notices:
+            self._found(notice.severity)
+        return notices
 
     @property
     def first_ts(self) -> float | None:
-        """The time of the capture's first frame, which every view counts from."""
-        return self.tracker.first_ts
+        """The time of the capture's first packet, which every view counts from (Wireshark's
+        time zero); the first frame's when no packet came through a capture file."""
+        return self.stats.first_ts if self.stats.first_ts is not None else self.tracker.first_ts
 
     @property
     def diagnoses(self) -> list[Diagnosis]:
         return self.tracker.diagnoses
+
+    def reached(self, level: str) -> bool:
+        """Whether what the read found (the kept frames' notes, the notices told, the tracker's
+        findings) reaches this severity: note, warn or error."""
+        for d in self.diagnoses:
+            self._found(d.severity)
+        return self.worst is not None and SEVERITIES.index(self.worst) >= SEVERITIES.index(level)
 
     @property
     def lives(self) -> dict[int, Life]:
@@ -428,3 +582,22 @@ class Session:
         if state is None:
             return "server"
         return self.tracker.trackers[state.protocol].server(state)
+
+
+class _Spool:
+    """The packets of a capture read once (a pipe), kept in a temporary pcapng to be copied from."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115  (closed by close(), after the copy)
+        self.writer = PacketWriter(self.file, WriteFormat.pcapng)  # type: ignore[arg-type]
+
+    def keep(self, number: int, ts: float, linktype: int, data: bytes | memoryview) -> None:
+        self.writer.write(ts, linktype, data)
+
+    def records(self) -> Iterator[tuple[int, float, int, bytes | memoryview]]:
+        self.writer.close()
+        self.file.seek(0)
+        return read_records("spool", Tally(), self.file)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.file.close()

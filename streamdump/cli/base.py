@@ -1,8 +1,14 @@
 """What every command shares: the typer app, the options a read takes, and how a command says
 what went wrong (one line on stderr, an exit status) and what a read found.
 
-Exit codes: 0 success, 1 bad input (unreadable or damaged capture, bad hex, bad spec), 2 usage
-errors, 70 internal errors. Frames decoded before an error are already printed.
+Exit codes: 0 the input was read, whatever it holds; 1 the input cannot be read (a missing,
+damaged or cut-short capture, bad hex, a spec that does not load), 2 usage errors, 3 findings
+that reach --fail-on's level, 70 internal errors. Frames decoded before an error are already
+printed.
+
+On stderr, a tool failure is `streamdump: error: ...`; a finding (a diagnosis, a notice about
+the capture) starts with its severity in brackets, `[error] packet 11: ...`, `[warn] ...`,
+`[note] ...`. Everything printed there is escaped as the text views escape (views/safe.py).
 """
 
 from __future__ import annotations
@@ -11,38 +17,75 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+import streamdump
 from streamdump.analysis.pipeline import Notice
-from streamdump.analysis.session import Follow, OptionError, Options, Session, Setup
+from streamdump.analysis.session import CaptureFile, Follow, OptionError, Options, Session, Setup, field_names
 from streamdump.spec.registry import SpecError
-from streamdump.views.output import Format
+from streamdump.views.clock import DESCRIBED, TimeFormat
+from streamdump.views.fields import FRAME_ALIASES, FieldsError, FieldsLayout
+from streamdump.views.output import Display, Format
 from streamdump.views.progress import ReadProgress
+from streamdump.views.safe import escape
 from streamdump.wire.capture import Tally
 from streamdump.wire.frame import Frame
 from streamdump.wire.limits import DEFAULT_LIMITS, LimitError, Limits, described
+from streamdump.wire.writer import PacketWriter, WriteFormat
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Decode messaging wire protocols from captures and hex dumps.",
+    help="Decode messaging wire protocols from captures and hex dumps, with tshark's options.",
 )
 
 EXIT_INPUT = 1
 EXIT_USAGE = 2
+EXIT_FINDINGS = 3
 EXIT_INTERNAL = 70
 # Conversation warnings and errors printed after a read; `stats` lists them all.
 MAX_DIAGNOSES = 10
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        print(f"streamdump {streamdump.__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print streamdump's version and exit."
+        ),
+    ] = None,
+) -> None:
+    """Decode messaging wire protocols (RabbitMQ Streams, RocketMQ, EventMesh, NATS, Liftbridge)
+    from captures, live traffic and hex dumps, with tshark's options."""
+
+
+def say(line: str) -> None:
+    """One line on stderr, after what stdout already holds, escaped for the terminal."""
+    sys.stdout.flush()
+    print(escape(line), file=sys.stderr)
+
+
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
-    print(f"streamdump: error: {message}", file=sys.stderr)
+    """A tool failure: `streamdump: error: ...` on stderr; the caller raises the exit it returns."""
+    say(f"streamdump: error: {message}")
     return typer.Exit(code)
+
+
+def finding(severity: str, message: str, number: int | None = None) -> None:
+    """A finding on stderr, its severity first: `[warn] packet 115: ...`."""
+    say(f"[{severity}] packet {number}: {message}" if number is not None else f"[{severity}] {message}")
 
 
 @contextmanager
@@ -69,8 +112,19 @@ ProtocolOpt = Annotated[
     ),
 ]
 FileArg = Annotated[
-    Path,
-    typer.Argument(help="pcap or pcapng capture file; - reads it from standard input.", show_default=False),
+    Path | None,
+    typer.Argument(
+        help="pcap or pcapng capture file (or -r FILE); - reads it from standard input.", show_default=False
+    ),
+]
+ReadFileOpt = Annotated[
+    Path | None,
+    typer.Option("--read-file", "-r", help="The capture file, as tshark's -r (the same as the argument).",
+                 show_default=False),
+]  # fmt: skip
+CountOpt = Annotated[
+    int | None,
+    typer.Option("--count", "-c", help="Stop after this many packets of the capture.", show_default=False),
 ]
 LimitOpt = Annotated[
     list[str] | None,
@@ -90,10 +144,53 @@ ColumnOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--column",
-        "-e",
         help="With --messages: show this field's values on each line (a filter name: message_id, "
         "application_properties.value...). Repeatable.",
     ),
+]
+FieldOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--field",
+        "-e",
+        help="With -T fields (which it implies): print this field's values, a column each, as tshark's -e "
+        "(a filter name, or frame.number, frame.time_epoch, frame.time_relative). Repeatable.",
+        show_default=False,
+    ),
+]
+FieldsOptionOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fields-option",
+        "-E",
+        help="With -T fields, as tshark's -E: header=y|n, separator=C (/t, /s), quote=d|s|n, aggregator=C, "
+        "occurrence=f|l|a|N. Repeatable.",
+        metavar="NAME=VALUE",
+        show_default=False,
+    ),
+]
+HexOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hex",
+        "-x",
+        help="After each frame's line or tree, its bytes in hex and ASCII (the reassembled PDU, and the "
+        "packets it came from); in JSON, its bytes as hex and its packets.",
+    ),
+]
+TimeOpt = Annotated[
+    TimeFormat,
+    typer.Option(
+        "--time-format",
+        "-t",
+        help="How times are written, as tshark's -t: "
+        + "; ".join(f"{k}: {v}" for k, v in DESCRIBED.items())
+        + ".",
+    ),
+]
+QuietOpt = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="Print no frames (findings still go to stderr; -w still writes)."),
 ]
 PortOpt = Annotated[
     list[int] | None,
@@ -125,7 +222,49 @@ FilterOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    Format, typer.Option("--format", "-T", help="text (one line or tree per frame) or jsonl.")
+    Format | None,
+    typer.Option(
+        "--format",
+        "-T",
+        help="text (a line or a tree per frame, default), fields (the -e fields), json (one array) "
+        "or jsonl (one object a line).",
+        show_default=False,
+    ),
+]
+WriteOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--write",
+        "-w",
+        help="Write the packets of the frames shown (the filter's) to this capture file, as tshark's -w.",
+        show_default=False,
+    ),
+]
+WriteFormatOpt = Annotated[
+    WriteFormat | None,
+    typer.Option(
+        "--write-format",
+        "-F",
+        help="The -w file's format: pcapng (default; pcap when its name ends .pcap) or pcap.",
+        show_default=False,
+    ),
+]
+
+
+class Level(StrEnum):
+    note = "note"
+    warn = "warn"
+    error = "error"
+
+
+FailOnOpt = Annotated[
+    Level | None,
+    typer.Option(
+        "--fail-on",
+        help=f"Exit with status {EXIT_FINDINGS} when a finding (a frame's expert note, a notice about the "
+        "capture, a diagnosis) reaches this severity: for CI jobs.",
+        show_default=False,
+    ),
 ]
 
 
@@ -161,6 +300,8 @@ def prepare(
     *,
     two_pass: bool = False,
     by: list[str] | None = None,
+    count: int | None = None,
+    fail_on: Level | None = None,
 ) -> Setup:
     """The read's options, checked: a usage error or a spec that does not load ends the command."""
     options = Options(
@@ -171,6 +312,8 @@ def prepare(
         filter=filter_text,
         two_pass=two_pass,
         by=tuple(by or ()),
+        count=count,
+        expand_kept=fail_on is not None,
     )
     try:
         return options.prepare()
@@ -183,10 +326,87 @@ def prepare(
 # ---------------------------------------------------------------------- what a read found
 
 
+def capture_source(file: Path | None, read_file: Path | None) -> CaptureFile:
+    """The capture named by the argument or by -r (one of them, once)."""
+    if file is not None and read_file is not None:
+        raise fail("give the capture once: as the argument or with -r", EXIT_USAGE)
+    path = file if file is not None else read_file
+    if path is None:
+        raise fail("which capture? give a file (or -r FILE; - for standard input)", EXIT_USAGE)
+    return CaptureFile(path)
+
+
+def display(
+    setup: Setup,
+    fmt: Format | None,
+    *,
+    detail: bool = False,
+    messages: bool = False,
+    hex_dump: bool = False,
+    fields: list[str] | None = None,
+    fields_options: list[str] | None = None,
+    time: TimeFormat = TimeFormat.r,
+    quiet: bool = False,
+) -> Display:
+    """How frames are shown, once the options are checked to go together (a usage error if not)."""
+    if fields and fmt not in (None, Format.fields):
+        raise fail(f"-e names the columns of -T fields, not of -T {fmt}", EXIT_USAGE)
+    if fields:
+        fmt = Format.fields
+    fmt = fmt or Format.text
+    if fmt is Format.fields and not fields:
+        raise fail("-T fields prints the fields -e names: add -e NAME", EXIT_USAGE)
+    if fields_options and fmt is not Format.fields:
+        raise fail("-E sets how -T fields prints; add -T fields -e NAME", EXIT_USAGE)
+    if messages and (detail or fmt in (Format.json, Format.jsonl)):
+        raise fail(
+            "--messages is a text view of its own (or -T fields with -e); it does not combine with "
+            "--detail or JSON",
+            EXIT_USAGE,
+        )
+    if hex_dump and fmt is Format.fields:
+        raise fail("-x shows bytes after a line or a tree, or in JSON; not with -T fields", EXIT_USAGE)
+    layout = None
+    if fields:
+        columns = []
+        for name in fields:
+            if name in FRAME_ALIASES:
+                columns.append((name, FRAME_ALIASES[name]))
+                continue
+            try:
+                (bare,) = field_names(setup.decoders.values(), (name,), "-e")
+            except OptionError as exc:
+                raise fail(str(exc), EXIT_USAGE) from None
+            columns.append((name, bare))
+        try:
+            layout = FieldsLayout.parse(columns, fields_options or ())
+        except FieldsError as exc:
+            raise fail(str(exc), EXIT_USAGE) from None
+    return Display(fmt, detail, messages, hex_dump, layout, time, quiet)
+
+
+def packet_writer(path: Path | None, fmt: WriteFormat | None) -> PacketWriter | None:
+    """The -w file, opened (a file that cannot be written ends the command before any reading)."""
+    if path is None:
+        if fmt is not None:
+            raise fail("-F sets the format of the -w file; add -w FILE", EXIT_USAGE)
+        return None
+    if str(path) == "-":
+        raise fail("-w writes a file; standard output holds the frames", EXIT_USAGE)
+    chosen = fmt or (WriteFormat.pcap if path.suffix == ".pcap" else WriteFormat.pcapng)
+    try:
+        out = path.open("wb")
+    except OSError as exc:
+        raise fail(f"{path}: cannot write: {exc.strerror}") from None
+    return PacketWriter(out, chosen)
+
+
+# ---------------------------------------------------------------------- what a read found
+
+
 def tell_notice(notice: Notice) -> None:
     """A notice about the capture, on stderr, after the frames already written."""
-    sys.stdout.flush()
-    print(f"streamdump: {notice.severity}: packet {notice.number}: {notice.message}", file=sys.stderr)
+    finding(notice.severity, notice.message, notice.number)
 
 
 def tell_notices(session: Session) -> None:
@@ -202,26 +422,30 @@ def tell_diagnoses(session: Session, connections: set[int] | None = None) -> Non
         if d.severity in ("warn", "error") and (connections is None or d.conn in connections)
     ]
     for d in shown[:MAX_DIAGNOSES]:
-        print(f"streamdump: {d.severity}: packet {d.number}: {d.message}", file=sys.stderr)
+        finding(d.severity, d.message, d.number)
     if len(shown) > MAX_DIAGNOSES:
-        print(
-            f"streamdump: note: {len(shown) - MAX_DIAGNOSES} more warnings and errors; "
-            "`streamdump stats FILE` lists them all",
-            file=sys.stderr,
+        finding(
+            "note",
+            f"{len(shown) - MAX_DIAGNOSES} more warnings and errors; `streamdump stats FILE` lists them all",
         )
 
 
-def tell_end(session: Session) -> None:
-    """What the read lost, then why it failed (the exit status) or that it found nothing."""
+def tell_end(session: Session, fail_on: Level | None = None) -> None:
+    """What the read lost, then why it failed (the exit status), that it found nothing, or that
+    its findings reached --fail-on's level (status 3)."""
     loss = session.loss()
     if loss:
-        print(f"streamdump: note: {loss}", file=sys.stderr)
+        finding("note", loss)
+    if session.write is not None and session.write_error is not None:
+        raise fail(session.write_error)
     failure = session.failure()
     if failure is not None:
         raise fail(failure)
     nothing = session.nothing_found()
     if nothing is not None:
-        print(f"streamdump: {nothing}", file=sys.stderr)
+        finding("note", nothing)
+    if fail_on is not None and session.reached(fail_on.value):
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def progress(size: int | None, show: bool) -> Follow | None:

@@ -19,8 +19,10 @@ from streamdump.cli.base import (
     app,
     fail,
     prepare,
+    say,
 )
 from streamdump.views.output import write_statistics
+from streamdump.views.safe import escape
 
 
 @app.command(name="spark")
@@ -102,7 +104,7 @@ def spark_command(
             setup.options,
             partitions,
             split_mb << 20 if split_mb else None,
-            lambda line: print(f"streamdump: {line}", file=sys.stderr),
+            lambda line: say(f"streamdump: {line}"),
         )
     except PipelineError as exc:
         raise fail(str(exc)) from None
@@ -117,20 +119,21 @@ def spark_command(
         told = ", ".join(f"{n} {s}" for s, n in sorted(findings.items())) or "no findings"
         summary = outcome.summaries.get(name)
         print(
-            f"{name}: {frames} frames, {connections} connections, {told}"
-            + (f"; {summary}" if summary else "")
+            escape(
+                f"{name}: {frames} frames, {connections} connections, {told}"
+                + (f"; {summary}" if summary else "")
+            )
         )
     if len(outcome.partials) == 1:  # one capture: its stats tables, as `streamdump stats` prints them
         write_statistics(next(iter(outcome.partials.values())), setup.decoders, sys.stdout)
     rows = ", ".join(f"{table} {count}" for table, count in outcome.rows.items())
-    print(f"wrote {out}: {rows} rows; stats.json")
+    print(escape(f"wrote {out}: {rows} rows; stats.json"))
     if outcome.skipped_files:
-        print(
-            f"streamdump: note: {len(outcome.skipped_files)} files in the folders given are no captures "
-            f"(first: {outcome.skipped_files[0]})",
-            file=sys.stderr,
+        say(
+            f"streamdump: {len(outcome.skipped_files)} files in the folders given are no captures "
+            f"(first: {outcome.skipped_files[0]})"
         )
     for error in outcome.errors:
-        print(f"streamdump: error: {error}", file=sys.stderr)
+        say(f"streamdump: error: {error}")
     if outcome.errors:
         raise typer.Exit(EXIT_INPUT)

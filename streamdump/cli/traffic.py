@@ -20,16 +20,22 @@ from streamdump.cli.base import (
     ColumnOpt,
     DecodeAsOpt,
     DetailOpt,
+    FieldOpt,
+    FieldsOptionOpt,
     FilterOpt,
     FormatOpt,
+    HexOpt,
     LimitOpt,
     MessagesOpt,
     PortOpt,
     ProtocolOpt,
+    TimeOpt,
     app,
+    display,
     fail,
     prepare,
     reader_may_leave,
+    say,
     tell_diagnoses,
     tell_notice,
     tell_notices,
@@ -37,9 +43,11 @@ from streamdump.cli.base import (
 from streamdump.cli.reading import message_columns
 from streamdump.live.proxy import Proxy, Recorder
 from streamdump.live.run import Capture, bpf
-from streamdump.views.output import Format, Views, write_frames, write_statistics
+from streamdump.views.clock import TimeFormat
+from streamdump.views.output import Views, write_frames, write_statistics
 from streamdump.wire.frame import Frame
 from streamdump.wire.packet import Segment
+from streamdump.wire.writer import PacketWriter, WriteFormat
 
 # Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
 PROXY_BACKLOG = 4096
@@ -60,7 +68,11 @@ def live(
     ] = 0.0,
     detail: DetailOpt = False,
     messages: MessagesOpt = False,
-    fmt: FormatOpt = Format.text,
+    fmt: FormatOpt = None,
+    field: FieldOpt = None,
+    fields_option: FieldsOptionOpt = None,
+    hex_dump: HexOpt = False,
+    time_format: TimeOpt = TimeFormat.r,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
@@ -72,7 +84,17 @@ def live(
     if count < 0 or duration < 0:
         raise fail("--count and --duration take numbers of 0 or more", EXIT_USAGE)
     setup = prepare(protocol, port, decode_as, limit, filter_text)
-    columns = message_columns(setup.decoders, messages, detail, fmt, column)
+    shown = display(
+        setup,
+        fmt,
+        detail=detail,
+        messages=messages,
+        hex_dump=hex_dump,
+        fields=field,
+        fields_options=fields_option,
+        time=time_format,
+    )
+    columns = message_columns(setup.decoders, messages, column)
     ports = set(setup.dissection.ports) | set(setup.dissection.guess)
     capture = Capture(interface, ports, count, duration, str(write) if write else None)
     # Ctrl-C goes to the capturing process, which ends the stream; what it took is still decoded.
@@ -81,7 +103,7 @@ def live(
     with reader_may_leave():
         frames = session.frames(CaptureStream(capture.stream, f"capture on {interface}"))
         views = Views(setup.decoders, columns)
-        write_frames(frames, views, fmt, detail, sys.stdout, messages, lambda: session.first_ts, flush=True)
+        write_frames(frames, views, shown, sys.stdout, lambda: session.first_ts, flush=True)
         sys.stdout.flush()
     outcome = capture.outcome()
     if outcome.error is not None and session.stats.packets == 0:
@@ -94,10 +116,9 @@ def live(
     tell_notices(session)
     tell_diagnoses(session)
     _summary(session)
-    print(
-        f"streamdump: note: {outcome.packets} packets captured on {interface} ({bpf(ports)}); "
-        f"{outcome.dropped} dropped by the kernel, {outcome.ifdropped} by the interface",
-        file=sys.stderr,
+    say(
+        f"streamdump: {outcome.packets} packets captured on {interface} ({bpf(ports)}); "
+        f"{outcome.dropped} dropped by the kernel, {outcome.ifdropped} by the interface"
     )
     if session.error is not None:
         raise fail(session.error)
@@ -123,11 +144,19 @@ def proxy(
     upstream: Annotated[str, typer.Option("--upstream", "-u", help="The real server: HOST:PORT.")],
     write: Annotated[
         Path | None,
-        typer.Option("--write", "-w", help="Also save what passes as a pcap (read decodes it the same)."),
+        typer.Option(
+            "--write",
+            "-w",
+            help="Also save what passes as a pcapng, which `read` decodes as the proxy did, with no options.",
+        ),
     ] = None,
     detail: DetailOpt = False,
     messages: MessagesOpt = False,
-    fmt: FormatOpt = Format.text,
+    fmt: FormatOpt = None,
+    field: FieldOpt = None,
+    fields_option: FieldsOptionOpt = None,
+    hex_dump: HexOpt = False,
+    time_format: TimeOpt = TimeFormat.r,
     filter_text: FilterOpt = None,
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
@@ -138,16 +167,28 @@ def proxy(
     the way: no privileges needed. Ctrl-C stops, then prints the stats summary on stderr."""
     here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
     setup = prepare(protocol, [there[1]], decode_as, limit, filter_text)
-    columns = message_columns(setup.decoders, messages, detail, fmt, column)
+    shown = display(
+        setup,
+        fmt,
+        detail=detail,
+        messages=messages,
+        hex_dump=hex_dump,
+        fields=field,
+        fields_options=fields_option,
+        time=time_format,
+    )
+    columns = message_columns(setup.decoders, messages, column)
     try:
-        saved = write.open("wb") if write is not None else None
+        out = write.open("wb") if write is not None else None
     except OSError as exc:
         raise fail(f"{write}: cannot write: {exc.strerror}") from None
+    # The file says how the proxy decoded the upstream's port, so a read of it needs no options.
+    saved = PacketWriter(out, WriteFormat.pcapng, setup.hints()) if out is not None else None
     segments: queue.Queue[Segment | None] = queue.Queue(maxsize=PROXY_BACKLOG)
     told: set[tuple[str, int]] = set()
 
     def tell(line: str) -> None:
-        print(f"streamdump: warn: {line}", file=sys.stderr, flush=True)
+        say(f"streamdump: warn: {line}")
 
     def sent_elsewhere(frame: Frame) -> None:
         for address in addresses(setup.decoders[frame.protocol].protocol, frame):
@@ -168,9 +209,7 @@ def proxy(
         with reader_may_leave():
             frames = session.frames(Segments(taken(), f"proxy on {listen}"))
             views = Views(setup.decoders, columns)
-            write_frames(
-                frames, views, fmt, detail, sys.stdout, messages, lambda: session.first_ts, flush=True
-            )
+            write_frames(frames, views, shown, sys.stdout, lambda: session.first_ts, flush=True)
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
@@ -183,7 +222,7 @@ def proxy(
             await service.start()
         except OSError as exc:
             raise fail(f"cannot listen on {listen}: {exc.strerror}") from None
-        print(f"streamdump: proxying {listen} to {upstream}; Ctrl-C stops", file=sys.stderr, flush=True)
+        say(f"streamdump: proxying {listen} to {upstream}; Ctrl-C stops")
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -197,8 +236,9 @@ def proxy(
     finally:
         segments.put(None)
         worker.join()
-        if saved is not None:
+        if saved is not None and out is not None:
             saved.close()
+            out.close()
     tell_notices(session)
     tell_diagnoses(session)
     _summary(session)

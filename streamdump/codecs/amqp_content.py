@@ -50,8 +50,9 @@ def content_notes(message: Message) -> Iterator[str]:
         if section.code in VALUE_MAPS and isinstance(value, dict) and None in value.values():
             for key, item in value.items():
                 if item is None:
+                    shown = section.name.replace("_", " ")  # application properties, as people say it
                     yield (
-                        f"{section.name} '{key_text(key)}' is null: no value crossed the wire "
+                        f"{shown} '{key_text(key)}' is null: no value crossed the wire "
                         "(a client that cannot encode a value's type may write null)"
                     )
         elif section.code == PROPERTIES and isinstance(value, dict):

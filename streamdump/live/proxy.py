@@ -4,7 +4,7 @@ and every byte is decoded on the way, as if captured.
 Each connection's bytes become TCP segments of a made-up capture (handshake, data with
 consistent sequence numbers, FIN), numbered in the order the proxy saw them, between the
 client's address and the upstream's: the pipeline decodes them exactly as it decodes a file,
-and --write saves them as a pcap that `read` decodes to the same frames. A side is read only as
+and --write saves them as a pcapng that `read` decodes to the same frames. A side is read only as
 fast as the other side takes its bytes (asyncio's drain), so a slow peer slows the proxy instead
 of filling its memory.
 """
@@ -16,13 +16,13 @@ import contextlib
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import BinaryIO
+from dataclasses import dataclass
 
 import dpkt
 
 from streamdump.wire.packet import Segment
 from streamdump.wire.reassembly import TCP_ACK, TCP_FIN, TCP_SYN
+from streamdump.wire.writer import PacketWriter
 
 # How much one read takes from a side before it is passed on.
 CHUNK = 64 << 10
@@ -38,16 +38,11 @@ class Side:
 
 @dataclass
 class Recorder:
-    """Turns what passes through into numbered segments, and a pcap when asked."""
+    """Turns what passes through into numbered segments, and a capture file when asked."""
 
     on_segment: Callable[[Segment], None]
-    out: BinaryIO | None = None
+    writer: PacketWriter | None = None
     number: int = 0
-    writer: dpkt.pcap.Writer | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        if self.out is not None:
-            self.writer = dpkt.pcap.Writer(self.out, snaplen=262144)
 
     def segment(self, src: Side, dst: Side, flags: int, payload: bytes = b"") -> None:
         self.number += 1
@@ -59,8 +54,8 @@ class Recorder:
         )
         src.seq = (src.seq + len(payload) + (1 if flags & (TCP_SYN | TCP_FIN) else 0)) % (1 << 32)
         if self.writer is not None:
-            self.writer.writepkt(_packet(seg), ts=ts)
-            self.out.flush()  # type: ignore[union-attr]
+            self.writer.write(ts, dpkt.pcap.DLT_EN10MB, _packet(seg))
+            self.writer.out.flush()
         self.on_segment(seg)
 
 

@@ -338,7 +338,7 @@ class Decoder:
             else:
                 pos = decode_ops(self.header_ops, mv, 0, end, fields, ctx)
         except (Short, BadValue) as exc:
-            what = exc.message() if isinstance(exc, Short) else exc.text
+            what = exc.detail() if isinstance(exc, Short) else exc.text
             expert.append(Expert("error", f"frame too short for a header: {what}", exc.offset))
             wire_key = fields.get(self.key_field)
             return self._frame(

@@ -33,10 +33,17 @@ def key_of(spec: FieldSpec) -> str:
 
 
 def label(spec: FieldSpec) -> str:
-    """A member's tree label; the wire key in brackets when it reads otherwise (`Topic (b)`)."""
+    """A member's tree label; the wire key in brackets when it reads otherwise (`Copy (command)`),
+    unless that key is a letter that only saves bytes (RocketMQ's SEND_MESSAGE_V2 `k`): the
+    field reference says those."""
     shown = title(spec.name)
-    if spec.entry is not None and spec.entry.replace("_", "").lower() != spec.name.replace("_", "").lower():
-        return f"{shown} ({spec.entry})"
+    entry = spec.entry
+    if (
+        entry is not None
+        and len(entry) > 1
+        and entry.replace("_", "").lower() != spec.name.replace("_", "").lower()
+    ):
+        return f"{shown} ({entry})"
     return shown
 
 

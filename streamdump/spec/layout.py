@@ -37,11 +37,14 @@ class Short(Exception):
         self.need = need
         self.have = have
 
+    def detail(self) -> str:
+        """What was short, in the words trees use: `Envelope Rest needs 4 bytes at offset 8, 2 left`."""
+        name, more, counted = self.field.partition(" (")  # a count said after the name: "(3 entries)"
+        what = f"{title(name)}{more}{counted}"
+        return f"{what} needs {self.need} bytes at offset {self.offset}, {max(self.have, 0)} left"
+
     def message(self) -> str:
-        return (
-            f"frame too short: {self.field} needs {self.need} bytes at offset {self.offset}, "
-            f"{max(self.have, 0)} left"
-        )
+        return f"frame too short: {self.detail()}"
 
 
 class BadValue(Exception):
@@ -558,7 +561,9 @@ class ProtobufCodec(RawCodec):
         try:
             value = self.schema.decode(self.spec.struct, bytes(raw))
         except ProtobufError as exc:
-            ctx.expert.append(Expert("warn", f"{name} is not a protobuf {self.spec.struct}: {exc}", pos))
+            ctx.expert.append(
+                Expert("warn", f"{title(name)} is not a protobuf {title(self.spec.struct)}: {exc}", pos)
+            )
             return raw
         if node is not None:
             node.children = member_nodes(self.spec.fields, value, pos, len(raw))
@@ -768,9 +773,9 @@ class Checks:
 
     def apply(self, spec: FieldSpec, value: Any, out: dict[str, Any], pos: int, width: int, ctx: Ctx) -> None:
         if self.const is not None and value != self.const:
-            want = f"0x{self.const:x}" if isinstance(self.const, int) else repr(bytes(self.const))
-            got = f"0x{value:x}" if isinstance(value, int) else repr(bytes(value))
-            ctx.expert.append(Expert("error", f"{spec.name} is {got}, expected {want}", pos))
+            want = f"0x{self.const:x}" if isinstance(self.const, int) else f"0x{bytes(self.const).hex()}"
+            got = f"0x{value:x}" if isinstance(value, int) else f"0x{bytes(value).hex()}"
+            ctx.expert.append(Expert("error", f"{title(spec.name)} is {got}, expected {want}", pos))
         if self.parts and isinstance(value, int):
             parent = ctx.nodes[-1] if ctx.nodes else None
             for part_spec, (name, mask, shift) in zip(spec.bits, self.parts, strict=True):

@@ -3,19 +3,25 @@
 The client's frames take the left column and the server's the right. A response sits on
 its request's row, with its own packet number and the time it took; everything else
 (publishes, deliveries, confirms, heartbeats, requests never answered) has a row of its
-own. Rows are in the order their first frame crossed the wire, and each says how long
-after the previous row it came. Only the text of each frame is kept, not the frame.
+own. Rows are in the order their first frame crossed the wire, each with its time since
+the capture's first packet (Wireshark's time) and how long after the previous row it came.
+Only the text of each frame is kept, escaped for the terminal, not the frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamdump.analysis.state import ConnState
+from streamdump.views.safe import escape, quoted
 from streamdump.wire.frame import Frame
 from streamdump.wire.lifecycle import Life
+
+if TYPE_CHECKING:
+    from streamdump.analysis.session import Session
+    from streamdump.views.output import Views
 
 MAX_COLUMN = 64
 
@@ -59,6 +65,7 @@ class Dialogue:
             if frame.kind == "request":
                 self.by_request.setdefault((frame.number, key[1]), []).append(row)
             row.answer = _acknowledges(links)
+        text = escape(text)
         if frame.from_client is not False:
             row.client = _join(row.client, text)
         else:
@@ -80,19 +87,20 @@ class Dialogue:
             self.rows.append(row)
         self.rows.sort(key=lambda r: r.number)
 
-    def lines(self, conn: ConnState | None, server: str = "server") -> Iterator[str]:
-        """The dialogue's lines; server is what the server is called (a broker, a name server)."""
-        yield _heading(self.number, conn)
+    def lines(self, conn: ConnState | None, server: str = "server", t0: float | None = None) -> Iterator[str]:
+        """The dialogue's lines; server is what the server is called (a broker, a name server),
+        t0 what times count from (the capture's first packet; else the dialogue's first row)."""
+        yield escape(_heading(self.number, conn))
         if not self.rows:
             yield "  (no frames)"
             return
-        t0 = self.rows[0].ts
+        t0 = self.rows[0].ts if t0 is None else t0
         to_server, to_client = f"client → {server}", f"{server} → client"
         left = min(MAX_COLUMN, max(len(to_server), *(len(r.client) for r in self.rows)))
         right = min(MAX_COLUMN, max(len(to_client), *(len(r.server) for r in self.rows)))
         columns = f"{to_server:<{left}}  {to_client:<{right}}"
         yield f"  {'packet':>7} {'time':>11} {'+delta':>10}  {columns}"
-        previous = t0
+        previous = self.rows[0].ts
         for row in self.rows:
             delta = row.ts - previous
             previous = row.ts
@@ -130,6 +138,33 @@ def _heading(number: int, conn: ConnState | None) -> str:
     who = " ".join(str(client[k]) for k in ("product", "version") if k in client)
     name = client.get("connection_name")
     broker = " ".join(str(server[k]) for k in ("product", "version") if k in server)
-    left = f"{conn.client}" + (f" ({who}" + (f", {name!r}" if name else "") + ")" if who else "")
+    left = f"{conn.client}" + (f" ({who}" + (f", {quoted(str(name))}" if name else "") + ")" if who else "")
     right = f"{conn.server}" + (f" ({broker})" if broker else "")
     return f"Connection {number}: {left} ⇄ {right}"
+
+
+def write_dialogues(
+    frames: Iterable[Frame], views: Views, session: Session, connection: int | None = None
+) -> list[list[str]]:
+    """The dialogue of each connection the frames belong to (of connection, when given), in
+    connection order, with how each ended: their lines, escaped, times since the capture's first packet."""
+    dialogues: dict[int, Dialogue] = {}
+    for frame in frames:
+        dialogue = dialogues.get(frame.conn)
+        renderer = views[frame]
+        if dialogue is None:
+            correlation = renderer.protocol.conversation.correlation
+            dialogue = dialogues[frame.conn] = Dialogue(frame.conn, correlation)
+        dialogue.add(frame, f"{frame.name} {renderer.info(frame)}".rstrip())
+    shown = session.setup.selection is None
+    for number, life in sorted(session.lives.items()):
+        # Without a filter, a connection that carried no frame (a refused one) has its dialogue too.
+        if (connection is None or number == connection) and (shown or number in dialogues):
+            dialogues.setdefault(number, Dialogue(number)).end(life)
+    connections = session.tracker.connections
+    out = []
+    for number, dialogue in sorted(dialogues.items()):
+        conn = connections.get(number)
+        server = session.server_name(number) if conn is not None else "server"
+        out.append(list(dialogue.lines(conn, server, session.first_ts)))
+    return out

@@ -31,12 +31,13 @@ class MessageLines:
         rules = self.rules.get(frame.protocol)
         return rules is not None and rules.carries(frame)
 
-    def lines(self, frame: Frame, t0: float) -> list[str]:
-        """A frame's message lines, all at once (a frame holds hundreds)."""
+    def lines(self, frame: Frame, when: str) -> list[str]:
+        """A frame's message lines, all at once (a frame holds hundreds); when: the frame's time
+        as the caller's clock writes it. Text as decoded: the writer escapes it."""
         rules = self.rules.get(frame.protocol)
         if rules is None or not rules.carries(frame):
             return []
-        head = f"{frame.number:>6} {frame.ts - t0:>11.6f}"
+        head = f"{frame.number:>6} {when}"
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         names = self.names.get(frame.protocol)
         if names is None and not tag:

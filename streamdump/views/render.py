@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from rich.text import Text
 from rich.tree import Tree
 
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
+from streamdump.views.safe import json_bytes, json_text, quoted, safe_text
 from streamdump.wire.frame import Frame, Node
 
 PREVIEW_BYTES = 24
@@ -35,6 +35,9 @@ class Renderer:
         for spec in flat_fields(self.protocol.header):
             first.setdefault(spec.name, spec)
         self.header_info = tuple(s for s in first.values() if s.info)
+        # The Protocol column: the plugin's short name, padded to the widest of a read's protocols.
+        self.short = self.protocol.short
+        self.column = len(self.short)
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
         # A protocol whose header has no version: JSON says none was on the wire.
         self.versioned = self.protocol.versioned
@@ -111,26 +114,32 @@ class Renderer:
         if names is not None:
             name = names.get(value)
             # Spelled as the tree and the expert texts spell it; quoted when it has spaces, as text is.
-            return (json.dumps(name) if " " in name else name) if name else str(value)
+            return (quoted(name) if " " in name else name) if name else str(value)
         if spec.type == "string":
-            return value if value and " " not in value else json.dumps(value)
+            return value if value and " " not in value else quoted(value)
         if spec.display == "hex":
             return f"0x{value:x}"
         return str(value)
 
-    def line(self, frame: Frame, t0: float) -> str:
+    def line(self, frame: Frame, when: str) -> str:
+        """The frame's line: packet, time (as the caller's clock writes it), endpoints, protocol,
+        command, kind, the key as on the wire (unless it only says the command's name again)
+        and the key fields. Text as decoded: the writer escapes it."""
         where = f"{frame.src!s:>21} → {frame.dst!s:<21} " if frame.src else ""
+        name = frame.name
+        wire = self.decoder.wire_text(frame)
+        said = f"{name} {frame.kind}" if wire.lower() == name.lower() else f"{name} {frame.kind} {wire}"
         return (
-            f"{frame.number:>6} {frame.ts - t0:>11.6f} {where}"
-            f"{frame.name} {frame.kind} {self.decoder.wire_text(frame)} {self.info(frame)}"
-        ).rstrip()
+            f"{frame.number:>6} {when} {where}{self.short:<{self.column}} {said} {self.info(frame)}".rstrip()
+        )
 
     # ------------------------------------------------------------ JSON
 
-    def to_dict(self, frame: Frame) -> dict[str, Any]:
-        """The frame as JSON-ready data, records and message sections included."""
+    def to_dict(self, frame: Frame, with_bytes: bool = False) -> dict[str, Any]:
+        """The frame as JSON-ready data, records and message sections included; with_bytes: its
+        bytes as hex and the packets they came from too (-x)."""
         self.decoder.expand(frame)
-        return {
+        data = {
             "frame": frame.number,
             "ts": round(frame.ts, 6),
             "src": str(frame.src) if frame.src else None,
@@ -146,15 +155,19 @@ class Renderer:
             "links": frame.links or {},
             "expert": [e.as_dict() for e in frame.expert],
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
+        if with_bytes:
+            data["bytes"] = bytes(frame.data).hex()
+            data["packets"] = sorted(set(frame.packets))
+        return data
 
-    def json_line(self, frame: Frame) -> str:
-        line = self.json_text(frame)
+    def json_line(self, frame: Frame, with_bytes: bool = False) -> str:
+        line = self.json_text(frame, with_bytes)
         return line.decode() if isinstance(line, bytes) else line
 
-    def json_text(self, frame: Frame) -> bytes | str:
+    def json_text(self, frame: Frame, with_bytes: bool = False) -> bytes | str:
         """The frame's JSON line, without its newline: orjson's UTF-8 bytes where they are what
         json.dumps writes (the frames that carry messages), json.dumps's text otherwise."""
-        data = self.to_dict(frame)
+        data = self.to_dict(frame, with_bytes)
         if (
             (frame.key, frame.kind == "response") in self.orjson_layouts
             and _plain_float(data["ts"])
@@ -165,36 +178,36 @@ class Renderer:
             except TypeError:  # what orjson refuses (ints past 64 bits, surrogates), a float in a message
                 pass
             else:
-                # Readers that split lines on every Unicode line break (Python's splitlines)
-                # keep one per frame. Both start with 0xe2, which memchr finds fast.
-                if _LS[:1] in out and (_LS in out or _PS in out):
-                    out = out.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
-                return out
-        text = json.dumps(data, default=_json_default, ensure_ascii=False, separators=(",", ":"))
-        return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+                # Line and paragraph separators (readers that split lines on every Unicode line
+                # break keep one per frame), bidi and C1 controls as JSON escapes: exact, and
+                # nothing a terminal acts on.
+                return json_bytes(out)
+        return json_text(json.dumps(data, default=_json_default, ensure_ascii=False, separators=(",", ":")))
 
     # ------------------------------------------------------------ tree
 
-    def tree(self, frame: Frame, t0: float) -> Tree:
+    def tree(self, frame: Frame, when: str) -> Tree:
+        """The frame's field tree, every label escaped as it becomes text (rich never reads markup
+        in it); when: its time, as the caller's clock writes it."""
         where = f" {frame.src} → {frame.dst}," if frame.src else ""
-        when = f", t={frame.ts - t0:.6f}" if frame.src else ""
-        head = Text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{when}", style="bold")
+        at = f", t={when.strip()}" if frame.src else ""
+        head = safe_text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{at}", style="bold")
         root = Tree(head)
-        proto = root.add(Text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
+        proto = root.add(safe_text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
         response = frame.kind == "response"
         for node in self.decoder.tree(frame):
             self._add(proto, node, response)
         if frame.links:
             # Like Wireshark's generated fields: not bytes of this frame, so in brackets.
             for name, value in frame.links.items():
-                proto.add(Text(f"[{title(name)}: {self._link_value(name, value)}]", style="dim"))
+                proto.add(safe_text(f"[{title(name)}: {self._link_value(name, value)}]", style="dim"))
         self.decoder.expand(frame)  # the expert notes of what lies below the headers too
         if frame.expert:
-            experts = root.add(Text("Expert Info", style="bold"))
+            experts = root.add(safe_text("Expert Info", style="bold"))
             for e in frame.expert:
                 style = {"error": "bold red", "warn": "yellow"}.get(e.severity, "")
                 where = f" @{e.offset}" if e.offset is not None else ""
-                experts.add(Text(f"[{e.severity}] {e.message}{where}", style=style))
+                experts.add(safe_text(f"[{e.severity}] {e.message}{where}", style=style))
         return root
 
     @staticmethod
@@ -205,12 +218,14 @@ class Renderer:
         if isinstance(value, float):
             return f"{value * 1000:.3f} ms" if name.endswith("_time") else str(value)
         if isinstance(value, str):
-            return json.dumps(value, ensure_ascii=False)
+            return quoted(value)
         return str(value)
 
     def _add(self, parent: Tree, node: Node, response: bool = False) -> None:
         branch = parent.add(
-            Text(f"{node.label}: {self.display(node, response)}" if self._has_value(node) else node.label)
+            safe_text(
+                f"{node.label}: {self.display(node, response)}" if self._has_value(node) else node.label
+            )
         )
         for child in node.children:
             self._add(branch, child, response)
@@ -229,7 +244,7 @@ class Renderer:
         if spec is None:
             if isinstance(value, bytes | memoryview):
                 return _bytes_preview(value)
-            return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)
+            return quoted(value) if isinstance(value, str) else str(value)
         if node.children and spec.type in ("array", "map"):
             return f"{len(node.children)} {'entries' if spec.type == 'map' else 'items'}"
         return self.long_value(spec, value, response)
@@ -240,7 +255,7 @@ class Renderer:
         if isinstance(value, bytes | memoryview):
             return _bytes_preview(value)
         if isinstance(value, str):
-            return json.dumps(value, ensure_ascii=False)
+            return quoted(value)
         if isinstance(value, list):
             return f"{len(value)} items"
         if isinstance(value, dict):
@@ -271,8 +286,6 @@ def _bytes_preview(value: bytes | memoryview) -> str:
     return f"{data.hex()}{more} ({len(value)} bytes)"
 
 
-# U+2028 and U+2029 in UTF-8.
-_LS, _PS = "\u2028".encode(), "\u2029".encode()
 # Dataclasses (an Osiris entry, an AMQP message) have JSON forms of their own: orjson asks
 # _orjson_default for them instead of writing their attributes.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME

@@ -1,4 +1,7 @@
-"""`streamdump stats` drawn: the tables of what a capture adds up to (analysis/statistics.py)."""
+"""`streamdump stats` drawn: the tables of what a capture adds up to (analysis/statistics.py).
+
+Every value from the wire (a client's name, a stream, a server's error text) is escaped as it
+becomes text (views/safe.py), and given to rich as Text, never as markup."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streamdump.analysis.statistics import PEER_KEYS
+from streamdump.views.safe import escape, quoted
 
 # ---------------------------------------------------------------------- text
 
@@ -20,7 +24,7 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
     command whose items are confirmed one by one (None: no confirm latency to show).
     """
     for conn in result["connections"]:
-        console.print(_connection_text(conn), markup=False, highlight=False)
+        console.print(Text(escape(_connection_text(conn), keep="\n")), highlight=False)
     console.print()
     _table(
         console,
@@ -77,10 +81,10 @@ def render(result: dict[str, Any], console: Console, subject: str, acked: str | 
         console.print("Diagnoses", style="bold")
         for d in result["diagnoses"]:
             console.print(
-                f"  {d['severity']:<5} packet {d['packet']}: {d['message']}",
+                # A server's words may hold brackets (a Java stack trace's list): text, not markup.
+                Text(escape(f"  {d['severity']:<5} packet {d['packet']}: {d['message']}")),
                 highlight=False,
                 soft_wrap=True,
-                markup=False,  # a server's words may hold brackets: a Java stack trace's list
             )
         if result["diagnoses_not_listed"]:
             console.print(
@@ -103,11 +107,11 @@ def _connection_text(conn: dict[str, Any]) -> str:
         f"Connection {conn['connection']}: {conn['client']} → {conn['server']}, {conn['duration_s']:.3f} s",
         f"  client: {peer(conn['client_properties'])}"
         + (
-            f", name {conn['client_properties']['connection_name']!r}"
+            f", name {quoted(str(conn['client_properties']['connection_name']))}"
             if conn["client_properties"] and "connection_name" in conn["client_properties"]
             else ""
         )
-        + (f", user {conn['user']!r}" if conn["user"] else ""),
+        + (f", user {quoted(str(conn['user']))}" if conn["user"] else ""),
         f"  server: {peer(conn['server_properties'])}",
         f"  frames: {conn['client_frames']} from the client ({conn['client_bytes']} bytes), "
         f"{conn['server_frames']} from the server ({conn['server_bytes']} bytes)",
@@ -130,7 +134,7 @@ def _table(console: Console, title: str, columns: tuple[str, ...], rows: list[tu
             column, justify="left" if n == 0 or isinstance(rows[0][n] if rows else "", str) else "right"
         )
     for row in rows:
-        table.add_row(*(Text(str(v)) for v in row))  # text as it is: brackets are not markup
+        table.add_row(*(Text(escape(str(v))) for v in row))  # escaped text: brackets are not markup
     if not rows:
         table.add_row("(none)", *([""] * (len(columns) - 1)))
     console.print(table)

@@ -25,10 +25,10 @@ import dpkt
 import zstandard
 
 from streamdump.wire.packet import Segment, Skip, parse
-from streamdump.wire.pcapng import PcapngError
+from streamdump.wire.pcapng import PcapngError, Section
 from streamdump.wire.pcapng import read_packets as read_pcapng
 
-__all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_segments", "segment_of"]
+__all__ = ["CaptureError", "Segment", "Skip", "Tally", "read_records", "read_segments", "segment_of"]
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -81,6 +81,14 @@ class Tally:
     unknown_links: Counter[int] = field(default_factory=Counter)
     # How far into the file (compressed bytes, for compressed input) reading has come.
     position: Callable[[], int] | None = None
+    # The time of the capture's first packet, which every view counts from (as Wireshark does).
+    first_ts: float | None = None
+    # Stop after this many packets (tshark's -c); None reads them all.
+    stop_after: int | None = None
+    # The comments of a pcapng file's section headers.
+    comments: list[str] = field(default_factory=list)
+    # Shown every packet as read, (number, time, link type, bytes): a copy kept of a pipe.
+    on_record: Callable[[int, float, int, bytes | memoryview], None] | None = None
 
 
 class _Exact:
@@ -147,12 +155,14 @@ def _decompressed(fh: BinaryIO, head: bytes) -> tuple[BinaryIO, str | None]:
     return fh, None
 
 
-def _packets(src: _Exact, name: str) -> Iterator[tuple[float, int, bytes | memoryview]]:
+def _packets(src: _Exact, name: str, tally: Tally) -> Iterator[tuple[float, int, bytes | memoryview]]:
     head = src.read(4)
     if not head:
         raise CaptureError(f"{name}: empty file, not a capture")
     if head == PCAPNG_MAGIC:
-        yield from read_pcapng(_Prefixed(head, src))  # type: ignore[arg-type]
+        section = Section()
+        section.comments = tally.comments  # the section headers' comments land in the tally
+        yield from read_pcapng(_Prefixed(head, src), section)  # type: ignore[arg-type]
         return
     if head not in PCAP_MAGICS:
         raise CaptureError(f"{name}: not a pcap or pcapng file (starts with {head.hex()})")
@@ -248,6 +258,26 @@ def read_stream(fh: BinaryIO, name: str, tally: Tally | None = None) -> Iterator
 
 def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Iterator[Segment]:
     tally = tally if tally is not None else Tally()
+    keep = tally.on_record
+    for number, ts, linktype, buf in _records(path, tally, stream):
+        if keep is not None:
+            keep(number, ts, linktype, buf)
+        got = segment_of(linktype, buf, number, ts, tally)
+        if got is not None:
+            yield got
+
+
+def read_records(
+    path: Path | str, tally: Tally | None = None, stream: BinaryIO | None = None
+) -> Iterator[tuple[int, float, int, bytes | memoryview]]:
+    """Every packet of a capture as it is in the file: (number, time, link type, bytes), numbered
+    as read_segments numbers them (what `read -w` copies the packets it keeps from)."""
+    return _records(path, tally if tally is not None else Tally(), stream)
+
+
+def _records(
+    path: Path | str, tally: Tally, stream: BinaryIO | None
+) -> Iterator[tuple[int, float, int, bytes | memoryview]]:
     streaming = stream is not None
     path = Path(path)
     try:
@@ -266,9 +296,11 @@ def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Ite
         src.streaming = streaming
         if tally.compression is not None:
             src.piece = COMPRESSED_PIECE
-        packets = _packets(src, str(path))
+        packets = _packets(src, str(path), tally)
         number = 0
         while True:
+            if tally.stop_after is not None and number >= tally.stop_after:
+                return
             try:
                 ts, linktype, buf = next(packets)
             except StopIteration:
@@ -284,9 +316,9 @@ def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Ite
                 raise CaptureError(f"{path}: capture is cut short in the middle of packet {number + 1}")
             number += 1
             tally.packets = number
-            got = segment_of(linktype, buf, number, ts, tally)
-            if got is not None:
-                yield got
+            if number == 1:
+                tally.first_ts = ts
+            yield number, ts, linktype, buf
 
 
 def segment_of(

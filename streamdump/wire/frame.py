@@ -77,6 +77,8 @@ class Frame:
     # under the spec's conversation.links plus the kept session fields.
     links: dict[str, Any] | None = None
     key_text: str = "?"  # the key as the protocol writes it (0x0006, 310)
+    # The packets whose TCP payload held bytes of this frame, in stream order (-x, -w).
+    packets: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:

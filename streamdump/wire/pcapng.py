@@ -22,6 +22,7 @@ EPB = 0x00000006
 BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 OPT_END = 0
+OPT_COMMENT = 1
 OPT_IF_TSRESOL = 9
 OPT_IF_TSOFFSET = 14
 
@@ -78,10 +79,12 @@ class Section:
     order: str = "<"
     interfaces: list[Interface] = field(default_factory=list)
     started: bool = False  # a section header has been read
+    # The comments of the section headers read so far (what wrote the file may say how to read it).
+    comments: list[str] = field(default_factory=list)
 
     def copy(self) -> Section:
         """A section a reader may advance without changing this one."""
-        return Section(self.order, list(self.interfaces), self.started)
+        return Section(self.order, list(self.interfaces), self.started, list(self.comments))
 
 
 # Blocks that describe a section rather than carry packets; a reader starting mid-file needs them.
@@ -121,6 +124,10 @@ def read_packets(
             _check_length(length)
             rest = _read(fh, length - 12, "a section header")
             section.order, section.interfaces, section.started = order, [], True
+            # After the magic: major and minor version (2 bytes each), the section's length (8).
+            for code, value in _options(rest[:-4], 12, order):
+                if code == OPT_COMMENT:
+                    section.comments.append(value.decode("utf-8", "replace"))
             if described is not None:
                 described(pos, head + magic + rest)
             pos += length

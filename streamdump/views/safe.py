@@ -1,0 +1,109 @@
+"""Text from the wire made safe for a terminal: the one place views escape what they print.
+
+A capture is input written by whoever made the traffic, so any string in it (a stream name,
+a header value, a payload preview, a server's error text) may hold characters a terminal
+acts on: ESC sequences that clear the screen or set the clipboard (OSC 52), bidi controls
+that reorder what is shown (U+202E), line and paragraph separators, C1 controls. Every text
+view passes what it prints through `escape` as it leaves, whatever decoded it, and shows
+those characters the way tshark's format_text does: `\\x1b`, `\\t`, `\\u202e`. A byte that
+was not UTF-8 (kept as a lone surrogate by a decoder's surrogateescape) shows as `\\xNN`.
+
+JSON stays exact: `json_text` and `json_bytes` write the same characters as JSON escapes
+(`\\u202e`), which every JSON reader turns back into the value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rich.text import Text
+
+# What a terminal may act on: C0 controls, DEL and C1 controls, the Arabic letter mark and the
+# other bidi controls (marks, embeddings, overrides, isolates), line and paragraph separators,
+# and surrogates (bytes that were not UTF-8, or a lone JSON escape).
+UNSAFE = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff"
+_UNSAFE = re.compile(f"[{UNSAFE}]")
+# The C escapes tshark writes; every other control character is \xNN or \uNNNN.
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+_QUOTED = re.compile(f'[{UNSAFE}"\\\\]')
+
+
+def _escaped(char: str) -> str:
+    known = _C_ESCAPES.get(char)
+    if known is not None:
+        return known
+    code = ord(char)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # a byte surrogateescape kept: the byte, as tshark shows bytes
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
+
+
+def _one(match: re.Match[str]) -> str:
+    return _escaped(match.group())
+
+
+def escape(text: str, keep: str = "") -> str:
+    """text with every character a terminal would act on written as an escape.
+
+    keep: characters the view's own layout uses and lets through (a newline between lines a
+    view joined itself); a view never keeps what came from the wire.
+    """
+    if _UNSAFE.search(text) is None:
+        return text
+    if not keep:
+        return _UNSAFE.sub(_one, text)
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m.group()), text)
+
+
+def escape_lines(lines: list[str]) -> str:
+    """Lines joined with newlines (and one after the last), each escaped: one scan for them all
+    when no line holds a newline of its own, as the rows of a frame's messages almost never do."""
+    block = "\n".join(lines)
+    if _UNSAFE.search(block) is None:
+        return block + "\n"
+    if block.count("\n") == len(lines) - 1:  # no line brought a newline: escape all but the joins
+        return escape(block, keep="\n") + "\n"
+    return "\n".join(map(escape, lines)) + "\n"
+
+
+def quoted(text: str) -> str:
+    """text between double quotes, with quotes and backslashes escaped as well: a string value
+    shown so that where it starts and ends is never in doubt."""
+    inner = _QUOTED.sub(lambda m: "\\" + m.group() if m.group() in '"\\' else _escaped(m.group()), text)
+    return f'"{inner}"'
+
+
+def safe_text(text: str, style: str = "") -> Text:
+    """A rich Text of text escaped: what a tree or a table shows of the wire, never markup."""
+    return Text(escape(text), style=style)
+
+
+def safe_cells(values: Iterable[object]) -> list[Text]:
+    return [Text(escape(str(v))) for v in values]
+
+
+# ---------------------------------------------------------------------- JSON
+
+# The same characters past ASCII's controls, which JSON writers leave as they are: JSON escapes
+# them instead (C0 controls JSON escapes itself).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_JSON_UNSAFE_BYTES = re.compile(
+    rb"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
+)
+
+
+def json_text(text: str) -> str:
+    """JSON text with the characters JSON writers leave raw written as \\uNNNN escapes."""
+    if _JSON_UNSAFE.search(text) is None:
+        return text
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def json_bytes(data: bytes) -> bytes:
+    """json_text for JSON already encoded as UTF-8."""
+    if _JSON_UNSAFE_BYTES.search(data) is None:
+        return data
+    return _JSON_UNSAFE_BYTES.sub(lambda m: f"\\u{ord(m.group().decode()):04x}".encode(), data)
