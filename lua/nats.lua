@@ -747,8 +747,30 @@ local SPEC = {
         prefix_width = 2,
         prefix_signed = true,
       },
+      {
+        name = "service_error",
+        type = "string",
+        info = "service_error",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "service_error_code",
+        type = "uint32",
+        info = "service_code",
+        width = 4,
+      },
     },
     payload = {
+      {
+        name = "js_api",
+        type = "string",
+        info = "api",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
       {
         name = "js_stream",
         type = "string",
@@ -772,10 +794,282 @@ local SPEC = {
         width = 8,
       },
       {
+        name = "js_ack",
+        type = "string",
+        info = "ack",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "js_duplicate",
+        type = "bool",
+        info = "duplicate",
+      },
+      {
         name = "js_error_code",
         type = "uint32",
         info = "js_error",
         width = 4,
+      },
+      {
+        name = "js_err_code",
+        type = "uint32",
+        info = "err_code",
+        width = 4,
+      },
+      {
+        name = "kv_bucket",
+        type = "string",
+        info = "bucket",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_key",
+        type = "string",
+        info = "key",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_operation",
+        type = "string",
+        info = "op",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_revision",
+        type = "uint64",
+        info = "revision",
+        width = 8,
+      },
+      {
+        name = "obj_bucket",
+        type = "string",
+        info = "bucket",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "obj_nuid",
+        type = "string",
+        info = "nuid",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "obj_name",
+        type = "string",
+        info = "name",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "srv_verb",
+        type = "string",
+        info = "service",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+    },
+  },
+  hook_names = {
+    payload = {
+      by = "subject",
+      patterns = {
+        {
+          pattern = "$JS.API.CONSUMER.MSG.NEXT.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.MSG.NEXT",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}.{js_filter>}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.DURABLE.CREATE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.DURABLE.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.INFO.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.DELETE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.LEADER.STEPDOWN.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.LEADER.STEPDOWN",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.NAMES.{js_stream}",
+          set = {
+            js_api = "CONSUMER.NAMES",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.LIST.{js_stream}",
+          set = {
+            js_api = "CONSUMER.LIST",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.MSG.GET.{js_stream}",
+          set = {
+            js_api = "STREAM.MSG.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.MSG.DELETE.{js_stream}",
+          set = {
+            js_api = "STREAM.MSG.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.LEADER.STEPDOWN.{js_stream}",
+          set = {
+            js_api = "STREAM.LEADER.STEPDOWN",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.PEER.REMOVE.{js_stream}",
+          set = {
+            js_api = "STREAM.PEER.REMOVE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.NAMES",
+          set = {
+            js_api = "STREAM.NAMES",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.LIST",
+          set = {
+            js_api = "STREAM.LIST",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.CREATE.{js_stream}",
+          set = {
+            js_api = "STREAM.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.UPDATE.{js_stream}",
+          set = {
+            js_api = "STREAM.UPDATE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.DELETE.{js_stream}",
+          set = {
+            js_api = "STREAM.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.INFO.{js_stream}",
+          set = {
+            js_api = "STREAM.INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.PURGE.{js_stream}",
+          set = {
+            js_api = "STREAM.PURGE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.SNAPSHOT.{js_stream}",
+          set = {
+            js_api = "STREAM.SNAPSHOT",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.RESTORE.{js_stream}",
+          set = {
+            js_api = "STREAM.RESTORE",
+          },
+        },
+        {
+          pattern = "$JS.API.DIRECT.GET.{js_stream}.{js_subject>}",
+          set = {
+            js_api = "DIRECT.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.DIRECT.GET.{js_stream}",
+          set = {
+            js_api = "DIRECT.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.INFO",
+          set = {
+            js_api = "INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.{js_api>}",
+          set = {},
+        },
+        {
+          pattern = "$KV.{kv_bucket}.{kv_key>}",
+          set = {},
+        },
+        {
+          pattern = "$O.{obj_bucket}.C.{obj_nuid}",
+          set = {},
+        },
+        {
+          pattern = "$O.{obj_bucket}.M.{obj_name}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}.{srv_name}.{srv_id}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}.{srv_name}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}",
+          set = {},
+        },
       },
     },
   },
@@ -961,10 +1255,22 @@ local SPEC = {
       doc = "Whether JetStream is enabled",
     },
     {
+      name = "js_ack",
+      ftype = "string",
+      title = "Js Ack",
+      doc = "An acknowledgement sent to a $JS.ACK subject, by name: +ACK (an empty payload too), -NAK, +WPI (in progress), +NXT (ack and pull), +TERM",
+    },
+    {
+      name = "js_api",
+      ftype = "string",
+      title = "Js Api",
+      doc = "The JetStream API call its subject names ($JS.API.<call>): STREAM.CREATE, CONSUMER.MSG.NEXT (a pull), DIRECT.GET...",
+    },
+    {
       name = "js_consumer",
       ftype = "string",
       title = "Js Consumer",
-      doc = "The JetStream consumer that delivered it",
+      doc = "The JetStream consumer: of an API call, or that delivered the message",
     },
     {
       name = "js_consumer_seq",
@@ -979,16 +1285,34 @@ local SPEC = {
       doc = "How many times the message has been delivered",
     },
     {
+      name = "js_duplicate",
+      ftype = "bool",
+      title = "Js Duplicate",
+      doc = "A publish ack says the stream already had a message with this Nats-Msg-Id",
+    },
+    {
+      name = "js_err_code",
+      ftype = "uint32",
+      title = "Js Err Code",
+      doc = "The JetStream error's own number (10071: wrong last sequence)",
+    },
+    {
       name = "js_error",
       ftype = "string",
       title = "Js Error",
-      doc = "What the JetStream API answer's error says",
+      doc = "What the JetStream answer's error says",
     },
     {
       name = "js_error_code",
       ftype = "uint32",
       title = "Js Error Code",
-      doc = "A JetStream API answer's error code (404: not found)",
+      doc = "A JetStream answer's error code (400, 404, 503), wherever it lands",
+    },
+    {
+      name = "js_filter",
+      ftype = "string",
+      title = "Js Filter",
+      doc = "The filter subject a consumer is created with ($JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>)",
     },
     {
       name = "js_pending",
@@ -1000,13 +1324,19 @@ local SPEC = {
       name = "js_stream",
       ftype = "string",
       title = "Js Stream",
-      doc = "The JetStream stream a message was delivered from ($JS.ACK reply subject)",
+      doc = "The JetStream stream: of an API call, a delivered message ($JS.ACK reply subject), a publish ack",
     },
     {
       name = "js_stream_seq",
       ftype = "uint64",
       title = "Js Stream Seq",
-      doc = "The message's sequence in its stream",
+      doc = "The message's sequence in its stream (of a delivery, or a publish ack's)",
+    },
+    {
+      name = "js_subject",
+      ftype = "string",
+      title = "Js Subject",
+      doc = "The subject a direct get asks for ($JS.API.DIRECT.GET.<stream>.<subject>)",
     },
     {
       name = "jwt",
@@ -1026,6 +1356,30 @@ local SPEC = {
       ftype = "string",
       title = "Kind",
       doc = "request, response or command",
+    },
+    {
+      name = "kv_bucket",
+      ftype = "string",
+      title = "Kv Bucket",
+      doc = "The KV bucket ($KV.<bucket>.<key>)",
+    },
+    {
+      name = "kv_key",
+      ftype = "string",
+      title = "Kv Key",
+      doc = "The KV key",
+    },
+    {
+      name = "kv_operation",
+      ftype = "string",
+      title = "Kv Operation",
+      doc = "What a KV entry does: PUT, DEL or PURGE (its KV-Operation header; none is PUT)",
+    },
+    {
+      name = "kv_revision",
+      ftype = "uint64",
+      title = "Kv Revision",
+      doc = "A KV entry's revision (its stream sequence), where the frame says it",
     },
     {
       name = "lang",
@@ -1095,6 +1449,42 @@ local SPEC = {
       ftype = "string",
       title = "Nonce",
       doc = "What the client signs with its nkey",
+    },
+    {
+      name = "obj_bucket",
+      ftype = "string",
+      title = "Obj Bucket",
+      doc = "The object store bucket ($O.<bucket>.C.<nuid> or $O.<bucket>.M.<name>)",
+    },
+    {
+      name = "obj_chunks",
+      ftype = "uint32",
+      title = "Obj Chunks",
+      doc = "How many chunks hold the object, as its metadata says",
+    },
+    {
+      name = "obj_digest",
+      ftype = "string",
+      title = "Obj Digest",
+      doc = "The object's digest, as its metadata says (SHA-256=<base64 URL>)",
+    },
+    {
+      name = "obj_name",
+      ftype = "string",
+      title = "Obj Name",
+      doc = "The object's name, decoded from its metadata subject (base64 URL encoding)",
+    },
+    {
+      name = "obj_nuid",
+      ftype = "string",
+      title = "Obj Nuid",
+      doc = "The id of the chunks holding an object ($O.<bucket>.C.<nuid>)",
+    },
+    {
+      name = "obj_size",
+      ftype = "uint64",
+      title = "Obj Size",
+      doc = "The object's size in bytes, as its metadata says",
     },
     {
       name = "op",
@@ -1211,6 +1601,18 @@ local SPEC = {
       doc = "The server's version",
     },
     {
+      name = "service_error",
+      ftype = "string",
+      title = "Service Error",
+      doc = "A micro service's error (its Nats-Service-Error header)",
+    },
+    {
+      name = "service_error_code",
+      ftype = "uint32",
+      title = "Service Error Code",
+      doc = "The service error's code (its Nats-Service-Error-Code header)",
+    },
+    {
       name = "sid",
       ftype = "string",
       title = "Sid",
@@ -1227,6 +1629,24 @@ local SPEC = {
       ftype = "uint32",
       title = "Size",
       doc = "Frame size in bytes, after the size field",
+    },
+    {
+      name = "srv_id",
+      ftype = "string",
+      title = "Srv ID",
+      doc = "The service instance asked for",
+    },
+    {
+      name = "srv_name",
+      ftype = "string",
+      title = "Srv Name",
+      doc = "The service asked for",
+    },
+    {
+      name = "srv_verb",
+      ftype = "string",
+      title = "Srv Verb",
+      doc = "A service discovery request: PING, INFO or STATS ($SRV.<verb>[.<name>[.<id>]])",
     },
     {
       name = "status",
@@ -1395,6 +1815,20 @@ local SPEC = {
       severity = "warn",
       group = "response_code",
       title = "Error answer in a message body",
+    },
+    {
+      name = "header_error",
+      kind = "header_error",
+      severity = "warn",
+      group = "response_code",
+      title = "Error answer in a message's headers",
+    },
+    {
+      name = "duplicate",
+      kind = "duplicate",
+      severity = "note",
+      group = "protocol",
+      title = "Message the server already had (not stored again)",
     },
     {
       name = "error_response",
@@ -2893,6 +3327,47 @@ local function wildcard_matches(pattern, name)
   return #have == #want
 end
 
+-- Twin of wildcards.captures: the fields a pattern's {field} tokens take from name (a last
+-- {field>} the rest), or nil when name is not one the pattern stands for.
+local function wildcard_captures(pattern, name)
+  local want, have = {}, {}
+  for t in (pattern .. "."):gmatch("([^.]*)%.") do want[#want + 1] = t end
+  for t in (name .. "."):gmatch("([^.]*)%.") do have[#have + 1] = t end
+  local out = {}
+  for i, token in ipairs(want) do
+    local rest = token:match("^{(.*)>}$")
+    if rest and i == #want then
+      if #have < i then return nil end
+      out[rest] = table.concat(have, ".", i)
+      return out
+    end
+    if i > #have then return nil end
+    local field = token:match("^{(.*)}$")
+    if field then
+      if have[i] == "" then return nil end
+      out[field] = have[i]
+    elseif token ~= "*" and token ~= have[i] then
+      return nil
+    end
+  end
+  if #have ~= #want then return nil end
+  return out
+end
+
+-- Twin of Hook.names: what text names by the hook's `names` patterns (the first that matches).
+local function hook_names(hook, text)
+  local spec = SPEC.hook_names[hook]
+  if spec == nil or type(text) ~= "string" then return {} end
+  for _, entry in ipairs(spec.patterns) do
+    local found = wildcard_captures(entry.pattern, text)
+    if found then
+      for k, v in pairs(entry.set) do if found[k] == nil then found[k] = v end end
+      return found
+    end
+  end
+  return {}
+end
+
 local function carried_here(entry, out)
   if entry.by == nil then return true end
   local name = out[entry.by]
@@ -3924,10 +4399,26 @@ local NATS_VERSION_LINE = "NATS/1.0"
 local NATS_ACK_PREFIX = "$JS.ACK."
 local NATS_ACK_NUMBERS = { "js_delivered", "js_stream_seq", "js_consumer_seq", "js_timestamp", "js_pending" }
 
+local NATS_UINT64 = {
+  js_delivered = true, js_stream_seq = true, js_consumer_seq = true, js_pending = true,
+  kv_revision = true, obj_size = true,
+}
+-- What the payload hook reads on every decode, in the order the tree shows it (payloads.py's SHOWN).
+local NATS_SHOWN = {
+  "js_api", "js_stream", "js_consumer", "js_subject", "js_filter", "js_delivered", "js_stream_seq",
+  "js_consumer_seq", "js_pending", "js_ack", "js_duplicate", "js_error_code", "js_err_code", "js_error",
+  "kv_bucket", "kv_key", "kv_operation", "kv_revision", "obj_bucket", "obj_nuid", "obj_name", "obj_size",
+  "obj_chunks", "obj_digest", "srv_verb", "srv_name", "srv_id",
+}
+local NATS_HEADS = {}
+for _, entry in ipairs(SPEC.hook_names.payload.patterns) do
+  NATS_HEADS[entry.pattern:match("^[^.]*")] = true
+end
+
 local function nats_add(tree, name, range, value)
   if tree and value ~= nil then
     local v = value
-    if name == "js_delivered" or name == "js_stream_seq" or name == "js_consumer_seq" or name == "js_pending" then
+    if NATS_UINT64[name] then
       v = UInt64.new(value)
     end
     tree:add(F[name], range, v):set_generated()
@@ -3947,6 +4438,10 @@ HOOKS.header_block = {
       end
     end
     local raw = len > 0 and tvb:raw(pos, len) or ""
+    if raw == "" then  -- a header block of size 0 is valid (nats.js 3.x)
+      if item and out.payload_size then item:add(F.payload_size, range, out.payload_size):set_generated() end
+      return
+    end
     local text = raw
     if not utf8_valid(raw) then
       note(ctx, "warn", "malformed", "headers are not valid UTF-8")
@@ -3993,6 +4488,15 @@ HOOKS.header_block = {
     if #names > 0 then
       local map = setmetatable({ keys = names, map = values }, JSON_OBJECT)
       out.message_headers = map
+      local words, code = values["Nats-Service-Error"], values["Nats-Service-Error-Code"] or ""
+      if words ~= nil or code ~= "" then
+        out.service_error = words
+        if code:match("^[0-9]+$") and #code < 10 then out.service_error_code = tonumber(code) end
+        if out.sid ~= nil then
+          note(ctx, "warn", "header_error", "service error " .. (code ~= "" and code or "(no code)")
+            .. (words and words ~= "" and (": " .. words) or ""))
+        end
+      end
     end
     if item then
       if out.payload_size then item:add(F.payload_size, range, out.payload_size):set_generated() end
@@ -4007,6 +4511,8 @@ HOOKS.header_block = {
           entry:add(F["message_headers.value"], range, values[name])
         end
       end
+      nats_add(item, "service_error", range, out.service_error)
+      nats_add(item, "service_error_code", range, out.service_error_code)
     end
   end,
 }
@@ -4027,23 +4533,105 @@ local function nats_ack_parts(reply, out)
   return true
 end
 
--- A JetStream API answer that says it failed: its code and the server's words.
-local function nats_api_error(raw, out, item, range, ctx)
+-- A JetStream answer: an error wherever it lands (a warning), or a publish ack (a duplicate noted).
+local function nats_answer(raw, out, ctx)
   if not utf8_valid(raw) then return end
-  local ok, answer = pcall(json_parse, raw)
-  if not ok or getmetatable(answer) ~= JSON_OBJECT then return end
-  local err = answer.map.error
-  if getmetatable(err) ~= JSON_OBJECT or type(err.map.code) ~= "number" then return end
-  local code, description, detail = err.map.code, err.map.description, err.map.err_code
-  out.js_error_code = code
-  if type(description) == "string" then out.js_error = description end
-  if item then
-    item:add(F.js_error_code, range, code):set_generated()
-    if out.js_error then item:add(F.js_error, range, out.js_error):set_generated() end
+  local ok, found = pcall(json_parse, raw)
+  if not ok or getmetatable(found) ~= JSON_OBJECT then return end
+  local err = found.map.error
+  if getmetatable(err) == JSON_OBJECT and type(err.map.code) == "number" then
+    local code, description, detail = err.map.code, err.map.description, err.map.err_code
+    out.js_error_code = code
+    if type(detail) == "number" then out.js_err_code = detail end
+    if type(description) == "string" then out.js_error = description end
+    local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
+    local said = type(description) == "string" and (": " .. description) or ""
+    note(ctx, "warn", "api_error", string.format("JetStream error %d%s%s", code, which, said))
+    return
   end
-  local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
-  local said = type(description) == "string" and (": " .. description) or ""
-  note(ctx, "warn", "api_error", string.format("JetStream API error %d%s%s", code, which, said))
+  local stream, seq = found.map.stream, found.map.seq
+  if found.map.type ~= nil or type(stream) ~= "string" or type(seq) ~= "number" then return end
+  out.js_stream, out.js_stream_seq = stream, seq
+  if found.map.duplicate == true then
+    out.js_duplicate = true
+    note(ctx, "note", "duplicate", string.format(
+      "duplicate publish: %s already had this Nats-Msg-Id (sequence %d); not stored again", stream, seq))
+  end
+end
+
+-- Twin of payloads.object_name: base64 URL, padded or not; the token itself when not that.
+local NATS_B64 = {}
+do
+  local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+  for i = 1, 64 do NATS_B64[alphabet:sub(i, i)] = i - 1 end
+end
+local function nats_object_name(encoded)
+  local body, pad = encoded:match("^([A-Za-z0-9_%-]*)(=?=?)$")
+  if body == nil or #body % 4 == 1 or (pad ~= "" and #encoded % 4 ~= 0) then return encoded end
+  local bytes, acc, bits = {}, 0, 0
+  for i = 1, #body do
+    local v = NATS_B64[body:sub(i, i)]
+    if v == nil then return encoded end
+    acc, bits = acc * 64 + v, bits + 6
+    if bits >= 8 then
+      bits = bits - 8
+      local p = 2 ^ bits
+      bytes[#bytes + 1] = string.char(math.floor(acc / p))
+      acc = acc % p
+    end
+  end
+  local text = table.concat(bytes)
+  if not utf8_valid(text) then return encoded end
+  return text
+end
+
+local function nats_object_meta(raw, out)
+  if not utf8_valid(raw) then return end
+  local ok, meta = pcall(json_parse, raw)
+  if not ok or getmetatable(meta) ~= JSON_OBJECT then return end
+  local m = meta.map
+  if type(m.nuid) == "string" then out.obj_nuid = m.nuid end
+  if type(m.size) == "number" and m.size >= 0 and m.size == math.floor(m.size) then out.obj_size = m.size end
+  if type(m.chunks) == "number" and m.chunks >= 0 and m.chunks == math.floor(m.chunks) then out.obj_chunks = m.chunks end
+  if type(m.digest) == "string" then out.obj_digest = m.digest end
+end
+
+-- What the payload hook reads on every decode (payloads.py's Payload.check).
+local function nats_check(tvb, pos, len, out, ctx)
+  local subject = out.subject
+  local headers = out.message_headers and out.message_headers.map or {}
+  if type(subject) == "string" and NATS_HEADS[subject:match("^[^.]*")] then
+    local named = hook_names("payload", subject)
+    if named.obj_name then named.obj_name = nats_object_name(named.obj_name) end
+    for k, v in pairs(named) do out[k] = v end
+  elseif headers["Nats-Subject"] and out.sid ~= nil then
+    local origin = hook_names("payload", headers["Nats-Subject"])
+    for k, v in pairs(origin) do
+      if k:sub(1, 3) == "kv_" or k:sub(1, 4) == "obj_" then out[k] = v end
+    end
+    if out.kv_key then
+      local revision = headers["Nats-Sequence"] or ""
+      if revision:match("^[0-9]+$") then out.kv_revision = tonumber(revision) end
+    end
+  end
+  local reply = out.reply_to
+  if type(reply) == "string" and reply:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX then nats_ack_parts(reply, out) end
+  if out.kv_key then
+    local operation = headers["KV-Operation"]
+    out.kv_operation = type(operation) == "string" and operation:upper() or "PUT"
+    if out.js_stream_seq ~= nil and out.kv_revision == nil then out.kv_revision = out.js_stream_seq end
+  end
+  if type(subject) == "string" and subject:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX and out.sid == nil then
+    local head = len > 0 and tvb:raw(pos, math.min(len, 16)) or ""
+    out.js_ack = head:match("^[ \t\r\n\v\f]*([^ \t\r\n\v\f]+)") or "+ACK"
+  end
+  local head = len > 0 and tvb:raw(pos, math.min(len, 64)) or ""
+  local answers = head:sub(1, 9) == '{"error":' or head:sub(1, 10) == '{"stream":'
+  if head:find('"io.nats.jetstream.api.', 1, true) or (out.sid ~= nil and (reply == nil or reply == "") and answers) then
+    nats_answer(tvb:raw(pos, len), out, ctx)
+  elseif out.obj_name and head:sub(1, 1) == "{" and len <= 65536 then
+    nats_object_meta(tvb:raw(pos, len), out)
+  end
 end
 
 local function nats_printable(text)
@@ -4055,16 +4643,8 @@ HOOKS.payload = {
   raw = function(spec, tvb, pos, len, tree, ctx, out)
     local item = tree and tree:add(F[spec.name], tvb(pos, len)) or nil
     local range = tvb(pos, len)
-    local reply = out.reply_to
-    if type(reply) == "string" and reply:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX and nats_ack_parts(reply, out) then
-      for _, name in ipairs({ "js_stream", "js_consumer", "js_delivered", "js_stream_seq", "js_consumer_seq", "js_pending" }) do
-        nats_add(item, name, range, out[name])
-      end
-    end
-    local head = len > 0 and tvb:raw(pos, math.min(len, 64)) or ""
-    if head:find('"io.nats.jetstream.api.', 1, true) and tvb:raw(pos, len):find('"error"', 1, true) then
-      nats_api_error(tvb:raw(pos, len), out, item, range, ctx)
-    end
+    nats_check(tvb, pos, len, out, ctx)
+    for _, name in ipairs(NATS_SHOWN) do nats_add(item, name, range, out[name]) end
     if carried(spec, tvb, pos, len, tree, ctx, out) then return end
     if len == 0 then return end
     local raw = tvb:raw(pos, len)

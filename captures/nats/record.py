@@ -172,8 +172,11 @@ async def natspy_store() -> None:
     await kv.delete("color")
     await kv.purge("color")
     obj = await js.create_object_store("assets", config=ObjectStoreConfig(bucket="assets"))
-    await obj.put("logo.svg", b"<svg>" + b"x" * 150 + b"</svg>", meta=ObjectMeta(
-        name="logo.svg", options=ObjectMetaOptions(max_chunk_size=64)))
+    await obj.put(
+        "logo.svg",
+        b"<svg>" + b"x" * 150 + b"</svg>",
+        meta=ObjectMeta(name="logo.svg", options=ObjectMetaOptions(max_chunk_size=64)),
+    )
     back = await obj.get("logo.svg")
     if len(back.data) != 161:
         raise RuntimeError("object not read back")
