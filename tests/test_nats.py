@@ -395,8 +395,11 @@ def test_the_captures_show_what_the_real_peers_did() -> None:
     audit = [f for f in pubsub if f.command == "Message" and f.fields["subject"] == "audit.orders"]
     assert len(audit) == 1  # UNSUB 3 1: the server delivers one message, then ends the subscription
     js = frames("jetstream.pcap")
-    acked = [f for f in js if f.fields.get("js_stream") == "ORDERS"]
-    assert [f.fields["js_stream_seq"] for f in acked] == [1, 2, 3]
+    delivered = [f for f in js if f.fields.get("js_consumer") == "billing" and "sid" in f.fields]
+    assert [f.fields["js_stream_seq"] for f in delivered] == [1, 2, 3]
+    acked = [f for f in js if "js_stream_seq" in f.fields and f.fields["subject"].startswith("_INBOX.")]
+    publish_acks = [(f.fields["js_stream"], f.fields["js_stream_seq"]) for f in acked]
+    assert publish_acks == [("ORDERS", 1), ("ORDERS", 2), ("ORDERS", 3)]
     created = next(f for f in js if f.fields.get("subject") == "$JS.API.STREAM.CREATE.ORDERS")
     NATS.expand(created)
     assert created.fields["data_json"]["name"] == "ORDERS"
@@ -422,7 +425,18 @@ def cli(*args: str) -> tuple[int, str, str]:
     ("path", "expression", "count"),
     [
         ("nats/pubsub.pcap", 'nats.subject matches "orders\\\\."', 17),
-        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS"', 3),
+        # API calls (5), publish acks (3) and deliveries (3).
+        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS"', 11),
+        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS" && nats.js_consumer_seq', 3),
+        # The refused KV update: its publish ack's error, where it lands.
+        ("nats/natsjs_store.pcap", "nats.js_err_code == 10071", 1),
+        ("nats/natspy_store.pcap", "nats.js_error_code == 400", 1),
+        ("nats/natsjs_store.pcap", 'nats.kv_operation == "DEL" || nats.kv_operation == "PURGE"', 2),
+        ("nats/natsjs_store.pcap", 'nats.obj_name == "reports/q3 summary.txt"', 2),
+        ("nats/natsjs_services.pcap", 'nats.service_error == "division by zero"', 2),
+        ("nats/natsjs_services.pcap", 'nats.srv_verb == "PING"', 2),
+        ("nats/natsjs_jetstream.pcap", 'nats.js_ack == "-NAK" || nats.js_ack == "+TERM"', 2),
+        ("nats/natsjs_jetstream.pcap", "nats.js_duplicate", 1),
         ("nats/request_reply.pcap", "nats.status == 503", 1),
         ("liftbridge/session.pcap", 'liftbridge.stream == "orders" && liftbridge.command == "Publish"', 8),
         ("liftbridge/trouble.pcap", 'liftbridge.crc_check == "wrong"', 1),
