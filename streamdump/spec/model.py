@@ -367,7 +367,8 @@ class Conversation:
     # The response field with the server's own words about a status (a remark).
     status_text: str | None = None
     # Who a peer is, from fields every frame carries: property (product, version) -> field.
-    identity: Mapping[str, str] = field(default_factory=dict)
+    # property -> its header field, or the Command.field of each frame that introduces a peer.
+    identity: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Answers telling the client where to connect next (a broker list, an advertised address).
     advertises: tuple[AdvertiseSpec, ...] = ()
     # The package's own rules this spec uses: the rule's key -> its section, as the rule parsed it.
