@@ -601,3 +601,176 @@ def test_a_ping_right_after_garbage_is_read_when_it_arrives() -> None:
     assert [(f.number, f.command) for f in frames] == [(2, "Publish"), (3, "Ping"), (4, "Publish")]
     frames = decoded(b"GARBAGE\r\nCONNE", b"CT {}\r\n")
     assert [f.command for f in frames] == [None, "Connect"]
+
+
+# ---------------------------------------------------------------------- JetStream, KV, objects, services
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "found"),
+    [
+        ("$KV.{b}.{k>}", "$KV.profiles.a.b", {"b": "profiles", "k": "a.b"}),
+        ("$KV.{b}.{k>}", "$KV.profiles", None),  # `{k>}` takes one token or more
+        ("$O.{b}.C.{n}", "$O.files.C.x", {"b": "files", "n": "x"}),
+        ("$O.{b}.C.{n}", "$O.files.M.x", None),
+        ("$O.{b}.C.{n}", "$O.files.C.x.y", None),
+        ("$SRV.{v}", "$SRV..x", None),  # an empty token names nothing
+        ("a.*.{x}", "a.b.c", {"x": "c"}),
+    ],
+)
+def test_what_a_subject_names(pattern: str, name: str, found: dict[str, str] | None) -> None:
+    from streamdump.wire.wildcards import captures
+
+    assert captures(pattern, name) == found
+
+
+def with_headers(line: bytes, *headers: bytes, payload: bytes = b"") -> bytes:
+    """An HPUB or HMSG: its line's start, then the header block's and total sizes it computes."""
+    block = b"NATS/1.0\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    return b"%s %d %d\r\n%s%s\r\n" % (line, len(block), len(block) + len(payload), block, payload)
+
+
+def test_subjects_payloads_and_headers_say_what_jetstream_kv_objects_and_services_do() -> None:
+    def one(stream: bytes) -> dict[str, Any]:
+        frame = NATS.decode(stream)
+        assert not [e for e in frame.expert if e.group == "malformed"], frame.expert
+        return {**frame.fields, "notes": [e.message for e in frame.expert]}
+
+    # nats.js 3.x: a header block of size 0 for a JetStream publish without headers.
+    empty = one(b"HPUB shop.orders _INBOX.a.1 0 2\r\nhi\r\n")
+    assert empty["payload_size"] == 2 and empty["notes"] == []
+    pull = one(b'PUB $JS.API.CONSUMER.MSG.NEXT.ORDERS.billing _INBOX.p 11\r\n{"batch":1}\r\n')
+    assert (pull["js_api"], pull["js_stream"], pull["js_consumer"]) == (
+        "CONSUMER.MSG.NEXT",
+        "ORDERS",
+        "billing",
+    )
+    direct = one(b"PUB $JS.API.DIRECT.GET.KV_p.$KV.p.a.b _INBOX.x 0\r\n\r\n")
+    assert (direct["js_api"], direct["js_stream"], direct["js_subject"]) == (
+        "DIRECT.GET",
+        "KV_p",
+        "$KV.p.a.b",
+    )
+    newer = one(b"PUB $JS.API.SOME.FUTURE.CALL _INBOX.x 0\r\n\r\n")
+    assert newer["js_api"] == "SOME.FUTURE.CALL"
+    delete = one(with_headers(b"HPUB $KV.p.a.b _INBOX.x", b"KV-Operation: DEL"))
+    assert (delete["kv_bucket"], delete["kv_key"], delete["kv_operation"]) == ("p", "a.b", "DEL")
+    assert one(b"PUB $KV.p.k _INBOX.x 1\r\nv\r\n")["kv_operation"] == "PUT"
+    got = one(
+        with_headers(b"HMSG _INBOX.x 1", b"Nats-Subject: $KV.p.alice", b"Nats-Sequence: 7", payload=b"v2")
+    )
+    assert (got["kv_bucket"], got["kv_key"], got["kv_revision"], got["kv_operation"]) == (
+        "p",
+        "alice",
+        7,
+        "PUT",
+    )
+    meta = b'{"name":"a b","nuid":"N1","size":3,"chunks":1,"digest":"SHA-256=x"}'
+    named = one(b"PUB $O.files.M.YSBi _INBOX.x %d\r\n%s\r\n" % (len(meta), meta))
+    assert (named["obj_bucket"], named["obj_name"], named["obj_nuid"], named["obj_chunks"]) == (
+        "files",
+        "a b",
+        "N1",
+        1,
+    )
+    assert one(b"PUB $O.files.M.n*t _INBOX.x 0\r\n\r\n")["obj_name"] == "n*t"  # not base64: kept
+    assert one(b"PUB $O.files.M.YQ== _INBOX.x 0\r\n\r\n")["obj_name"] == "a"  # padded
+    assert one(b"PUB $O.files.C.N1 _INBOX.x 1\r\nz\r\n")["obj_nuid"] == "N1"
+    assert one(b"PUB $SRV.PING.calc _INBOX.x 0\r\n\r\n")["srv_verb"] == "PING"
+    for payload, name in ((b"", "+ACK"), (b"+ACK", "+ACK"), (b"-NAK {\"delay\":1}", "-NAK"),
+                          (b"+WPI", "+WPI"), (b"+NXT {}", "+NXT"), (b"+TERM bad", "+TERM")):  # fmt: skip
+        ack = one(b"PUB $JS.ACK.S.C.1.2.3.4.5 %d\r\n%s\r\n" % (len(payload), payload))
+        assert ack["js_ack"] == name
+    # A publish ack, a duplicate noted, an error wherever it lands; a delivery's own JSON is not one.
+    acked = b'{"stream":"S", "seq":5,"duplicate": true}'
+    pub_ack = one(b"MSG _INBOX.a 1 %d\r\n%s\r\n" % (len(acked), acked))
+    assert (pub_ack["js_stream"], pub_ack["js_stream_seq"], pub_ack["js_duplicate"]) == ("S", 5, True)
+    assert pub_ack["notes"] == [
+        "duplicate publish: S already had this Nats-Msg-Id (sequence 5); not stored again"
+    ]
+    refused = (
+        b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"},"stream":"KV_p"}'
+    )
+    error = one(b"MSG _INBOX.a 1 %d\r\n%s\r\n" % (len(refused), refused))
+    assert (error["js_error_code"], error["js_err_code"]) == (400, 10071)
+    assert error["notes"] == ["JetStream error 400 (10071): wrong last sequence: 1"]
+    published = one(b"PUB app.events %d\r\n%s\r\n" % (len(refused), refused))  # a client's own payload
+    assert "js_error_code" not in published and published["notes"] == []
+    # A service error: shown where the responder sends it, told where it is delivered.
+    block = b"NATS/1.0\r\nNats-Service-Error: division by zero\r\nNats-Service-Error-Code: 400\r\n\r\n"
+    sent = one(b"HPUB _INBOX.r %d %d\r\n%s\r\n" % (len(block), len(block), block))
+    delivered = one(b"HMSG _INBOX.r 1 %d %d\r\n%s\r\n" % (len(block), len(block), block))
+    assert (sent["service_error"], sent["service_error_code"], sent["notes"]) == ("division by zero", 400, [])
+    assert delivered["notes"] == ["service error 400: division by zero"]
+
+
+def test_a_pull_is_answered_by_its_messages_heartbeats_and_end() -> None:
+    frames, tracker = tracked(
+        (False, INFO),
+        (
+            True,
+            CONNECT + b'SUB _INBOX.p1 1\r\nPUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p1 11\r\n{"batch":2}\r\n',
+        ),
+        (False, b"MSG s.one 1 $JS.ACK.S.c.1.1.1.1.1 1\r\na\r\nMSG s.two 1 $JS.ACK.S.c.1.2.2.1.0 1\r\nb\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.1 4\r\n+ACK\r\nSUB _INBOX.p2 2\r\n"),
+        (True, b'PUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p2 11\r\n{"batch":5}\r\n'),
+        (False, b"HMSG _INBOX.p2 2 31 31\r\nNATS/1.0 100 Idle Heartbeat\r\n\r\n\r\n"),
+        (False, b"HMSG _INBOX.p2 2 32 32\r\nNATS/1.0 408 Request Timeout\r\n\r\n\r\n"),
+        (True, b'PUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p3 11\r\n{"batch":5}\r\n'),
+    )
+    pulls = [f for f in frames if f.fields.get("js_api") == "CONSUMER.MSG.NEXT"]
+    first, second, silent = pulls
+    delivered = [f for f in frames if f.command == "Message"]
+    assert [(f.links or {}).get("request_in") for f in delivered] == [first.number, first.number]
+    assert "response_time" in (delivered[0].links or {}) and "response_time" not in (delivered[1].links or {})
+    assert (first.links or {})["response_in"] == delivered[0].number
+    heartbeat, timeout = (f for f in frames if f.command == "HeadersMessage")
+    assert (heartbeat.links or {})["request_in"] == second.number and "response_time" not in heartbeat.links
+    assert (second.links or {})["response_in"] == timeout.number  # it ended without a message
+    ack = next(f for f in frames if f.fields.get("js_ack"))
+    assert (ack.links or {})["request_in"] == delivered[0].number  # the message it acknowledges
+    said = {(d.kind, d.number) for d in tracker.diagnoses}
+    assert ("reply_status", timeout.number) in said
+    assert ("no_reply", silent.number) in said and ("no_reply", first.number) not in said
+    # Two passes: each pull is kept for what answers it.
+    replies = tracker.trackers["nats"].rules[1]
+    assert replies.awaits_later(first) and replies.later(first) == {"response_in": delivered[0].number}
+
+
+def test_the_plugin_agrees_on_jetstream_shapes_the_captures_lack(tmp_path: Path) -> None:
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    refused = b'{"error":{"code":503,"description":"no responders"}}'
+    frames = [
+        (False, INFO),
+        (True, CONNECT + b"SUB _INBOX.* 1\r\nPUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.w 2\r\n{}\r\n"),
+        (False, b"MSG s.x 1 $JS.ACK.d.h.S.c.1.1.1.1.1.r 1\r\na\r\n"),
+        (False, b"HMSG _INBOX.w 1 33 33\r\nNATS/1.0 409 Consumer Deleted\r\n\r\n\r\n"),
+        (False, b"MSG _INBOX.q 1 %d\r\n%s\r\n" % (len(refused), refused)),
+        (True, b"PUB $O.b.M.4pyT 0\r\n\r\nPUB $O.b.M.YQ=== 0\r\n\r\nPUB $O.b.M.Y 0\r\n\r\n"),
+        (True, b"PUB $KV.b.k.\xc3\xa9 0\r\n\r\nPUB $SRV.STATS.calc.ID1 0\r\n\r\n"),
+        (
+            True,
+            b"HPUB x.y 0 0\r\n\r\nHPUB _INBOX.z 38 38\r\nNATS/1.0\r\nNats-Service-Error-Code: 5\r\n\r\n\r\n",
+        ),
+    ]
+    path = tmp_path / "jetstream_odd.pcap"
+    path.write_bytes(tcp_pcap(frames, server=("127.0.0.1", 4222)))
+    for two_pass in (False, True):
+        found = list(differences(path, tmp_path, REGISTRY.get("nats"), two_pass=two_pass))
+        assert not found, "\n\n".join(found[:5])
+
+
+def test_a_hooks_names_are_checked_when_a_spec_loads(tmp_path: Path) -> None:
+    spec = (ROOT / "dissectors" / "nats" / "spec.yaml").read_text()
+    for bad, says in (
+        ('- {pattern: "$KV.{kv_bucket}.{kv_key>}"}', '- {pattern: "$KV.{nowhere}"}'),
+        ('- {pattern: "$KV.{kv_bucket}.{kv_key>}"}', '- {pattern: "$KV.{kv_key>}.x"}'),
+        ('- {pattern: "$SRV.{srv_verb}"}', '- {pattern: "$SRV.x", js_delivered: "1"}'),
+    ):
+        folder = tmp_path / "specs" / "nats"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "spec.yaml").write_text(spec.replace(bad, says))
+        with pytest.raises(SpecError, match=r"hooks\.payload\.names"):
+            load_registry(tmp_path / "specs", package=None)
