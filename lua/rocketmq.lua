@@ -8354,6 +8354,13 @@ local SPEC = {
       title = "Error answer in a message's headers",
     },
     {
+      name = "digest",
+      kind = "digest",
+      severity = "warn",
+      group = "protocol",
+      title = "Content that does not match its digest",
+    },
+    {
       name = "duplicate",
       kind = "duplicate",
       severity = "note",

@@ -755,11 +755,61 @@ def test_the_plugin_agrees_on_jetstream_shapes_the_captures_lack(tmp_path: Path)
             b"HPUB x.y 0 0\r\n\r\nHPUB _INBOX.z 38 38\r\nNATS/1.0\r\nNats-Service-Error-Code: 5\r\n\r\n\r\n",
         ),
     ]
+    # An object whose chunks match its metadata, and one whose second chunk does not.
+    frames += object_put("good", b"N1", [b"abc", b"defg"]) + object_put(
+        "bad", b"N2", [b"abc", b"defg"], b"defh"
+    )
     path = tmp_path / "jetstream_odd.pcap"
     path.write_bytes(tcp_pcap(frames, server=("127.0.0.1", 4222)))
     for two_pass in (False, True):
         found = list(differences(path, tmp_path, REGISTRY.get("nats"), two_pass=two_pass))
         assert not found, "\n\n".join(found[:5])
+
+
+def object_put(
+    name: str, nuid: bytes, chunks: list[bytes], last: bytes | None = None
+) -> list[tuple[bool, bytes]]:
+    """An object store put: its chunks (the last one replaced by last, if given), then its metadata."""
+    import base64
+    import hashlib
+
+    sent = [*chunks[:-1], last if last is not None else chunks[-1]]
+    out = [(True, b"PUB $O.b.C.%s %d\r\n%s\r\n" % (nuid, len(c), c)) for c in sent]
+    digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(b"".join(chunks)).digest()).decode()
+    meta = json.dumps(
+        {"name": name, "bucket": "b", "nuid": nuid.decode(), "size": sum(map(len, chunks)),
+         "chunks": len(chunks), "digest": digest}
+    ).encode()  # fmt: skip
+    subject = b"$O.b.M." + base64.urlsafe_b64encode(name.encode())
+    return [*out, (True, b"PUB %s %d\r\n%s\r\n" % (subject, len(meta), meta))]
+
+
+def test_an_objects_chunks_are_linked_and_checked_against_its_digest() -> None:
+    frames, tracker = tracked(
+        (False, INFO),
+        (True, CONNECT),
+        *object_put("good", b"N1", [b"abc", b"defg"]),
+        *object_put("bad", b"N2", [b"abc", b"defg"], b"defh"),
+        *object_put("short", b"N3", [b"abc", b"defg"], b"de"),
+        (
+            False,
+            b"MSG $O.b.C.N1 1 $JS.ACK.OBJ_b.c.1.1.1.1.1 3\r\nabc\r\n"
+            b"MSG $O.b.C.N1 1 $JS.ACK.OBJ_b.c.1.2.2.1.0 4\r\ndefg\r\n",
+        ),
+    )
+    metas = [f for f in frames if "obj_name" in f.fields]
+    chunks = [f for f in frames if "obj_nuid" in f.fields and "obj_name" not in f.fields]
+    assert [(m.links or {}).get("chunks_in") for m in metas] == [
+        [c.number for c in chunks[i : i + 2]] for i in (0, 2, 4)
+    ]
+    delivered = chunks[-2:]
+    assert [(f.links or {}).get("object_in") for f in delivered] == [metas[0].number] * 2
+    said = [d.message for d in tracker.diagnoses if d.kind == "digest"]
+    assert len(said) == 2
+    assert (
+        said[0].startswith("object 'bad' (metadata in packet") and "its chunks' digest is SHA-256=" in said[0]
+    )
+    assert said[1].endswith("its 2 chunks hold 5 bytes, its metadata says 7")
 
 
 def test_a_hooks_names_are_checked_when_a_spec_loads(tmp_path: Path) -> None:
