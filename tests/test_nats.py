@@ -824,3 +824,49 @@ def test_a_hooks_names_are_checked_when_a_spec_loads(tmp_path: Path) -> None:
         (folder / "spec.yaml").write_text(spec.replace(bad, says))
         with pytest.raises(SpecError, match=r"hooks\.payload\.names"):
             load_registry(tmp_path / "specs", package=None)
+
+
+def names_patterns() -> list[tuple[str, dict[str, str]]]:
+    names = REGISTRY.get("nats").hooks["payload"].names
+    assert names is not None
+    return [(pattern, dict(fixed)) for pattern, fixed in names[1]]
+
+
+def subject_of(pattern: str) -> tuple[str, dict[str, str]]:
+    """A subject the pattern stands for, and the fields it should name."""
+    tokens, named = [], {}
+    for index, token in enumerate(pattern.split(".")):
+        if token.startswith("{"):
+            field_name = token.strip("{}>")
+            value = f"v{index}.w{index}" if token.endswith(">}") else f"v{index}"
+            tokens.append(value)
+            named[field_name] = value
+        else:
+            tokens.append(token)
+    return ".".join(tokens), named
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fixed"), names_patterns(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_subject_pattern_of_the_spec_names_its_fields(pattern: str, fixed: dict[str, str]) -> None:
+    subject, named = subject_of(pattern)
+    fields = NATS.decode(f"PUB {subject} _INBOX.r 0\r\n\r\n".encode()).fields
+    expected = {**fixed, **named}  # an object name "v3" is no base64 of UTF-8 text: kept as it is
+    assert {k: fields.get(k) for k in expected} == expected
+    # The first pattern that matches wins: a subject made of a later pattern is not taken earlier.
+    earlier = [p for p, _ in names_patterns()[: names_patterns().index((pattern, fixed))]]
+    from streamdump.wire.wildcards import captures
+
+    assert all(captures(p, subject) is None for p in earlier), pattern
+
+
+def test_the_plugin_names_what_every_subject_pattern_names(tmp_path: Path) -> None:
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    lines = b"".join(f"PUB {subject_of(p)[0]} _INBOX.r 0\r\n\r\n".encode() for p, _ in names_patterns())
+    path = tmp_path / "subjects.pcap"
+    path.write_bytes(tcp_pcap([(False, INFO), (True, CONNECT + lines)], server=("127.0.0.1", 4222)))
+    found = list(differences(path, tmp_path, REGISTRY.get("nats")))
+    assert not found, "\n\n".join(found[:5])
