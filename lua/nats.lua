@@ -1781,6 +1781,10 @@ local SPEC = {
         keep = {
           { "request_subject", "subject" },
         },
+        again = {
+          field = "js_ack",
+          values = { "+WPI" },
+        },
         many = {
           field = "js_api",
           values = { "CONSUMER.MSG.NEXT" },
@@ -4824,8 +4828,12 @@ do
             local status = spec.status and f.fields[spec.status]
             local meaning = is_number(status) and spec.statuses[status]
             if meaning then failed(conn, request, f, status, meaning) end
-            request.pending = nil
-            request.fields = nil  -- answered: only its number and links stay
+            if spec.again and contains(spec.again.values, f.fields[spec.again.field]) then
+              asked[key] = request  -- open for the answer that ends it
+            else
+              request.pending = nil
+              request.fields = nil  -- answered: only its number and links stay
+            end
           end
         end
         local ask = f.fields[spec.ask]

@@ -729,6 +729,17 @@ def test_a_pull_is_answered_by_its_messages_heartbeats_and_end() -> None:
     assert (second.links or {})["response_in"] == timeout.number  # it ended without a message
     ack = next(f for f in frames if f.fields.get("js_ack"))
     assert (ack.links or {})["request_in"] == delivered[0].number  # the message it acknowledges
+    # +WPI leaves the message open: the acknowledgement after it links to it too.
+    working, _ = tracked(
+        (False, INFO),
+        (True, CONNECT + b"SUB in 1\r\n"),
+        (False, b"MSG s.one 1 $JS.ACK.S.c.1.1.1.1.0 1\r\na\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+WPI\r\nPUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+ACK\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+ACK\r\n"),
+    )
+    acks = [f for f in working if f.fields.get("js_ack")]
+    message = next(f for f in working if f.command == "Message")
+    assert [(f.links or {}).get("request_in") for f in acks] == [message.number] * 2 + [None]
     said = {(d.kind, d.number) for d in tracker.diagnoses}
     assert ("reply_status", timeout.number) in said
     assert ("no_reply", silent.number) in said and ("no_reply", first.number) not in said

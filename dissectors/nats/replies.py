@@ -60,6 +60,9 @@ class RepliesSpec:
     # Links an answer gets from its request's fields: link name -> the request's field.
     keep: dict[str, str] = field(default_factory=dict)
     many: ManySpec | None = None
+    # Answers that leave their request open for another (field, values): JetStream's +WPI, "still
+    # working on it", before the +ACK that ends the message's delivery.
+    again: tuple[str, tuple[str, ...]] | None = None
 
 
 class Replies(Rule):
@@ -71,7 +74,7 @@ class Replies(Rule):
     @classmethod
     def parse(cls, raw: Any, check: SpecCheck) -> RepliesSpec:
         at = "conversation.replies"
-        known = {"ask", "answer", "status", "statuses", "keep", "many"}
+        known = {"ask", "answer", "status", "statuses", "keep", "many", "again"}
         if not isinstance(raw, dict) or not {"ask", "answer"} <= set(raw) or set(raw) - known:
             raise check.fail(at, "must be {ask: FIELD, answer: FIELD, status, statuses: {code: text}, keep}")
         names = check.field_names()
@@ -85,8 +88,20 @@ class Replies(Rule):
         if not isinstance(keep, dict) or not all(v in names for v in keep.values()):
             raise check.fail(f"{at}.keep", "must map link names to fields of the requests")
         many = cls._many(raw.get("many"), check, names, f"{at}.many")
+        again = raw.get("again")
+        if again is not None:
+            if not isinstance(again, dict) or len(again) != 1:
+                raise check.fail(f"{at}.again", "must be {FIELD: [values]}")
+            ((name, values),) = again.items()
+            if (
+                name not in names
+                or not isinstance(values, list)
+                or not all(isinstance(v, str) for v in values)
+            ):
+                raise check.fail(f"{at}.again", f"{name!r}: must name a field, given text values")
+            again = (str(name), tuple(values))
         return RepliesSpec(
-            str(raw["ask"]), str(raw["answer"]), raw.get("status"), dict(statuses), dict(keep), many
+            str(raw["ask"]), str(raw["answer"]), raw.get("status"), dict(statuses), dict(keep), many, again
         )
 
     @staticmethod
@@ -120,6 +135,7 @@ class Replies(Rule):
             "status": spec.status,
             "statuses": dict(spec.statuses),
             "keep": [[link, name] for link, name in spec.keep.items()],
+            "again": None if spec.again is None else {"field": spec.again[0], "values": list(spec.again[1])},
             "many": None
             if spec.many is None
             else {
@@ -147,6 +163,8 @@ class Replies(Rule):
             elif request is not None:
                 self.tracker.pair(request, frame)
                 self._keep(request, frame)
+                if spec.again is not None and frame.fields.get(spec.again[0]) in spec.again[1]:
+                    asked[not frame.from_client, to] = request  # open for the answer that ends it
                 status = frame.fields.get(spec.status) if spec.status else None
                 meaning = spec.statuses.get(status) if isinstance(status, int) else None
                 if meaning is not None:
