@@ -4457,7 +4457,7 @@ local NATS_SHOWN = {
   "obj_chunks", "obj_digest", "srv_verb", "srv_name", "srv_id",
 }
 local NATS_HEADS = {}
-for _, entry in ipairs(SPEC.hook_names.payload.patterns) do
+for _, entry in ipairs((SPEC.hook_names.payload or { patterns = {} }).patterns) do
   NATS_HEADS[entry.pattern:match("^[^.]*")] = true
 end
 

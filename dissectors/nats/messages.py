@@ -50,6 +50,9 @@ class SubjectMessages(MessageRules):
             ("status", fields.get("status")),
             ("stream", fields.get("js_stream")),
             ("seq", fields.get("js_stream_seq")),
+            ("op", fields.get("kv_operation") if fields.get("kv_operation") != "PUT" else None),
+            ("ack", fields.get("js_ack")),
+            ("error", fields.get("js_error") or fields.get("service_error")),
         )
         headers = fields.get("message_headers") or {}
         data = fields.get("data")

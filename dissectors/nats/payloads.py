@@ -151,8 +151,8 @@ class Payload(Hook):
     def __init__(self, protocol: Any) -> None:
         super().__init__(protocol)
         # The first token of every subject the spec's names read: others are not looked at.
-        assert self.names_spec is not None
-        self.heads = frozenset(pattern.split(".", 1)[0] for pattern, _ in self.names_spec[1])
+        patterns = self.names_spec[1] if self.names_spec is not None else ()
+        self.heads = frozenset(pattern.split(".", 1)[0] for pattern, _ in patterns)
 
     def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
         subject = siblings.get("subject")
