@@ -172,7 +172,10 @@ class Replies(Rule):
         ask = frame.fields.get(spec.ask)
         if isinstance(ask, str) and ask and len(asked) < MAX_IN_FLIGHT:
             if self._is_many(frame):
-                self._open(conn)[frame.from_client, ask] = Open(frame)
+                opened = self._open(conn)
+                if len(opened) >= MAX_IN_FLIGHT:  # the oldest goes: pulls a full batch ended stay open
+                    del opened[next(iter(opened))]
+                opened[frame.from_client, ask] = Open(frame)
                 asked.pop((frame.from_client, ask), None)
             else:
                 asked[frame.from_client, ask] = frame
