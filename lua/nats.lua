@@ -747,8 +747,30 @@ local SPEC = {
         prefix_width = 2,
         prefix_signed = true,
       },
+      {
+        name = "service_error",
+        type = "string",
+        info = "service_error",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "service_error_code",
+        type = "uint32",
+        info = "service_code",
+        width = 4,
+      },
     },
     payload = {
+      {
+        name = "js_api",
+        type = "string",
+        info = "api",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
       {
         name = "js_stream",
         type = "string",
@@ -772,10 +794,282 @@ local SPEC = {
         width = 8,
       },
       {
+        name = "js_ack",
+        type = "string",
+        info = "ack",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "js_duplicate",
+        type = "bool",
+        info = "duplicate",
+      },
+      {
         name = "js_error_code",
         type = "uint32",
         info = "js_error",
         width = 4,
+      },
+      {
+        name = "js_err_code",
+        type = "uint32",
+        info = "err_code",
+        width = 4,
+      },
+      {
+        name = "kv_bucket",
+        type = "string",
+        info = "bucket",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_key",
+        type = "string",
+        info = "key",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_operation",
+        type = "string",
+        info = "op",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "kv_revision",
+        type = "uint64",
+        info = "revision",
+        width = 8,
+      },
+      {
+        name = "obj_bucket",
+        type = "string",
+        info = "bucket",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "obj_nuid",
+        type = "string",
+        info = "nuid",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "obj_name",
+        type = "string",
+        info = "name",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+      {
+        name = "srv_verb",
+        type = "string",
+        info = "service",
+        prefix = "int16",
+        prefix_width = 2,
+        prefix_signed = true,
+      },
+    },
+  },
+  hook_names = {
+    payload = {
+      by = "subject",
+      patterns = {
+        {
+          pattern = "$JS.API.CONSUMER.MSG.NEXT.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.MSG.NEXT",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}.{js_filter>}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.CREATE.{js_stream}",
+          set = {
+            js_api = "CONSUMER.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.DURABLE.CREATE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.DURABLE.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.INFO.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.DELETE.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.LEADER.STEPDOWN.{js_stream}.{js_consumer}",
+          set = {
+            js_api = "CONSUMER.LEADER.STEPDOWN",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.NAMES.{js_stream}",
+          set = {
+            js_api = "CONSUMER.NAMES",
+          },
+        },
+        {
+          pattern = "$JS.API.CONSUMER.LIST.{js_stream}",
+          set = {
+            js_api = "CONSUMER.LIST",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.MSG.GET.{js_stream}",
+          set = {
+            js_api = "STREAM.MSG.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.MSG.DELETE.{js_stream}",
+          set = {
+            js_api = "STREAM.MSG.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.LEADER.STEPDOWN.{js_stream}",
+          set = {
+            js_api = "STREAM.LEADER.STEPDOWN",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.PEER.REMOVE.{js_stream}",
+          set = {
+            js_api = "STREAM.PEER.REMOVE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.NAMES",
+          set = {
+            js_api = "STREAM.NAMES",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.LIST",
+          set = {
+            js_api = "STREAM.LIST",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.CREATE.{js_stream}",
+          set = {
+            js_api = "STREAM.CREATE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.UPDATE.{js_stream}",
+          set = {
+            js_api = "STREAM.UPDATE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.DELETE.{js_stream}",
+          set = {
+            js_api = "STREAM.DELETE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.INFO.{js_stream}",
+          set = {
+            js_api = "STREAM.INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.PURGE.{js_stream}",
+          set = {
+            js_api = "STREAM.PURGE",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.SNAPSHOT.{js_stream}",
+          set = {
+            js_api = "STREAM.SNAPSHOT",
+          },
+        },
+        {
+          pattern = "$JS.API.STREAM.RESTORE.{js_stream}",
+          set = {
+            js_api = "STREAM.RESTORE",
+          },
+        },
+        {
+          pattern = "$JS.API.DIRECT.GET.{js_stream}.{js_subject>}",
+          set = {
+            js_api = "DIRECT.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.DIRECT.GET.{js_stream}",
+          set = {
+            js_api = "DIRECT.GET",
+          },
+        },
+        {
+          pattern = "$JS.API.INFO",
+          set = {
+            js_api = "INFO",
+          },
+        },
+        {
+          pattern = "$JS.API.{js_api>}",
+          set = {},
+        },
+        {
+          pattern = "$KV.{kv_bucket}.{kv_key>}",
+          set = {},
+        },
+        {
+          pattern = "$O.{obj_bucket}.C.{obj_nuid}",
+          set = {},
+        },
+        {
+          pattern = "$O.{obj_bucket}.M.{obj_name}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}.{srv_name}.{srv_id}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}.{srv_name}",
+          set = {},
+        },
+        {
+          pattern = "$SRV.{srv_verb}",
+          set = {},
+        },
       },
     },
   },
@@ -790,6 +1084,13 @@ local SPEC = {
       ftype = "string",
       title = "Auth Token",
       doc = "Shown masked in every view",
+    },
+    {
+      name = "chunks_in",
+      ftype = "uint32",
+      title = "Chunks In",
+      doc = "The chunks of the object this metadata describes",
+      display = "request_packet",
     },
     {
       name = "client_id",
@@ -961,10 +1262,22 @@ local SPEC = {
       doc = "Whether JetStream is enabled",
     },
     {
+      name = "js_ack",
+      ftype = "string",
+      title = "Js Ack",
+      doc = "An acknowledgement sent to a $JS.ACK subject, by name: +ACK (an empty payload too), -NAK, +WPI (in progress), +NXT (ack and pull), +TERM",
+    },
+    {
+      name = "js_api",
+      ftype = "string",
+      title = "Js Api",
+      doc = "The JetStream API call its subject names ($JS.API.<call>): STREAM.CREATE, CONSUMER.MSG.NEXT (a pull), DIRECT.GET...",
+    },
+    {
       name = "js_consumer",
       ftype = "string",
       title = "Js Consumer",
-      doc = "The JetStream consumer that delivered it",
+      doc = "The JetStream consumer: of an API call, or that delivered the message",
     },
     {
       name = "js_consumer_seq",
@@ -979,16 +1292,34 @@ local SPEC = {
       doc = "How many times the message has been delivered",
     },
     {
+      name = "js_duplicate",
+      ftype = "bool",
+      title = "Js Duplicate",
+      doc = "A publish ack says the stream already had a message with this Nats-Msg-Id",
+    },
+    {
+      name = "js_err_code",
+      ftype = "uint32",
+      title = "Js Err Code",
+      doc = "The JetStream error's own number (10071: wrong last sequence)",
+    },
+    {
       name = "js_error",
       ftype = "string",
       title = "Js Error",
-      doc = "What the JetStream API answer's error says",
+      doc = "What the JetStream answer's error says",
     },
     {
       name = "js_error_code",
       ftype = "uint32",
       title = "Js Error Code",
-      doc = "A JetStream API answer's error code (404: not found)",
+      doc = "A JetStream answer's error code (400, 404, 503), wherever it lands",
+    },
+    {
+      name = "js_filter",
+      ftype = "string",
+      title = "Js Filter",
+      doc = "The filter subject a consumer is created with ($JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>)",
     },
     {
       name = "js_pending",
@@ -1000,13 +1331,19 @@ local SPEC = {
       name = "js_stream",
       ftype = "string",
       title = "Js Stream",
-      doc = "The JetStream stream a message was delivered from ($JS.ACK reply subject)",
+      doc = "The JetStream stream: of an API call, a delivered message ($JS.ACK reply subject), a publish ack",
     },
     {
       name = "js_stream_seq",
       ftype = "uint64",
       title = "Js Stream Seq",
-      doc = "The message's sequence in its stream",
+      doc = "The message's sequence in its stream (of a delivery, or a publish ack's)",
+    },
+    {
+      name = "js_subject",
+      ftype = "string",
+      title = "Js Subject",
+      doc = "The subject a direct get asks for ($JS.API.DIRECT.GET.<stream>.<subject>)",
     },
     {
       name = "jwt",
@@ -1026,6 +1363,30 @@ local SPEC = {
       ftype = "string",
       title = "Kind",
       doc = "request, response or command",
+    },
+    {
+      name = "kv_bucket",
+      ftype = "string",
+      title = "Kv Bucket",
+      doc = "The KV bucket ($KV.<bucket>.<key>)",
+    },
+    {
+      name = "kv_key",
+      ftype = "string",
+      title = "Kv Key",
+      doc = "The KV key",
+    },
+    {
+      name = "kv_operation",
+      ftype = "string",
+      title = "Kv Operation",
+      doc = "What a KV entry does: PUT, DEL or PURGE (its KV-Operation header; none is PUT)",
+    },
+    {
+      name = "kv_revision",
+      ftype = "uint64",
+      title = "Kv Revision",
+      doc = "A KV entry's revision (its stream sequence), where the frame says it",
     },
     {
       name = "lang",
@@ -1095,6 +1456,49 @@ local SPEC = {
       ftype = "string",
       title = "Nonce",
       doc = "What the client signs with its nkey",
+    },
+    {
+      name = "obj_bucket",
+      ftype = "string",
+      title = "Obj Bucket",
+      doc = "The object store bucket ($O.<bucket>.C.<nuid> or $O.<bucket>.M.<name>)",
+    },
+    {
+      name = "obj_chunks",
+      ftype = "uint32",
+      title = "Obj Chunks",
+      doc = "How many chunks hold the object, as its metadata says",
+    },
+    {
+      name = "obj_digest",
+      ftype = "string",
+      title = "Obj Digest",
+      doc = "The object's digest, as its metadata says (SHA-256=<base64 URL>)",
+    },
+    {
+      name = "obj_name",
+      ftype = "string",
+      title = "Obj Name",
+      doc = "The object's name, decoded from its metadata subject (base64 URL encoding)",
+    },
+    {
+      name = "obj_nuid",
+      ftype = "string",
+      title = "Obj Nuid",
+      doc = "The id of the chunks holding an object ($O.<bucket>.C.<nuid>)",
+    },
+    {
+      name = "obj_size",
+      ftype = "uint64",
+      title = "Obj Size",
+      doc = "The object's size in bytes, as its metadata says",
+    },
+    {
+      name = "object_in",
+      ftype = "uint32",
+      title = "Object In",
+      doc = "The metadata of the object this chunk belongs to",
+      display = "request_packet",
     },
     {
       name = "op",
@@ -1211,6 +1615,18 @@ local SPEC = {
       doc = "The server's version",
     },
     {
+      name = "service_error",
+      ftype = "string",
+      title = "Service Error",
+      doc = "A micro service's error (its Nats-Service-Error header)",
+    },
+    {
+      name = "service_error_code",
+      ftype = "uint32",
+      title = "Service Error Code",
+      doc = "The service error's code (its Nats-Service-Error-Code header)",
+    },
+    {
       name = "sid",
       ftype = "string",
       title = "Sid",
@@ -1227,6 +1643,24 @@ local SPEC = {
       ftype = "uint32",
       title = "Size",
       doc = "Frame size in bytes, after the size field",
+    },
+    {
+      name = "srv_id",
+      ftype = "string",
+      title = "Srv ID",
+      doc = "The service instance asked for",
+    },
+    {
+      name = "srv_name",
+      ftype = "string",
+      title = "Srv Name",
+      doc = "The service asked for",
+    },
+    {
+      name = "srv_verb",
+      ftype = "string",
+      title = "Srv Verb",
+      doc = "A service discovery request: PING, INFO or STATS ($SRV.<verb>[.<name>[.<id>]])",
     },
     {
       name = "status",
@@ -1316,7 +1750,7 @@ local SPEC = {
         used_by = { "Message", "HeadersMessage" },
       },
     },
-    links = { "request_in", "response_in", "response_time", "opened_in", "subscribed", "request_subject" },
+    links = { "request_in", "response_in", "response_time", "opened_in", "subscribed", "request_subject", "chunks_in", "object_in" },
     closes = {
       Error = {
         reason = { "error_text" },
@@ -1325,7 +1759,7 @@ local SPEC = {
       },
     },
     versioned = false,
-    rule_order = { "limits", "replies", "pings" },
+    rule_order = { "limits", "replies", "pings", "objects" },
     rules = {
       limits = {
         {
@@ -1342,14 +1776,39 @@ local SPEC = {
           [503] = "no one is subscribed to its subject (no responders)",
           [408] = "the request timed out (a JetStream pull request expired)",
           [409] = "the server refused it (a JetStream consumer limit or state)",
+          [404] = "the message was not found (a JetStream direct get: a KV key or object without a value)",
         },
         keep = {
           { "request_subject", "subject" },
+        },
+        again = {
+          field = "js_ack",
+          values = { "+WPI" },
+        },
+        many = {
+          field = "js_api",
+          values = { "CONSUMER.MSG.NEXT" },
+          via = "subscribed",
+          heartbeats = {
+            [100] = "an idle heartbeat: the pull is waiting for messages",
+          },
+          ends = { 408, 409 },
         },
       },
       pings = {
         ask = "Ping",
         answer = "Pong",
+      },
+      objects = {
+        chunk = "obj_nuid",
+        name = "obj_name",
+        digest = "obj_digest",
+        chunks = "obj_chunks",
+        size = "obj_size",
+        data = "data",
+        max_held = 65536,
+        max_objects = 1000,
+        max_chunks = 10000,
       },
     },
   },
@@ -1395,6 +1854,27 @@ local SPEC = {
       severity = "warn",
       group = "response_code",
       title = "Error answer in a message body",
+    },
+    {
+      name = "header_error",
+      kind = "header_error",
+      severity = "warn",
+      group = "response_code",
+      title = "Error answer in a message's headers",
+    },
+    {
+      name = "digest",
+      kind = "digest",
+      severity = "warn",
+      group = "protocol",
+      title = "Content that does not match its digest",
+    },
+    {
+      name = "duplicate",
+      kind = "duplicate",
+      severity = "note",
+      group = "protocol",
+      title = "Message the server already had (not stored again)",
     },
     {
       name = "error_response",
@@ -2901,6 +3381,47 @@ local function wildcard_matches(pattern, name)
   return #have == #want
 end
 
+-- Twin of wildcards.captures: the fields a pattern's {field} tokens take from name (a last
+-- {field>} the rest), or nil when name is not one the pattern stands for.
+local function wildcard_captures(pattern, name)
+  local want, have = {}, {}
+  for t in (pattern .. "."):gmatch("([^.]*)%.") do want[#want + 1] = t end
+  for t in (name .. "."):gmatch("([^.]*)%.") do have[#have + 1] = t end
+  local out = {}
+  for i, token in ipairs(want) do
+    local rest = token:match("^{(.*)>}$")
+    if rest and i == #want then
+      if #have < i then return nil end
+      out[rest] = table.concat(have, ".", i)
+      return out
+    end
+    if i > #have then return nil end
+    local field = token:match("^{(.*)}$")
+    if field then
+      if have[i] == "" then return nil end
+      out[field] = have[i]
+    elseif token ~= "*" and token ~= have[i] then
+      return nil
+    end
+  end
+  if #have ~= #want then return nil end
+  return out
+end
+
+-- Twin of Hook.names: what text names by the hook's `names` patterns (the first that matches).
+local function hook_names(hook, text)
+  local spec = SPEC.hook_names[hook]
+  if spec == nil or type(text) ~= "string" then return {} end
+  for _, entry in ipairs(spec.patterns) do
+    local found = wildcard_captures(entry.pattern, text)
+    if found then
+      for k, v in pairs(entry.set) do if found[k] == nil then found[k] = v end end
+      return found
+    end
+  end
+  return {}
+end
+
 local function carried_here(entry, out)
   if entry.by == nil then return true end
   local name = out[entry.by]
@@ -3932,10 +4453,26 @@ local NATS_VERSION_LINE = "NATS/1.0"
 local NATS_ACK_PREFIX = "$JS.ACK."
 local NATS_ACK_NUMBERS = { "js_delivered", "js_stream_seq", "js_consumer_seq", "js_timestamp", "js_pending" }
 
+local NATS_UINT64 = {
+  js_delivered = true, js_stream_seq = true, js_consumer_seq = true, js_pending = true,
+  kv_revision = true, obj_size = true,
+}
+-- What the payload hook reads on every decode, in the order the tree shows it (payloads.py's SHOWN).
+local NATS_SHOWN = {
+  "js_api", "js_stream", "js_consumer", "js_subject", "js_filter", "js_delivered", "js_stream_seq",
+  "js_consumer_seq", "js_pending", "js_ack", "js_duplicate", "js_error_code", "js_err_code", "js_error",
+  "kv_bucket", "kv_key", "kv_operation", "kv_revision", "obj_bucket", "obj_nuid", "obj_name", "obj_size",
+  "obj_chunks", "obj_digest", "srv_verb", "srv_name", "srv_id",
+}
+local NATS_HEADS = {}
+for _, entry in ipairs((SPEC.hook_names.payload or { patterns = {} }).patterns) do
+  NATS_HEADS[entry.pattern:match("^[^.]*")] = true
+end
+
 local function nats_add(tree, name, range, value)
   if tree and value ~= nil then
     local v = value
-    if name == "js_delivered" or name == "js_stream_seq" or name == "js_consumer_seq" or name == "js_pending" then
+    if NATS_UINT64[name] then
       v = UInt64.new(value)
     end
     tree:add(F[name], range, v):set_generated()
@@ -3955,6 +4492,10 @@ HOOKS.header_block = {
       end
     end
     local raw = len > 0 and tvb:raw(pos, len) or ""
+    if raw == "" then  -- a header block of size 0 is valid (nats.js 3.x)
+      if item and out.payload_size then item:add(F.payload_size, range, out.payload_size):set_generated() end
+      return
+    end
     local text = raw
     if not utf8_valid(raw) then
       note(ctx, "warn", "malformed", "headers are not valid UTF-8")
@@ -4001,6 +4542,15 @@ HOOKS.header_block = {
     if #names > 0 then
       local map = setmetatable({ keys = names, map = values }, JSON_OBJECT)
       out.message_headers = map
+      local words, code = values["Nats-Service-Error"], values["Nats-Service-Error-Code"] or ""
+      if words ~= nil or code ~= "" then
+        out.service_error = words
+        if code:match("^[0-9]+$") and #code < 10 then out.service_error_code = tonumber(code) end
+        if out.sid ~= nil then
+          note(ctx, "warn", "header_error", "service error " .. (code ~= "" and code or "(no code)")
+            .. (words and words ~= "" and (": " .. words) or ""))
+        end
+      end
     end
     if item then
       if out.payload_size then item:add(F.payload_size, range, out.payload_size):set_generated() end
@@ -4015,6 +4565,8 @@ HOOKS.header_block = {
           entry:add(F["message_headers.value"], range, values[name])
         end
       end
+      nats_add(item, "service_error", range, out.service_error)
+      nats_add(item, "service_error_code", range, out.service_error_code)
     end
   end,
 }
@@ -4035,23 +4587,105 @@ local function nats_ack_parts(reply, out)
   return true
 end
 
--- A JetStream API answer that says it failed: its code and the server's words.
-local function nats_api_error(raw, out, item, range, ctx)
+-- A JetStream answer: an error wherever it lands (a warning), or a publish ack (a duplicate noted).
+local function nats_answer(raw, out, ctx)
   if not utf8_valid(raw) then return end
-  local ok, answer = pcall(json_parse, raw)
-  if not ok or getmetatable(answer) ~= JSON_OBJECT then return end
-  local err = answer.map.error
-  if getmetatable(err) ~= JSON_OBJECT or type(err.map.code) ~= "number" then return end
-  local code, description, detail = err.map.code, err.map.description, err.map.err_code
-  out.js_error_code = code
-  if type(description) == "string" then out.js_error = description end
-  if item then
-    item:add(F.js_error_code, range, code):set_generated()
-    if out.js_error then item:add(F.js_error, range, out.js_error):set_generated() end
+  local ok, found = pcall(json_parse, raw)
+  if not ok or getmetatable(found) ~= JSON_OBJECT then return end
+  local err = found.map.error
+  if getmetatable(err) == JSON_OBJECT and type(err.map.code) == "number" then
+    local code, description, detail = err.map.code, err.map.description, err.map.err_code
+    out.js_error_code = code
+    if type(detail) == "number" then out.js_err_code = detail end
+    if type(description) == "string" then out.js_error = description end
+    local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
+    local said = type(description) == "string" and (": " .. description) or ""
+    note(ctx, "warn", "api_error", string.format("JetStream error %d%s%s", code, which, said))
+    return
   end
-  local which = type(detail) == "number" and string.format(" (%d)", detail) or ""
-  local said = type(description) == "string" and (": " .. description) or ""
-  note(ctx, "warn", "api_error", string.format("JetStream API error %d%s%s", code, which, said))
+  local stream, seq = found.map.stream, found.map.seq
+  if found.map.type ~= nil or type(stream) ~= "string" or type(seq) ~= "number" then return end
+  out.js_stream, out.js_stream_seq = stream, seq
+  if found.map.duplicate == true then
+    out.js_duplicate = true
+    note(ctx, "note", "duplicate", string.format(
+      "duplicate publish: %s already had this Nats-Msg-Id (sequence %d); not stored again", stream, seq))
+  end
+end
+
+-- Twin of payloads.object_name: base64 URL, padded or not; the token itself when not that.
+local NATS_B64 = {}
+do
+  local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+  for i = 1, 64 do NATS_B64[alphabet:sub(i, i)] = i - 1 end
+end
+local function nats_object_name(encoded)
+  local body, pad = encoded:match("^([A-Za-z0-9_%-]*)(=?=?)$")
+  if body == nil or #body % 4 == 1 or (pad ~= "" and #encoded % 4 ~= 0) then return encoded end
+  local bytes, acc, bits = {}, 0, 0
+  for i = 1, #body do
+    local v = NATS_B64[body:sub(i, i)]
+    if v == nil then return encoded end
+    acc, bits = acc * 64 + v, bits + 6
+    if bits >= 8 then
+      bits = bits - 8
+      local p = 2 ^ bits
+      bytes[#bytes + 1] = string.char(math.floor(acc / p))
+      acc = acc % p
+    end
+  end
+  local text = table.concat(bytes)
+  if not utf8_valid(text) then return encoded end
+  return text
+end
+
+local function nats_object_meta(raw, out)
+  if not utf8_valid(raw) then return end
+  local ok, meta = pcall(json_parse, raw)
+  if not ok or getmetatable(meta) ~= JSON_OBJECT then return end
+  local m = meta.map
+  if type(m.nuid) == "string" then out.obj_nuid = m.nuid end
+  if type(m.size) == "number" and m.size >= 0 and m.size == math.floor(m.size) then out.obj_size = m.size end
+  if type(m.chunks) == "number" and m.chunks >= 0 and m.chunks == math.floor(m.chunks) then out.obj_chunks = m.chunks end
+  if type(m.digest) == "string" then out.obj_digest = m.digest end
+end
+
+-- What the payload hook reads on every decode (payloads.py's Payload.check).
+local function nats_check(tvb, pos, len, out, ctx)
+  local subject = out.subject
+  local headers = out.message_headers and out.message_headers.map or {}
+  if type(subject) == "string" and NATS_HEADS[subject:match("^[^.]*")] then
+    local named = hook_names("payload", subject)
+    if named.obj_name then named.obj_name = nats_object_name(named.obj_name) end
+    for k, v in pairs(named) do out[k] = v end
+  elseif headers["Nats-Subject"] and out.sid ~= nil then
+    local origin = hook_names("payload", headers["Nats-Subject"])
+    for k, v in pairs(origin) do
+      if k:sub(1, 3) == "kv_" or k:sub(1, 4) == "obj_" then out[k] = v end
+    end
+    if out.kv_key then
+      local revision = headers["Nats-Sequence"] or ""
+      if revision:match("^[0-9]+$") then out.kv_revision = tonumber(revision) end
+    end
+  end
+  local reply = out.reply_to
+  if type(reply) == "string" and reply:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX then nats_ack_parts(reply, out) end
+  if out.kv_key then
+    local operation = headers["KV-Operation"]
+    out.kv_operation = type(operation) == "string" and operation:upper() or "PUT"
+    if out.js_stream_seq ~= nil and out.kv_revision == nil then out.kv_revision = out.js_stream_seq end
+  end
+  if type(subject) == "string" and subject:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX and out.sid == nil then
+    local head = len > 0 and tvb:raw(pos, math.min(len, 16)) or ""
+    out.js_ack = head:match("^[ \t\r\n\v\f]*([^ \t\r\n\v\f]+)") or "+ACK"
+  end
+  local head = len > 0 and tvb:raw(pos, math.min(len, 64)) or ""
+  local answers = head:sub(1, 9) == '{"error":' or head:sub(1, 10) == '{"stream":'
+  if head:find('"io.nats.jetstream.api.', 1, true) or (out.sid ~= nil and (reply == nil or reply == "") and answers) then
+    nats_answer(tvb:raw(pos, len), out, ctx)
+  elseif out.obj_name and head:sub(1, 1) == "{" and len <= 65536 then
+    nats_object_meta(tvb:raw(pos, len), out)
+  end
 end
 
 local function nats_printable(text)
@@ -4063,16 +4697,8 @@ HOOKS.payload = {
   raw = function(spec, tvb, pos, len, tree, ctx, out)
     local item = tree and tree:add(F[spec.name], tvb(pos, len)) or nil
     local range = tvb(pos, len)
-    local reply = out.reply_to
-    if type(reply) == "string" and reply:sub(1, #NATS_ACK_PREFIX) == NATS_ACK_PREFIX and nats_ack_parts(reply, out) then
-      for _, name in ipairs({ "js_stream", "js_consumer", "js_delivered", "js_stream_seq", "js_consumer_seq", "js_pending" }) do
-        nats_add(item, name, range, out[name])
-      end
-    end
-    local head = len > 0 and tvb:raw(pos, math.min(len, 64)) or ""
-    if head:find('"io.nats.jetstream.api.', 1, true) and tvb:raw(pos, len):find('"error"', 1, true) then
-      nats_api_error(tvb:raw(pos, len), out, item, range, ctx)
-    end
+    nats_check(tvb, pos, len, out, ctx)
+    for _, name in ipairs(NATS_SHOWN) do nats_add(item, name, range, out[name]) end
     if carried(spec, tvb, pos, len, tree, ctx, out) then return end
     if len == 0 then return end
     local raw = tvb:raw(pos, len)
@@ -4138,10 +4764,38 @@ end
 
 -- Twin of replies.py: a frame naming where to answer is a request; the other side's first frame
 -- sent there is its answer, linked both ways; an answer whose status says the request failed is
--- told. (A request never answered needs the end of the capture: the Python side tells it.)
+-- told. A request answered many times (a JetStream pull) is answered by the messages delivered
+-- to a subscription of its reply subject (the first its answer, the others linked back), and by
+-- statuses sent to the reply subject (heartbeats linked back, an end closing it). (A request
+-- never answered needs the end of the capture: the Python side tells it.)
 do
   local spec = CONV.rules.replies
   if spec then
+    local many = spec.many
+    local function kept_link(f, name)
+      for _, pair in ipairs((f.links and f.links.kept) or {}) do
+        if pair[1] == name then return pair[2] end
+      end
+      return nil
+    end
+    local function keep(request, f)
+      for _, kept in ipairs(spec.keep) do
+        local v = request.fields[kept[2]]
+        if v ~= nil then
+          local links = links_of(f)
+          links.kept = links.kept or {}
+          table.insert(links.kept, { kept[1], v })
+        end
+      end
+    end
+    local function failed(conn, request, f, status, meaning)
+      tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
+        server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
+    end
+    local function is_many(f)
+      if many == nil then return false end
+      return contains(many.values, f.fields[many.field])
+    end
     CONV_RULES.replies = {
       before = function(conn, f)
         if not f.command then return end
@@ -4149,36 +4803,79 @@ do
         if asked == nil then
           asked = {}
           conn.rules.replies = asked
+          conn.rules.replies_many = {}
         end
+        local opened = conn.rules.replies_many
         local to = f.fields[spec.answer]
         if type(to) == "string" then
           local key = side_key(not f.from_client) .. to
-          local request = asked[key]
-          if request then
+          local open = opened[key]
+          local request = open == nil and asked[key] or nil
+          if open then
+            local status = spec.status and f.fields[spec.status]
+            local heartbeat = is_number(status) and many.heartbeats[status] ~= nil
+            local first = not open.answered and not heartbeat
+            if first then
+              pair(open.frame, f)
+              open.answered = true
+            else
+              links_of(f).request_in = open.frame.number
+            end
+            keep(open.frame, f)
+            if is_number(status) and not heartbeat then
+              opened[key] = nil
+              local meaning = spec.statuses[status]
+              if first and meaning then failed(conn, open.frame, f, status, meaning) end
+              open.frame.pending = nil
+              open.frame.fields = nil
+            end
+          elseif request then
             asked[key] = nil
             pair(request, f)
-            for _, kept in ipairs(spec.keep) do
-              local v = request.fields[kept[2]]
-              if v ~= nil then
-                local links = links_of(f)
-                links.kept = links.kept or {}
-                table.insert(links.kept, { kept[1], v })
-              end
-            end
+            keep(request, f)
             local status = spec.status and f.fields[spec.status]
             local meaning = is_number(status) and spec.statuses[status]
-            if meaning then
-              tnote(f, "warn", "reply_status", string.format("the %s answered the %s to %s (packet %d) with status %d: %s",
-                server_of(conn), request.command, tostring(request.fields[spec.answer]), request.number, status, meaning))
+            if meaning then failed(conn, request, f, status, meaning) end
+            if spec.again and contains(spec.again.values, f.fields[spec.again.field]) then
+              asked[key] = request  -- open for the answer that ends it
+            else
+              request.pending = nil
+              request.fields = nil  -- answered: only its number and links stay
             end
-            request.pending = nil
-            request.fields = nil  -- answered: only its number and links stay
           end
         end
         local ask = f.fields[spec.ask]
         if type(ask) == "string" and ask ~= "" then
-          asked[side_key(f.from_client) .. ask] = f
+          local key = side_key(f.from_client) .. ask
+          if is_many(f) then
+            opened[key] = { frame = f, to = ask }
+            asked[key] = nil
+          else
+            asked[key] = f
+          end
           f.pending = true  -- its fields name it when its answer comes
+        end
+      end,
+      feed = function(conn, f)
+        if many == nil or f.from_client or f.links == nil or f.links.request_in ~= nil then return end
+        local opened = conn.rules.replies_many
+        local via = kept_link(f, many.via)
+        if opened == nil or type(via) ~= "string" then return end
+        local open = opened[side_key(true) .. via]
+        if open == nil and (via:find("*", 1, true) or via:find(">", 1, true)) then
+          for k, o in pairs(opened) do
+            if k:sub(1, 1) == side_key(true) and wildcard_matches(via, o.to)
+              and (open == nil or o.frame.number > open.frame.number) then
+              open = o
+            end
+          end
+        end
+        if open == nil then return end
+        if open.answered then
+          links_of(f).request_in = open.frame.number
+        else
+          pair(open.frame, f)
+          open.answered = true
         end
       end,
     }
@@ -4205,6 +4902,185 @@ do
         else
           local list = waiting[side_key(not f.from_client)]
           if list and #list > 0 then pair(table.remove(list, 1), f) end
+        end
+      end,
+    }
+  end
+end
+
+-- Twin of objects.py: an object store's metadata links to the chunks its sender sent before it
+-- (chunks_in), a chunk after the metadata naming it links to it (object_in), and with every
+-- chunk in the capture their bytes are checked against the metadata's size and SHA-256 digest.
+
+-- SHA-256 in arithmetic only (no bit operators: Lua 5.2 to 5.4), on 32-bit words held as
+-- numbers, through 4-bit lookup tables. Slow, so objects.py's MAX_HELD bounds what it hashes.
+local NATS_X4, NATS_A4 = {}, {}
+for a = 0, 15 do
+  NATS_X4[a], NATS_A4[a] = {}, {}
+  for b = 0, 15 do
+    local x, y, r, s, bit = a, b, 0, 0, 1
+    for _ = 1, 4 do
+      local p, q = x % 2, y % 2
+      if p ~= q then r = r + bit end
+      if p == 1 and q == 1 then s = s + bit end
+      x, y, bit = (x - p) / 2, (y - q) / 2, bit * 2
+    end
+    NATS_X4[a][b], NATS_A4[a][b] = r, s
+  end
+end
+local function nats_bitop(t, a, b)
+  local r, bit = 0, 1
+  for _ = 1, 8 do
+    local p, q = a % 16, b % 16
+    r = r + t[p][q] * bit
+    a, b, bit = (a - p) / 16, (b - q) / 16, bit * 16
+  end
+  return r
+end
+local function nats_xor(a, b) return nats_bitop(NATS_X4, a, b) end
+local function nats_and(a, b) return nats_bitop(NATS_A4, a, b) end
+local function nats_rotr(x, n)
+  local low = x % 2 ^ n
+  return (x - low) / 2 ^ n + low * 2 ^ (32 - n)
+end
+local NATS_K = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+}
+local function nats_sha256(msg)
+  local h = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 }
+  local bits = #msg * 8
+  msg = msg .. "\128" .. string.rep("\0", (55 - #msg) % 64)
+  local tail = {}
+  for i = 8, 1, -1 do
+    tail[i] = string.char(bits % 256)
+    bits = math.floor(bits / 256)
+  end
+  msg = msg .. table.concat(tail)
+  local M = 2 ^ 32
+  for chunk = 1, #msg, 64 do
+    local w = {}
+    for i = 0, 15 do
+      local a, b, c, d = msg:byte(chunk + i * 4, chunk + i * 4 + 3)
+      w[i] = ((a * 256 + b) * 256 + c) * 256 + d
+    end
+    for i = 16, 63 do
+      local x, y = w[i - 15], w[i - 2]
+      local s0 = nats_xor(nats_xor(nats_rotr(x, 7), nats_rotr(x, 18)), math.floor(x / 8))
+      local s1 = nats_xor(nats_xor(nats_rotr(y, 17), nats_rotr(y, 19)), math.floor(y / 1024))
+      w[i] = (w[i - 16] + s0 + w[i - 7] + s1) % M
+    end
+    local a, b, c, d, e, f, g, hh = h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
+    for i = 0, 63 do
+      local S1 = nats_xor(nats_xor(nats_rotr(e, 6), nats_rotr(e, 11)), nats_rotr(e, 25))
+      local ch = nats_xor(nats_and(e, f), nats_and(M - 1 - e, g))
+      local t1 = (hh + S1 + ch + NATS_K[i + 1] + w[i]) % M
+      local S0 = nats_xor(nats_xor(nats_rotr(a, 2), nats_rotr(a, 13)), nats_rotr(a, 22))
+      local maj = nats_xor(nats_xor(nats_and(a, b), nats_and(a, c)), nats_and(b, c))
+      local t2 = (S0 + maj) % M
+      hh, g, f, e, d, c, b, a = g, f, e, (d + t1) % M, c, b, a, (t1 + t2) % M
+    end
+    h[1], h[2], h[3], h[4] = (h[1] + a) % M, (h[2] + b) % M, (h[3] + c) % M, (h[4] + d) % M
+    h[5], h[6], h[7], h[8] = (h[5] + e) % M, (h[6] + f) % M, (h[7] + g) % M, (h[8] + hh) % M
+  end
+  local out = {}
+  for i = 1, 8 do
+    local v = h[i]
+    out[#out + 1] = string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+      math.floor(v / 256) % 256, v % 256)
+  end
+  return table.concat(out)
+end
+
+local NATS_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+local function nats_b64url(raw)
+  local out = {}
+  for i = 1, #raw, 3 do
+    local a, b, c = raw:byte(i, i + 2)
+    local n = a * 65536 + (b or 0) * 256 + (c or 0)
+    local chars = { math.floor(n / 262144) % 64, math.floor(n / 4096) % 64, math.floor(n / 64) % 64, n % 64 }
+    out[#out + 1] = NATS_B64URL:sub(chars[1] + 1, chars[1] + 1) .. NATS_B64URL:sub(chars[2] + 1, chars[2] + 1)
+      .. (b and NATS_B64URL:sub(chars[3] + 1, chars[3] + 1) or "=") .. (c and NATS_B64URL:sub(chars[4] + 1, chars[4] + 1) or "=")
+  end
+  return table.concat(out)
+end
+
+do
+  local spec = CONV.rules.objects
+  if spec then
+    local metas, count = {}, 0  -- nuid -> the latest metadata naming it, any connection
+    local function check(f, meta, chunks)
+      local said
+      if chunks.size ~= meta.size then
+        said = string.format("its %d chunks hold %d bytes, its metadata says %d", meta.chunks, chunks.size, meta.size)
+      elseif not chunks.held then
+        return
+      else
+        local actual = "SHA-256=" .. nats_b64url(nats_sha256(table.concat(chunks.parts)))
+        if actual:gsub("=+$", "") == meta.digest:gsub("=+$", "") then return end
+        said = string.format("its chunks' digest is %s, its metadata says %s", actual, meta.digest)
+      end
+      tnote(f, "warn", "digest", string.format("object %s (metadata in packet %d): %s",
+        py_repr(meta.name), meta.number, said))
+    end
+    CONV_RULES.objects = {
+      before = function(conn, f)
+        local nuid = f.fields[spec.chunk]
+        if type(nuid) ~= "string" then return end
+        local waiting = conn.rules.objects
+        if waiting == nil then
+          waiting = { n = 0 }
+          conn.rules.objects = waiting
+        end
+        local key = side_key(f.from_client) .. nuid
+        if f.fields[spec.name] ~= nil then
+          local digest, chunks_n, size = f.fields[spec.digest], f.fields[spec.chunks], f.fields[spec.size]
+          if type(digest) ~= "string" or not is_number(chunks_n) or not is_number(size) then return end
+          local meta = { number = f.number, name = tostring(f.fields[spec.name]), digest = digest, chunks = chunks_n, size = size }
+          if metas[nuid] or count < spec.max_objects then
+            if not metas[nuid] then count = count + 1 end
+            metas[nuid] = meta
+          end
+          local chunks = waiting[key]
+          if chunks == nil then return end
+          local list = {}
+          for i, n in ipairs(chunks.numbers) do list[i] = n end
+          links_of(f).chunks_in = list
+          if #chunks.numbers == chunks_n then
+            check(f, meta, chunks)
+            waiting[key] = nil
+          end
+          return
+        end
+        local data = f.fields[spec.data]
+        if type(data) ~= "table" or data.tvb == nil then return end
+        local chunks = waiting[key]
+        if chunks == nil then
+          if waiting.n >= spec.max_objects then return end
+          waiting.n = waiting.n + 1
+          chunks = { numbers = {}, size = 0, parts = {}, held = true }
+          waiting[key] = chunks
+        end
+        if #chunks.numbers < spec.max_chunks then chunks.numbers[#chunks.numbers + 1] = f.number end
+        chunks.size = chunks.size + data.len
+        if chunks.held and chunks.size <= spec.max_held then
+          chunks.parts[#chunks.parts + 1] = data.len > 0 and data.tvb:raw(data.pos, data.len) or ""
+        else
+          chunks.held, chunks.parts = false, {}
+        end
+        local meta = metas[nuid]
+        if meta and meta.number < f.number then
+          links_of(f).object_in = meta.number
+          if #chunks.numbers == meta.chunks then
+            check(f, meta, chunks)
+            waiting[key] = nil
+          end
         end
       end,
     }

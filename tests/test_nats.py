@@ -395,8 +395,11 @@ def test_the_captures_show_what_the_real_peers_did() -> None:
     audit = [f for f in pubsub if f.command == "Message" and f.fields["subject"] == "audit.orders"]
     assert len(audit) == 1  # UNSUB 3 1: the server delivers one message, then ends the subscription
     js = frames("jetstream.pcap")
-    acked = [f for f in js if f.fields.get("js_stream") == "ORDERS"]
-    assert [f.fields["js_stream_seq"] for f in acked] == [1, 2, 3]
+    delivered = [f for f in js if f.fields.get("js_consumer") == "billing" and "sid" in f.fields]
+    assert [f.fields["js_stream_seq"] for f in delivered] == [1, 2, 3]
+    acked = [f for f in js if "js_stream_seq" in f.fields and f.fields["subject"].startswith("_INBOX.")]
+    publish_acks = [(f.fields["js_stream"], f.fields["js_stream_seq"]) for f in acked]
+    assert publish_acks == [("ORDERS", 1), ("ORDERS", 2), ("ORDERS", 3)]
     created = next(f for f in js if f.fields.get("subject") == "$JS.API.STREAM.CREATE.ORDERS")
     NATS.expand(created)
     assert created.fields["data_json"]["name"] == "ORDERS"
@@ -422,7 +425,18 @@ def cli(*args: str) -> tuple[int, str, str]:
     ("path", "expression", "count"),
     [
         ("nats/pubsub.pcap", 'nats.subject matches "orders\\\\."', 17),
-        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS"', 3),
+        # API calls (5), publish acks (3) and deliveries (3).
+        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS"', 11),
+        ("nats/jetstream.pcap", 'nats.js_stream == "ORDERS" && nats.js_consumer_seq', 3),
+        # The refused KV update: its publish ack's error, where it lands.
+        ("nats/natsjs_store.pcap", "nats.js_err_code == 10071", 1),
+        ("nats/natspy_store.pcap", "nats.js_error_code == 400", 1),
+        ("nats/natsjs_store.pcap", 'nats.kv_operation == "DEL" || nats.kv_operation == "PURGE"', 2),
+        ("nats/natsjs_store.pcap", 'nats.obj_name == "reports/q3 summary.txt"', 2),
+        ("nats/natsjs_services.pcap", 'nats.service_error == "division by zero"', 2),
+        ("nats/natsjs_services.pcap", 'nats.srv_verb == "PING"', 2),
+        ("nats/natsjs_jetstream.pcap", 'nats.js_ack == "-NAK" || nats.js_ack == "+TERM"', 2),
+        ("nats/natsjs_jetstream.pcap", "nats.js_duplicate", 1),
         ("nats/request_reply.pcap", "nats.status == 503", 1),
         ("liftbridge/session.pcap", 'liftbridge.stream == "orders" && liftbridge.command == "Publish"', 8),
         ("liftbridge/trouble.pcap", 'liftbridge.crc_check == "wrong"', 1),
@@ -587,3 +601,283 @@ def test_a_ping_right_after_garbage_is_read_when_it_arrives() -> None:
     assert [(f.number, f.command) for f in frames] == [(2, "Publish"), (3, "Ping"), (4, "Publish")]
     frames = decoded(b"GARBAGE\r\nCONNE", b"CT {}\r\n")
     assert [f.command for f in frames] == [None, "Connect"]
+
+
+# ---------------------------------------------------------------------- JetStream, KV, objects, services
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "found"),
+    [
+        ("$KV.{b}.{k>}", "$KV.profiles.a.b", {"b": "profiles", "k": "a.b"}),
+        ("$KV.{b}.{k>}", "$KV.profiles", None),  # `{k>}` takes one token or more
+        ("$O.{b}.C.{n}", "$O.files.C.x", {"b": "files", "n": "x"}),
+        ("$O.{b}.C.{n}", "$O.files.M.x", None),
+        ("$O.{b}.C.{n}", "$O.files.C.x.y", None),
+        ("$SRV.{v}", "$SRV..x", None),  # an empty token names nothing
+        ("a.*.{x}", "a.b.c", {"x": "c"}),
+    ],
+)
+def test_what_a_subject_names(pattern: str, name: str, found: dict[str, str] | None) -> None:
+    from streamdump.wire.wildcards import captures
+
+    assert captures(pattern, name) == found
+
+
+def with_headers(line: bytes, *headers: bytes, payload: bytes = b"") -> bytes:
+    """An HPUB or HMSG: its line's start, then the header block's and total sizes it computes."""
+    block = b"NATS/1.0\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    return b"%s %d %d\r\n%s%s\r\n" % (line, len(block), len(block) + len(payload), block, payload)
+
+
+def test_subjects_payloads_and_headers_say_what_jetstream_kv_objects_and_services_do() -> None:
+    def one(stream: bytes) -> dict[str, Any]:
+        frame = NATS.decode(stream)
+        assert not [e for e in frame.expert if e.group == "malformed"], frame.expert
+        return {**frame.fields, "notes": [e.message for e in frame.expert]}
+
+    # nats.js 3.x: a header block of size 0 for a JetStream publish without headers.
+    empty = one(b"HPUB shop.orders _INBOX.a.1 0 2\r\nhi\r\n")
+    assert empty["payload_size"] == 2 and empty["notes"] == []
+    pull = one(b'PUB $JS.API.CONSUMER.MSG.NEXT.ORDERS.billing _INBOX.p 11\r\n{"batch":1}\r\n')
+    assert (pull["js_api"], pull["js_stream"], pull["js_consumer"]) == (
+        "CONSUMER.MSG.NEXT",
+        "ORDERS",
+        "billing",
+    )
+    direct = one(b"PUB $JS.API.DIRECT.GET.KV_p.$KV.p.a.b _INBOX.x 0\r\n\r\n")
+    assert (direct["js_api"], direct["js_stream"], direct["js_subject"]) == (
+        "DIRECT.GET",
+        "KV_p",
+        "$KV.p.a.b",
+    )
+    newer = one(b"PUB $JS.API.SOME.FUTURE.CALL _INBOX.x 0\r\n\r\n")
+    assert newer["js_api"] == "SOME.FUTURE.CALL"
+    delete = one(with_headers(b"HPUB $KV.p.a.b _INBOX.x", b"KV-Operation: DEL"))
+    assert (delete["kv_bucket"], delete["kv_key"], delete["kv_operation"]) == ("p", "a.b", "DEL")
+    assert one(b"PUB $KV.p.k _INBOX.x 1\r\nv\r\n")["kv_operation"] == "PUT"
+    got = one(
+        with_headers(b"HMSG _INBOX.x 1", b"Nats-Subject: $KV.p.alice", b"Nats-Sequence: 7", payload=b"v2")
+    )
+    assert (got["kv_bucket"], got["kv_key"], got["kv_revision"], got["kv_operation"]) == (
+        "p",
+        "alice",
+        7,
+        "PUT",
+    )
+    meta = b'{"name":"a b","nuid":"N1","size":3,"chunks":1,"digest":"SHA-256=x"}'
+    named = one(b"PUB $O.files.M.YSBi _INBOX.x %d\r\n%s\r\n" % (len(meta), meta))
+    assert (named["obj_bucket"], named["obj_name"], named["obj_nuid"], named["obj_chunks"]) == (
+        "files",
+        "a b",
+        "N1",
+        1,
+    )
+    assert one(b"PUB $O.files.M.n*t _INBOX.x 0\r\n\r\n")["obj_name"] == "n*t"  # not base64: kept
+    assert one(b"PUB $O.files.M.YQ== _INBOX.x 0\r\n\r\n")["obj_name"] == "a"  # padded
+    assert one(b"PUB $O.files.C.N1 _INBOX.x 1\r\nz\r\n")["obj_nuid"] == "N1"
+    assert one(b"PUB $SRV.PING.calc _INBOX.x 0\r\n\r\n")["srv_verb"] == "PING"
+    for payload, name in ((b"", "+ACK"), (b"+ACK", "+ACK"), (b"-NAK {\"delay\":1}", "-NAK"),
+                          (b"+WPI", "+WPI"), (b"+NXT {}", "+NXT"), (b"+TERM bad", "+TERM")):  # fmt: skip
+        ack = one(b"PUB $JS.ACK.S.C.1.2.3.4.5 %d\r\n%s\r\n" % (len(payload), payload))
+        assert ack["js_ack"] == name
+    # A publish ack, a duplicate noted, an error wherever it lands; a delivery's own JSON is not one.
+    acked = b'{"stream":"S", "seq":5,"duplicate": true}'
+    pub_ack = one(b"MSG _INBOX.a 1 %d\r\n%s\r\n" % (len(acked), acked))
+    assert (pub_ack["js_stream"], pub_ack["js_stream_seq"], pub_ack["js_duplicate"]) == ("S", 5, True)
+    assert pub_ack["notes"] == [
+        "duplicate publish: S already had this Nats-Msg-Id (sequence 5); not stored again"
+    ]
+    refused = (
+        b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"},"stream":"KV_p"}'
+    )
+    error = one(b"MSG _INBOX.a 1 %d\r\n%s\r\n" % (len(refused), refused))
+    assert (error["js_error_code"], error["js_err_code"]) == (400, 10071)
+    assert error["notes"] == ["JetStream error 400 (10071): wrong last sequence: 1"]
+    published = one(b"PUB app.events %d\r\n%s\r\n" % (len(refused), refused))  # a client's own payload
+    assert "js_error_code" not in published and published["notes"] == []
+    # A service error: shown where the responder sends it, told where it is delivered.
+    block = b"NATS/1.0\r\nNats-Service-Error: division by zero\r\nNats-Service-Error-Code: 400\r\n\r\n"
+    sent = one(b"HPUB _INBOX.r %d %d\r\n%s\r\n" % (len(block), len(block), block))
+    delivered = one(b"HMSG _INBOX.r 1 %d %d\r\n%s\r\n" % (len(block), len(block), block))
+    assert (sent["service_error"], sent["service_error_code"], sent["notes"]) == ("division by zero", 400, [])
+    assert delivered["notes"] == ["service error 400: division by zero"]
+
+
+def test_a_pull_is_answered_by_its_messages_heartbeats_and_end() -> None:
+    frames, tracker = tracked(
+        (False, INFO),
+        (
+            True,
+            CONNECT + b'SUB _INBOX.p1 1\r\nPUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p1 11\r\n{"batch":2}\r\n',
+        ),
+        (False, b"MSG s.one 1 $JS.ACK.S.c.1.1.1.1.1 1\r\na\r\nMSG s.two 1 $JS.ACK.S.c.1.2.2.1.0 1\r\nb\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.1 4\r\n+ACK\r\nSUB _INBOX.p2 2\r\n"),
+        (True, b'PUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p2 11\r\n{"batch":5}\r\n'),
+        (False, b"HMSG _INBOX.p2 2 31 31\r\nNATS/1.0 100 Idle Heartbeat\r\n\r\n\r\n"),
+        (False, b"HMSG _INBOX.p2 2 32 32\r\nNATS/1.0 408 Request Timeout\r\n\r\n\r\n"),
+        (True, b'PUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.p3 11\r\n{"batch":5}\r\n'),
+    )
+    pulls = [f for f in frames if f.fields.get("js_api") == "CONSUMER.MSG.NEXT"]
+    first, second, silent = pulls
+    delivered = [f for f in frames if f.command == "Message"]
+    assert [(f.links or {}).get("request_in") for f in delivered] == [first.number, first.number]
+    assert "response_time" in (delivered[0].links or {}) and "response_time" not in (delivered[1].links or {})
+    assert (first.links or {})["response_in"] == delivered[0].number
+    heartbeat, timeout = (f for f in frames if f.command == "HeadersMessage")
+    assert (heartbeat.links or {})["request_in"] == second.number and "response_time" not in heartbeat.links
+    assert (second.links or {})["response_in"] == timeout.number  # it ended without a message
+    ack = next(f for f in frames if f.fields.get("js_ack"))
+    assert (ack.links or {})["request_in"] == delivered[0].number  # the message it acknowledges
+    # +WPI leaves the message open: the acknowledgement after it links to it too.
+    working, _ = tracked(
+        (False, INFO),
+        (True, CONNECT + b"SUB in 1\r\n"),
+        (False, b"MSG s.one 1 $JS.ACK.S.c.1.1.1.1.0 1\r\na\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+WPI\r\nPUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+ACK\r\n"),
+        (True, b"PUB $JS.ACK.S.c.1.1.1.1.0 4\r\n+ACK\r\n"),
+    )
+    acks = [f for f in working if f.fields.get("js_ack")]
+    message = next(f for f in working if f.command == "Message")
+    assert [(f.links or {}).get("request_in") for f in acks] == [message.number] * 2 + [None]
+    said = {(d.kind, d.number) for d in tracker.diagnoses}
+    assert ("reply_status", timeout.number) in said
+    assert ("no_reply", silent.number) in said and ("no_reply", first.number) not in said
+    # Two passes: each pull is kept for what answers it.
+    replies = tracker.trackers["nats"].rules[1]
+    assert replies.awaits_later(first) and replies.later(first) == {"response_in": delivered[0].number}
+
+
+def test_the_plugin_agrees_on_jetstream_shapes_the_captures_lack(tmp_path: Path) -> None:
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    refused = b'{"error":{"code":503,"description":"no responders"}}'
+    frames = [
+        (False, INFO),
+        (True, CONNECT + b"SUB _INBOX.* 1\r\nPUB $JS.API.CONSUMER.MSG.NEXT.S.c _INBOX.w 2\r\n{}\r\n"),
+        (False, b"MSG s.x 1 $JS.ACK.d.h.S.c.1.1.1.1.1.r 1\r\na\r\n"),
+        (False, b"HMSG _INBOX.w 1 33 33\r\nNATS/1.0 409 Consumer Deleted\r\n\r\n\r\n"),
+        (False, b"MSG _INBOX.q 1 %d\r\n%s\r\n" % (len(refused), refused)),
+        (True, b"PUB $O.b.M.4pyT 0\r\n\r\nPUB $O.b.M.YQ=== 0\r\n\r\nPUB $O.b.M.Y 0\r\n\r\n"),
+        (True, b"PUB $KV.b.k.\xc3\xa9 0\r\n\r\nPUB $SRV.STATS.calc.ID1 0\r\n\r\n"),
+        (
+            True,
+            b"HPUB x.y 0 0\r\n\r\nHPUB _INBOX.z 38 38\r\nNATS/1.0\r\nNats-Service-Error-Code: 5\r\n\r\n\r\n",
+        ),
+    ]
+    # An object whose chunks match its metadata, and one whose second chunk does not.
+    frames += object_put("good", b"N1", [b"abc", b"defg"]) + object_put(
+        "bad", b"N2", [b"abc", b"defg"], b"defh"
+    )
+    path = tmp_path / "jetstream_odd.pcap"
+    path.write_bytes(tcp_pcap(frames, server=("127.0.0.1", 4222)))
+    for two_pass in (False, True):
+        found = list(differences(path, tmp_path, REGISTRY.get("nats"), two_pass=two_pass))
+        assert not found, "\n\n".join(found[:5])
+
+
+def object_put(
+    name: str, nuid: bytes, chunks: list[bytes], last: bytes | None = None
+) -> list[tuple[bool, bytes]]:
+    """An object store put: its chunks (the last one replaced by last, if given), then its metadata."""
+    import base64
+    import hashlib
+
+    sent = [*chunks[:-1], last if last is not None else chunks[-1]]
+    out = [(True, b"PUB $O.b.C.%s %d\r\n%s\r\n" % (nuid, len(c), c)) for c in sent]
+    digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(b"".join(chunks)).digest()).decode()
+    meta = json.dumps(
+        {"name": name, "bucket": "b", "nuid": nuid.decode(), "size": sum(map(len, chunks)),
+         "chunks": len(chunks), "digest": digest}
+    ).encode()  # fmt: skip
+    subject = b"$O.b.M." + base64.urlsafe_b64encode(name.encode())
+    return [*out, (True, b"PUB %s %d\r\n%s\r\n" % (subject, len(meta), meta))]
+
+
+def test_an_objects_chunks_are_linked_and_checked_against_its_digest() -> None:
+    frames, tracker = tracked(
+        (False, INFO),
+        (True, CONNECT),
+        *object_put("good", b"N1", [b"abc", b"defg"]),
+        *object_put("bad", b"N2", [b"abc", b"defg"], b"defh"),
+        *object_put("short", b"N3", [b"abc", b"defg"], b"de"),
+        (
+            False,
+            b"MSG $O.b.C.N1 1 $JS.ACK.OBJ_b.c.1.1.1.1.1 3\r\nabc\r\n"
+            b"MSG $O.b.C.N1 1 $JS.ACK.OBJ_b.c.1.2.2.1.0 4\r\ndefg\r\n",
+        ),
+    )
+    metas = [f for f in frames if "obj_name" in f.fields]
+    chunks = [f for f in frames if "obj_nuid" in f.fields and "obj_name" not in f.fields]
+    assert [(m.links or {}).get("chunks_in") for m in metas] == [
+        [c.number for c in chunks[i : i + 2]] for i in (0, 2, 4)
+    ]
+    delivered = chunks[-2:]
+    assert [(f.links or {}).get("object_in") for f in delivered] == [metas[0].number] * 2
+    said = [d.message for d in tracker.diagnoses if d.kind == "digest"]
+    assert len(said) == 2
+    assert (
+        said[0].startswith("object 'bad' (metadata in packet") and "its chunks' digest is SHA-256=" in said[0]
+    )
+    assert said[1].endswith("its 2 chunks hold 5 bytes, its metadata says 7")
+
+
+def test_a_hooks_names_are_checked_when_a_spec_loads(tmp_path: Path) -> None:
+    spec = (ROOT / "dissectors" / "nats" / "spec.yaml").read_text()
+    for bad, says in (
+        ('- {pattern: "$KV.{kv_bucket}.{kv_key>}"}', '- {pattern: "$KV.{nowhere}"}'),
+        ('- {pattern: "$KV.{kv_bucket}.{kv_key>}"}', '- {pattern: "$KV.{kv_key>}.x"}'),
+        ('- {pattern: "$SRV.{srv_verb}"}', '- {pattern: "$SRV.x", js_delivered: "1"}'),
+    ):
+        folder = tmp_path / "specs" / "nats"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "spec.yaml").write_text(spec.replace(bad, says))
+        with pytest.raises(SpecError, match=r"hooks\.payload\.names"):
+            load_registry(tmp_path / "specs", package=None)
+
+
+def names_patterns() -> list[tuple[str, dict[str, str]]]:
+    names = REGISTRY.get("nats").hooks["payload"].names
+    assert names is not None
+    return [(pattern, dict(fixed)) for pattern, fixed in names[1]]
+
+
+def subject_of(pattern: str) -> tuple[str, dict[str, str]]:
+    """A subject the pattern stands for, and the fields it should name."""
+    tokens, named = [], {}
+    for index, token in enumerate(pattern.split(".")):
+        if token.startswith("{"):
+            field_name = token.strip("{}>")
+            value = f"v{index}.w{index}" if token.endswith(">}") else f"v{index}"
+            tokens.append(value)
+            named[field_name] = value
+        else:
+            tokens.append(token)
+    return ".".join(tokens), named
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fixed"), names_patterns(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_subject_pattern_of_the_spec_names_its_fields(pattern: str, fixed: dict[str, str]) -> None:
+    subject, named = subject_of(pattern)
+    fields = NATS.decode(f"PUB {subject} _INBOX.r 0\r\n\r\n".encode()).fields
+    expected = {**fixed, **named}  # an object name "v3" is no base64 of UTF-8 text: kept as it is
+    assert {k: fields.get(k) for k in expected} == expected
+    # The first pattern that matches wins: a subject made of a later pattern is not taken earlier.
+    earlier = [p for p, _ in names_patterns()[: names_patterns().index((pattern, fixed))]]
+    from streamdump.wire.wildcards import captures
+
+    assert all(captures(p, subject) is None for p in earlier), pattern
+
+
+def test_the_plugin_names_what_every_subject_pattern_names(tmp_path: Path) -> None:
+    from tests.test_wireshark import _tshark, differences, tcp_pcap
+
+    _tshark()
+    lines = b"".join(f"PUB {subject_of(p)[0]} _INBOX.r 0\r\n\r\n".encode() for p, _ in names_patterns())
+    path = tmp_path / "subjects.pcap"
+    path.write_bytes(tcp_pcap([(False, INFO), (True, CONNECT + lines)], server=("127.0.0.1", 4222)))
+    found = list(differences(path, tmp_path, REGISTRY.get("nats")))
+    assert not found, "\n\n".join(found[:5])

@@ -871,6 +871,15 @@ def test_two_pass_links_agree(name: str, flavour: str, tmp_path: Path, protocol:
     assert not found, "\n\n".join(found[:5])
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("name", ["natsjs_jetstream.pcap", "natspy_store.pcap", "request_reply.pcap"])
+def test_two_pass_links_agree_for_nats(name: str, flavour: str, tmp_path: Path) -> None:
+    """NATS requests (reply subjects, JetStream pulls) point at their replies in both, with two passes."""
+    path = CAPTURE_ROOT / "nats" / name
+    found = list(differences(path, tmp_path, default_registry().get("nats"), two_pass=True, flavour=flavour))
+    assert not found, "\n\n".join(found[:5])
+
+
 # A filter on AMQP message fields, as streamdump and tshark spell it: the same frames must match.
 MESSAGE_FILTERS = (
     ('message_id == "cmp-1"', 'rabbitmq_stream.message_id == "cmp-1"'),

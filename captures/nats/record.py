@@ -42,7 +42,8 @@ import nats  # noqa: E402
 import pcap_checks  # noqa: E402
 from loopback import LO_SAVED, LOOPBACK, WIRE_MSS, WIRE_MTU, restore_saved_loopback, wire_mtu  # noqa: E402
 from nats.errors import NoRespondersError  # noqa: E402
-from nats.js.errors import NotFoundError  # noqa: E402
+from nats.js.api import ObjectMeta, ObjectMetaOptions, ObjectStoreConfig  # noqa: E402
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError  # noqa: E402
 from pcap_checks import LINKTYPE_ETHERNET, check_capture  # noqa: E402
 from tcpdump_tools import recording_lock, tcpdump  # noqa: E402
 
@@ -150,6 +151,78 @@ async def jetstream() -> None:
     await nc.drain()
 
 
+async def natspy_store() -> None:
+    """nats-py's KV and object store: a bucket with a put, an update, an update with a stale
+    revision (refused: 10071 wrong last sequence), a get, a delete and a purge; an object put in
+    three chunks and read back; then a pull consumer on a stream fetching with -NAK, +WPI, +TERM
+    and +ACK. The streams are deleted at the end."""
+    nc = await nats.connect(SERVER, name="natspy-store")
+    js = nc.jetstream()
+    kv = await js.create_key_value(bucket="settings", history=3)
+    rev = await kv.put("color", b"blue")
+    await kv.update("color", b"green", last=rev)
+    try:
+        await kv.update("color", b"red", last=rev)
+        raise RuntimeError("the stale update was accepted")
+    except KeyWrongLastSequenceError:
+        log.info("stale KV update refused, as expected")
+    entry = await kv.get("color")
+    if entry.value != b"green":
+        raise RuntimeError(f"color is {entry.value!r}")
+    await kv.delete("color")
+    await kv.purge("color")
+    obj = await js.create_object_store("assets", config=ObjectStoreConfig(bucket="assets"))
+    await obj.put(
+        "logo.svg",
+        b"<svg>" + b"x" * 150 + b"</svg>",
+        meta=ObjectMeta(name="logo.svg", options=ObjectMetaOptions(max_chunk_size=64)),
+    )
+    back = await obj.get("logo.svg")
+    if len(back.data) != 161:
+        raise RuntimeError("object not read back")
+    await js.add_stream(name="TASKS", subjects=["tasks.>"])
+    for i in range(3):
+        await js.publish(f"tasks.t{i}", f"task {i}".encode())
+    sub = await js.pull_subscribe("tasks.>", durable="worker")
+    msgs = await sub.fetch(3, timeout=2)
+    await msgs[0].nak()
+    await msgs[1].in_progress()
+    await msgs[1].ack()
+    await msgs[2].term()
+    again = await sub.fetch(1, timeout=2)
+    await again[0].ack_sync()
+    for name in ("TASKS", "KV_settings", "OBJ_assets"):
+        await js.delete_stream(name)
+    await nc.drain()
+
+
+async def natspy_cleanup() -> None:
+    """Before natspy_store, from a connection tcpdump does not see."""
+    nc = await nats.connect(SERVER)
+    for name in ("TASKS", "KV_settings", "OBJ_assets"):
+        with contextlib.suppress(NotFoundError):
+            await nc.jetstream().delete_stream(name)
+    await nc.close()
+
+
+# --- scenarios: the real nats.js 3.x client (natsjs/client_natsjs.mjs) -----------------------
+
+NATSJS = HERE / "natsjs"
+
+
+def natsjs(part: str) -> Callable[[], Awaitable[None]]:
+    """A part of the nats.js application, run with node (`npm ci` in natsjs/ first)."""
+
+    async def run() -> None:
+        if not (NATSJS / "node_modules").is_dir():
+            raise RuntimeError(f"run `npm ci` in {NATSJS} first")
+        proc = await asyncio.create_subprocess_exec("node", "client_natsjs.mjs", part, cwd=NATSJS)
+        if await asyncio.wait_for(proc.wait(), 60) != 0:
+            raise RuntimeError(f"client_natsjs.mjs {part} failed")
+
+    return run
+
+
 # --- scenario: plain sockets speaking the protocol badly ------------------------------------
 
 
@@ -211,6 +284,8 @@ class Scenario:
     connections: int
     # Run before tcpdump starts, so its traffic stays out of the capture.
     before: Callable[[], Awaitable[None]] | None = None
+    # The largest file it may make.
+    max_bytes: int = MAX_CAPTURE_BYTES
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -218,6 +293,10 @@ SCENARIOS: dict[str, Scenario] = {
     "request_reply": Scenario(request_reply, 2),
     "jetstream": Scenario(jetstream, 1, before=delete_stream),
     "trouble": Scenario(trouble, 6),
+    "natsjs_jetstream": Scenario(natsjs("jetstream"), 1, before=natsjs("cleanup"), max_bytes=120_000),
+    "natsjs_store": Scenario(natsjs("kv_obj"), 1, before=natsjs("cleanup"), max_bytes=120_000),
+    "natsjs_services": Scenario(natsjs("services"), 2, max_bytes=120_000),
+    "natspy_store": Scenario(natspy_store, 1, before=natspy_cleanup, max_bytes=120_000),
 }
 
 
@@ -246,8 +325,8 @@ def record(name: str, outdir: Path = HERE) -> Path:
         problems.append(f"link type {summary.linktype}, expected {LINKTYPE_ETHERNET}")
     if summary.max_payload > WIRE_MSS:
         problems.append(f"a {summary.max_payload}-byte segment: lo's offloads were not off")
-    if size > MAX_CAPTURE_BYTES:
-        problems.append(f"{size} bytes, over {MAX_CAPTURE_BYTES}")
+    if size > scenario.max_bytes:
+        problems.append(f"{size} bytes, over {scenario.max_bytes}")
     if problems:
         raise RuntimeError(f"{out}: " + "; ".join(problems))
     log.info("%s: %d bytes, %d packets, %d connection(s)", out, size, summary.packets, summary.connections)

@@ -6,12 +6,19 @@ long the payload is: the line's total less the headers. `payload` shows a payloa
 (JetStream's API speaks it), text or bytes when a view asks, and reads a JetStream
 acknowledgement subject (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
 seq>.<time>.<pending>`, with a domain and account hash before the stream in newer servers)
-on every decode, so stats and filters see the stream and sequences of delivered messages; a
-JetStream API answer that carries an error gets its code and words, and a warning.
+on every decode, so stats and filters see the stream and sequences of delivered messages.
+Also on every decode: what the subject names by the spec's `names` patterns (a JetStream API
+call with its stream and consumer, a KV bucket and key, an object store bucket with its
+chunks' id or its object's name, decoded, a service discovery request); an acknowledgement
+by name; a KV entry's operation (its KV-Operation header) and revision; an object's
+metadata; a JetStream answer wherever it lands (an API reply, a publish ack), with a warning
+when it carries an error and a note when a publish ack says it was a duplicate; and a micro
+service's error headers, with a warning where the answer is delivered.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -31,11 +38,44 @@ ACK_PREFIX = "$JS.ACK."
 # A JetStream API answer names its type first: `{"type":"io.nats.jetstream.api.v1.…_response",`.
 API_TYPE = b'"io.nats.jetstream.api.'
 API_PEEK = 64
+# What the server answers a JetStream publish with: a publish ack, or an error.
+ANSWERS = (b'{"error":', b'{"stream":')
+# An acknowledgement's word is at its start; its reason (+TERM) or delay (-NAK) may follow.
+ACK_PEEK = 16
+# An object's name in its metadata subject: base64 URL, padded or not.
+NAME_TOKEN = re.compile(r"([A-Za-z0-9_-]*)(={0,2})")
+# Object metadata larger than this is not read (real ones are a few hundred bytes).
+MAX_META = 64 << 10
 # What check() reads on every decode, in the order the tree shows it.
 SHOWN = (
-    "js_stream", "js_consumer", "js_delivered", "js_stream_seq", "js_consumer_seq", "js_pending",
-    "js_error_code", "js_error",
-)  # fmt: skip
+    "js_api",
+    "js_stream",
+    "js_consumer",
+    "js_subject",
+    "js_filter",
+    "js_delivered",
+    "js_stream_seq",
+    "js_consumer_seq",
+    "js_pending",
+    "js_ack",
+    "js_duplicate",
+    "js_error_code",
+    "js_err_code",
+    "js_error",
+    "kv_bucket",
+    "kv_key",
+    "kv_operation",
+    "kv_revision",
+    "obj_bucket",
+    "obj_nuid",
+    "obj_name",
+    "obj_size",
+    "obj_chunks",
+    "obj_digest",
+    "srv_verb",
+    "srv_name",
+    "srv_id",
+)
 # The numbers after stream and consumer in an acknowledgement subject, in order.
 ACK_NUMBERS = ("js_delivered", "js_stream_seq", "js_consumer_seq", "js_timestamp", "js_pending")
 
@@ -53,6 +93,8 @@ class HeaderBlock(Hook):
             else:
                 siblings["payload_size"] = total - size
         raw = bytes(value)
+        if not raw:
+            return  # wire: a header block of size 0 is valid (nats.js 3.x: HPUB subject reply 0 size)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -85,6 +127,7 @@ class HeaderBlock(Hook):
             headers[name] = f"{headers[name]}, {val}" if name in headers else val
         if headers:
             siblings["message_headers"] = headers
+            service_error(headers, siblings, pos, ctx)
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         if node is None:
@@ -97,19 +140,53 @@ class HeaderBlock(Hook):
             holder = Node(None, title("message_headers"), pos, len(value), f"{len(headers)} headers")
             holder.children = [Node(None, name, pos, len(value), val) for name, val in headers.items()]
             node.children.append(holder)
+        for name in ("service_error", "service_error_code"):
+            if name in siblings:
+                node.children.append(Node(None, title(name), pos, len(value), siblings[name]))
 
 
 class Payload(Hook):
     name = "payload"
 
+    def __init__(self, protocol: Any) -> None:
+        super().__init__(protocol)
+        # The first token of every subject the spec's names read: others are not looked at.
+        patterns = self.names_spec[1] if self.names_spec is not None else ()
+        self.heads = frozenset(pattern.split(".", 1)[0] for pattern, _ in patterns)
+
     def check(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+        subject = siblings.get("subject")
+        headers = siblings.get("message_headers") or {}
+        if isinstance(subject, str) and subject.partition(".")[0] in self.heads:
+            named = self.names(subject)
+            if "obj_name" in named:
+                named["obj_name"] = object_name(named["obj_name"])
+            siblings.update(named)
+        elif "Nats-Subject" in headers and "sid" in siblings:
+            # A direct get's answer, on an inbox: its headers name the message it is.
+            origin = self.names(headers["Nats-Subject"])
+            siblings.update({k: v for k, v in origin.items() if k.startswith(("kv_", "obj_"))})
+            if "kv_key" in siblings:
+                revision = headers.get("Nats-Sequence", "")
+                if revision.isascii() and revision.isdigit():
+                    siblings["kv_revision"] = int(revision)
         reply = siblings.get("reply_to")
         if isinstance(reply, str) and reply.startswith(ACK_PREFIX):
             ack_parts(reply, siblings)
-        if API_TYPE in bytes(value[:API_PEEK]):  # a JetStream API answer: read whole only then
-            data = bytes(value)
-            if b'"error"' in data:
-                api_error(data, siblings, pos, ctx)
+        if "kv_key" in siblings:
+            operation = headers.get("KV-Operation")
+            siblings["kv_operation"] = operation.upper() if isinstance(operation, str) else "PUT"
+            if "js_stream_seq" in siblings and "kv_revision" not in siblings:
+                siblings["kv_revision"] = siblings["js_stream_seq"]  # a KV entry delivered by a consumer
+        if isinstance(subject, str) and subject.startswith(ACK_PREFIX) and "sid" not in siblings:
+            siblings["js_ack"] = ack_kind(bytes(value[:ACK_PEEK]))
+        head = bytes(value[:API_PEEK])
+        if API_TYPE in head or ("sid" in siblings and not reply and head.startswith(ANSWERS)):
+            answer(bytes(value), siblings, pos, ctx)
+        elif "obj_name" in siblings and head.startswith(b"{") and len(value) <= MAX_META:
+            object_meta(bytes(value), siblings)
+        found = [(name, siblings.pop(name)) for name in SHOWN if name in siblings]
+        siblings.update(found)  # in the order the tree (and the plugin's) shows them
 
     def expand(self, value: Any, siblings: dict[str, Any], pos: int, ctx: Ctx, node: Node | None) -> None:
         raw = bytes(value)
@@ -132,26 +209,108 @@ class Payload(Hook):
             node.children.append(shown)
 
 
-def api_error(raw: bytes, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
-    """A JetStream API answer that says it failed: its code and the server's words."""
+def service_error(headers: dict[str, str], siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+    """A micro service's error answer: Nats-Service-Error (its words) and -Code; told where it is
+    delivered (a message of the server's), shown where it is sent too."""
+    words = headers.get("Nats-Service-Error")
+    code = headers.get("Nats-Service-Error-Code", "")
+    if words is None and not code:
+        return
+    if words is not None:
+        siblings["service_error"] = words
+    number = int(code) if code.isascii() and code.isdigit() and len(code) < 10 else None
+    if number is not None:
+        siblings["service_error_code"] = number
+    if "sid" in siblings:
+        said = f": {words}" if words else ""
+        ctx.expert.append(
+            Expert(
+                "warn",
+                f"service error {code or '(no code)'}{said}",
+                pos,
+                group=FINDINGS["header_error"].group,
+            )
+        )
+
+
+def answer(raw: bytes, siblings: dict[str, Any], pos: int, ctx: Ctx) -> None:
+    """A JetStream answer: an error (its code and the server's words, and a warning) wherever it
+    lands, or a publish ack's stream and sequence (a duplicate noted)."""
     try:
-        answer = lenient_json.loads(raw.decode("utf-8"))[0]
+        found = lenient_json.loads(raw.decode("utf-8"))[0]
     except (lenient_json.JsonError, UnicodeDecodeError):
         return
-    error = answer.get("error") if isinstance(answer, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    if not isinstance(code, int) or isinstance(code, bool):
+    if not isinstance(found, dict):
         return
-    assert isinstance(error, dict)
-    description = error.get("description")
-    siblings["js_error_code"] = code
-    if isinstance(description, str):
-        siblings["js_error"] = description
-    detail = error.get("err_code")
-    which = f" ({detail})" if isinstance(detail, int) else ""
-    said = f": {description}" if isinstance(description, str) else ""
-    text = f"JetStream API error {code}{which}{said}"
-    ctx.expert.append(Expert("warn", text, pos, group=FINDINGS["api_error"].group))
+    error = found.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, int) and not isinstance(code, bool):
+        assert isinstance(error, dict)
+        description = error.get("description")
+        detail = error.get("err_code")
+        siblings["js_error_code"] = code
+        if isinstance(detail, int) and not isinstance(detail, bool):
+            siblings["js_err_code"] = detail
+        if isinstance(description, str):
+            siblings["js_error"] = description
+        which = f" ({detail})" if "js_err_code" in siblings else ""
+        said = f": {description}" if isinstance(description, str) else ""
+        ctx.expert.append(
+            Expert("warn", f"JetStream error {code}{which}{said}", pos, group=FINDINGS["api_error"].group)
+        )
+        return
+    stream, seq = found.get("stream"), found.get("seq")
+    if "type" in found or not isinstance(stream, str) or not isinstance(seq, int) or isinstance(seq, bool):
+        return
+    siblings["js_stream"], siblings["js_stream_seq"] = stream, seq
+    if found.get("duplicate") is True:
+        siblings["js_duplicate"] = True
+        ctx.expert.append(
+            Expert(
+                "note",
+                f"duplicate publish: {stream} already had this Nats-Msg-Id (sequence {seq}); "
+                "not stored again",
+                pos,
+                group=FINDINGS["duplicate"].group,
+            )
+        )
+
+
+def ack_kind(head: bytes) -> str:
+    """An acknowledgement's name: its first word (+ACK, -NAK, +WPI, +NXT, +TERM); an empty
+    payload acknowledges too (+ACK)."""
+    word = head.split(None, 1)[0] if head.strip() else b"+ACK"
+    return word.decode("ascii", "replace")
+
+
+def object_name(encoded: str) -> str:
+    """An object's name from its metadata subject's token (base64 URL, padded or not); the token
+    itself when it is not that."""
+    found = NAME_TOKEN.fullmatch(encoded)
+    if found is None or len(found[1]) % 4 == 1 or (found[2] and len(encoded) % 4):
+        return encoded
+    try:
+        return base64.urlsafe_b64decode(found[1] + "=" * (-len(found[1]) % 4)).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return encoded
+
+
+def object_meta(raw: bytes, siblings: dict[str, Any]) -> None:
+    """An object's metadata (published to $O.<bucket>.M.<name>): its chunks' id, size, chunk
+    count and digest."""
+    try:
+        meta = lenient_json.loads(raw.decode("utf-8"))[0]
+    except (lenient_json.JsonError, UnicodeDecodeError):
+        return
+    if not isinstance(meta, dict):
+        return
+    for name, key, kind in (
+        ("obj_nuid", "nuid", str), ("obj_size", "size", int), ("obj_chunks", "chunks", int),
+        ("obj_digest", "digest", str),
+    ):  # fmt: skip
+        found = meta.get(key)
+        if isinstance(found, kind) and not isinstance(found, bool) and (kind is str or found >= 0):
+            siblings[name] = found
 
 
 def ack_parts(reply: str, siblings: dict[str, Any]) -> None:

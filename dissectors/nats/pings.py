@@ -53,6 +53,14 @@ class Pings(Rule):
         if waiting:
             self.tracker.pair(waiting.pop(0), frame)
 
+    def awaits_later(self, frame: Frame) -> bool:
+        return frame.command == self.spec[0]  # its PONG, with two passes
+
+    def later(self, frame: Frame) -> dict[str, Any] | None:
+        if frame.links and "response_in" in frame.links:
+            return {"response_in": frame.links["response_in"]}
+        return None
+
     def finish(self, conn: ConnState) -> None:
         pings: dict[bool | None, list[Frame]] | None = conn.rules.get(self.key)
         for waiting in (pings or {}).values():

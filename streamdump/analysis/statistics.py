@@ -153,6 +153,9 @@ class Statistics:
     filtered: bool = False
     picked: bytearray = field(default_factory=bytearray)
     framed: bytearray = field(default_factory=bytearray)
+    # What the frames counted say of themselves (the decoder's notes, which read shows on each
+    # frame), counted as the findings past the listed ones are: in the expert summary.
+    noted: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.rules is None:
@@ -181,6 +184,14 @@ class Statistics:
         code = frame.fields.get(status) if status else None
         if frame.kind == "response" and isinstance(code, int):
             self.codes[name][self.tracker.code_name(frame, code)] += 1
+        for note in frame.expert:
+            if note.offset is not None or note.group == "malformed":  # the tracker's have no offset
+                key = (note.severity, note.group, "frame", _note_summary(note.message), frame.conn)
+                count, first = self.noted.get(key, (0, frame.number))
+                self.noted[key] = (count + 1, min(first, frame.number))
+        assert self.rules is not None
+        for what, carried in self.rules.codes(frame):
+            self.codes[what][carried] += 1
         waited = links.get("confirm_time")
         if isinstance(waited, list):
             samples = self.confirm[name]
@@ -254,6 +265,7 @@ class Statistics:
             connections=self._connections(),
             diagnoses=[d for d in self.tracker.diagnoses if self._told(d)],
             untold={k: v for k, v in self.tracker.untold.items() if not self.filtered or self._counted(k[4])},
+            noted=dict(self.noted),
             by_fields=self.grouping.fields if self.grouping is not None else (),
             by={key: list(count) for key, count in self.grouping.counts.items()} if self.grouping else {},
         )
@@ -275,6 +287,8 @@ class Partial:
     connections: list[dict[str, Any]] = field(default_factory=list)
     diagnoses: list[Diagnosis] = field(default_factory=list)
     untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # The frames' own notes, counted (Statistics.noted).
+    noted: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
     # stats --by: the fields asked for, and messages and bytes by (field, subject, direction, value).
     by_fields: tuple[str, ...] = ()
     by: dict[tuple[str, str, str, str], list[int]] = field(default_factory=dict)
@@ -310,6 +324,9 @@ class Partial:
             before, earliest = untold.get(key, (0, d.number))
             untold[key] = (before + 1, min(earliest, d.number))
         self.untold = untold
+        for key, (count, first) in other.noted.items():
+            before, earliest = self.noted.get(key, (0, first))
+            self.noted[key] = (before + count, min(earliest, first))
 
     def renumber(self, numbers: Mapping[int, int]) -> None:
         """Give connections the numbers a read of the whole capture gives them."""
@@ -317,13 +334,17 @@ class Partial:
             conn["connection"] = numbers.get(conn["connection"], conn["connection"])
         self.diagnoses = [replace(d, conn=numbers.get(d.conn, d.conn)) for d in self.diagnoses]
         self.untold = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.untold.items()}
+        self.noted = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.noted.items()}
 
     def result(self) -> dict[str, Any]:
         diagnoses = sorted(self.diagnoses, key=finding_order)
         severities: dict[int, Counter[str]] = defaultdict(Counter)
         for d in diagnoses:
             severities[d.conn][d.severity] += 1
-        for (severity, _group, _kind, _summary, conn), (count, _first) in self.untold.items():
+        for (severity, _group, _kind, _summary, conn), (count, _first) in [
+            *self.untold.items(),
+            *self.noted.items(),
+        ]:
             severities[conn][severity] += count
         return {
             "frames": self.frames,
@@ -357,7 +378,7 @@ class Partial:
                 conn | {"expert": dict(sorted(severities[conn["connection"]].items()))}
                 for conn in sorted(self.connections, key=lambda c: c["connection"])
             ],
-            "expert": summarise(diagnoses, self.untold),
+            "expert": summarise(diagnoses, {**self.untold, **self.noted}),
             "diagnoses": [d.as_dict() for d in diagnoses],
             # Findings past the listed ones: in the expert summary's counts, not listed one by one.
             "diagnoses_not_listed": sum(count for count, _first in self.untold.values()),
@@ -431,6 +452,15 @@ def _connection(
         **{fact: conn.facts.get(fact) for fact in FACTS},
         "closed_by_server": conn.closed_by_server.number if conn.closed_by_server is not None else None,
     }
+
+
+def _note_summary(message: str) -> str:
+    """A frame note's words up to what tells one frame's from another's (the words after a
+    colon), the field it is about kept ("route: JSON with unquoted object keys")."""
+    head, colon, tail = message.partition(": ")
+    if colon and " " not in head:
+        return f"{head}: {tail.partition(': ')[0]}"
+    return head
 
 
 def _peer(properties: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -97,10 +97,12 @@ class Tracker:
         from the fields of a request that introduces the peer (command -> [(property, field)])."""
         self.identity: list[tuple[str, str, dict[int, str]]] = []
         self.introduced: dict[str, list[tuple[str, str]]] = {}
-        for prop, name in self.spec.identity.items():
+        for prop, refs in self.spec.identity.items():
+            name = refs[0]
             if "." in name:
-                command, _, field_name = name.partition(".")
-                self.introduced.setdefault(command, []).append((prop, field_name))
+                for ref in refs:
+                    command, _, field_name = ref.partition(".")
+                    self.introduced.setdefault(command, []).append((prop, field_name))
                 continue
             spec = protocol.header_field(name)
             names = (
@@ -490,7 +492,7 @@ class Tracker:
             if isinstance(props, dict):
                 side.properties = props
         introduced = self.introduced.get(frame.command or "")
-        if introduced and frame.kind == "request":
+        if introduced and frame.kind != "response":  # a request, or a command (NATS's CONNECT, INFO)
             props = {prop: fields[name] for prop, name in introduced if fields.get(name) not in (None, "")}
             side.properties = props or side.properties
         if spec.ending is not None and frame.command == spec.ending.close:

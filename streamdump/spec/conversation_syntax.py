@@ -78,14 +78,27 @@ class ConversationSyntax:
         if raw.get("server") is not None:
             kw["server"] = str(raw["server"])
         identity = raw.get("identity") or {}
-        if not isinstance(identity, Mapping) or not all(isinstance(v, str) for v in identity.values()):
-            raise self.fail(f"{where}.identity", "must map property names to header fields or Command.field")
-        for name in identity.values():
-            if "." in name:  # a field of the request that introduces the peer (EventMesh's Hello)
-                self._ref(name, f"{where}.identity", commands)
-            elif name != "version" and by_name(self.header, name) is None:
-                raise self.fail(f"{where}.identity", f"{name!r} is not a header field")
-        kw["identity"] = dict(identity)
+        # A property may come from several commands: each peer's own (NATS's CONNECT and INFO).
+        identity = {
+            k: v if isinstance(v, list) else [v]
+            for k, v in (identity.items() if isinstance(identity, Mapping) else ())
+        }
+        if not isinstance(raw.get("identity") or {}, Mapping) or not all(
+            isinstance(name, str) and ("." in name or len(names) == 1)
+            for names in identity.values()
+            for name in names
+        ):
+            raise self.fail(
+                f"{where}.identity",
+                "must map property names to header fields, or to Command.field (or a list of them)",
+            )
+        for names in identity.values():
+            for name in names:
+                if "." in name:  # a field of the frame that introduces the peer (EventMesh's Hello)
+                    self._ref(name, f"{where}.identity", commands)
+                elif name != "version" and by_name(self.header, name) is None:
+                    raise self.fail(f"{where}.identity", f"{name!r} is not a header field")
+        kw["identity"] = {k: tuple(v) for k, v in identity.items()}
         hints = raw.get("close_hints") or {}
         if not isinstance(hints, Mapping) or not all(
             isinstance(k, int) and (isinstance(v, str) or _about_hint(v)) for k, v in hints.items()

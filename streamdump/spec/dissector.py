@@ -109,6 +109,11 @@ class MessageRules:
     def volume(self, frame: Frame) -> Volume | None:
         return None
 
+    def codes(self, frame: Frame) -> Iterator[tuple[str, str]]:
+        """The response codes a frame carries beyond its status field (a status in a message's
+        headers, an error in its body), as (what, code) for the stats' response codes table."""
+        return iter(())
+
 
 @dataclass(frozen=True, slots=True)
 class Dissector:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import Protocol, SpecError
+from streamdump.wire.wildcards import captures
 
 if TYPE_CHECKING:
     from streamdump.spec.layout import Ctx
@@ -87,6 +88,19 @@ class Hook:
 
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
+        spec = protocol.hooks.get(self.name)
+        self.names_spec = spec.names if spec is not None else None
+
+    def names(self, text: Any) -> dict[str, str]:
+        """What text (the spec's `names.by` field, or another text a hook reads as one) names,
+        by the hook's `names` patterns: the first that matches gives its fields; none: {}."""
+        if self.names_spec is None or not isinstance(text, str):
+            return {}
+        for pattern, fixed in self.names_spec[1]:
+            found = captures(pattern, text)
+            if found is not None:
+                return {**dict(fixed), **found}
+        return {}
 
     def read(
         self, mv: memoryview, pos: int, end: int, ctx: Ctx, node: Node | None, name: str

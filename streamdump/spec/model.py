@@ -85,7 +85,7 @@ SHORT_MAX = 10
 FRAME_ATTRS = {"key", "response", "oneway", "response_key", "entries", "layout_versions", "key_case"}
 FRAMING_ATTRS = {"length", "counts", "max_size", "rule"}
 COMMAND_ATTRS = {"key", "from", "versions", "doc", *KINDS}
-HOOK_ATTRS = {"doc", "adds", "value"}
+HOOK_ATTRS = {"doc", "adds", "value", "names"}
 # The conversation section's keys the tracker engine reads; any other key is a rule's of the
 # protocol's package (analysis/rules.py), which parses it.
 CONVERSATION_ATTRS = {
@@ -182,6 +182,10 @@ class HookSpec:
     name: str
     doc: str | None
     adds: tuple[FieldSpec, ...]
+    # What a text field beside the hook's names (a subject): (that field, its patterns), each
+    # pattern (its text, the fixed values it gives added fields); `{field}` tokens take the
+    # name's tokens into added fields (wire/wildcards.py). The first pattern that matches wins.
+    names: tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +367,8 @@ class Conversation:
     # The response field with the server's own words about a status (a remark).
     status_text: str | None = None
     # Who a peer is, from fields every frame carries: property (product, version) -> field.
-    identity: Mapping[str, str] = field(default_factory=dict)
+    # property -> its header field, or the Command.field of each frame that introduces a peer.
+    identity: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Answers telling the client where to connect next (a broker list, an advertised address).
     advertises: tuple[AdvertiseSpec, ...] = ()
     # The package's own rules this spec uses: the rule's key -> its section, as the rule parsed it.

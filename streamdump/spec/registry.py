@@ -260,10 +260,51 @@ class _Builder(FieldSyntax, ConversationSyntax):
                     raise self.fail(where, "must be a mapping with 'doc' and 'adds'")
                 self._only(body, HOOK_ATTRS, where)
                 adds = self._fields(body.get("adds") or [], f"{where}.adds", allow_conditions=False)
-                hooks[name] = HookSpec(name=name, doc=body.get("doc"), adds=adds)
+                names = self._hook_names(body.get("names"), adds, f"{where}.names")
+                hooks[name] = HookSpec(name=name, doc=body.get("doc"), adds=adds, names=names)
             for struct_name in self.raw_hook_structs:
                 self._struct(struct_name, f"hook_structs.{struct_name}")
         return hooks
+
+    def _hook_names(
+        self, raw: Any, adds: tuple[FieldSpec, ...], where: str
+    ) -> tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] | None:
+        """A hook's names: {by: a text field, patterns: [{pattern: TEXT, FIELD: VALUE...}]}, every
+        `{field}` token and fixed value naming a text field the hook adds."""
+        if raw is None:
+            return None
+        shape = "must be {by: FIELD, patterns: [{pattern: 'a.{field}.>', ADDED_FIELD: VALUE}]}"
+        if (
+            not isinstance(raw, Mapping)
+            or set(raw) != {"by", "patterns"}
+            or not isinstance(raw["patterns"], list)
+        ):
+            raise self.fail(where, shape)
+        text = {spec.name for spec in flat_fields(adds) if spec.type == "string"}
+        patterns = []
+        for index, entry in enumerate(raw["patterns"]):
+            at = f"{where}.patterns[{index}]"
+            if (
+                not isinstance(entry, Mapping)
+                or not isinstance(entry.get("pattern"), str)
+                or not entry["pattern"]
+            ):
+                raise self.fail(at, shape)
+            pattern = entry["pattern"]
+            tokens = pattern.split(".")
+            for position, token in enumerate(tokens):
+                if token.startswith("{"):
+                    field_name = token[1:-2] if token.endswith(">}") else token[1:-1]
+                    if token.endswith(">}") and position != len(tokens) - 1:
+                        raise self.fail(at, f"{token} takes the rest of the name: it must come last")
+                    if not token.endswith("}") or field_name not in text:
+                        raise self.fail(at, f"{token}: the hook adds no text field {field_name!r}")
+            fixed = tuple((str(k), v) for k, v in entry.items() if k != "pattern")
+            for key, value in fixed:
+                if key not in text or not isinstance(value, str):
+                    raise self.fail(at, f"{key}: must be a text field the hook adds, given a text value")
+            patterns.append((pattern, fixed))
+        return str(raw["by"]), tuple(patterns)
 
     def _command(self, name: Any, where: str, commands: Mapping[str, Command]) -> Command:
         command = commands.get(name) if isinstance(name, str) else None

@@ -38,6 +38,9 @@ FINDINGS: dict[str, Finding] = {
     "undecoded": Finding("undecoded", "Not decoded by the plugin (no codec in Wireshark's Lua)", ("note",)),
     "content": Finding("protocol", "Message content that points at a client bug", ("note",)),
     "api_error": Finding("response_code", "Error answer in a message body", ("warn",)),
+    "header_error": Finding("response_code", "Error answer in a message's headers", ("warn",)),
+    "digest": Finding("protocol", "Content that does not match its digest", ("warn",)),
+    "duplicate": Finding("protocol", "Message the server already had (not stored again)", ("note",)),
     # The conversation tracker's findings.
     "error_response": Finding("response_code", "Request failed", ("warn",)),
     "setup_refused": Finding("response_code", "Connection setup refused", ("error",)),

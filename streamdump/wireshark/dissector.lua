@@ -1371,6 +1371,47 @@ local function wildcard_matches(pattern, name)
   return #have == #want
 end
 
+-- Twin of wildcards.captures: the fields a pattern's {field} tokens take from name (a last
+-- {field>} the rest), or nil when name is not one the pattern stands for.
+local function wildcard_captures(pattern, name)
+  local want, have = {}, {}
+  for t in (pattern .. "."):gmatch("([^.]*)%.") do want[#want + 1] = t end
+  for t in (name .. "."):gmatch("([^.]*)%.") do have[#have + 1] = t end
+  local out = {}
+  for i, token in ipairs(want) do
+    local rest = token:match("^{(.*)>}$")
+    if rest and i == #want then
+      if #have < i then return nil end
+      out[rest] = table.concat(have, ".", i)
+      return out
+    end
+    if i > #have then return nil end
+    local field = token:match("^{(.*)}$")
+    if field then
+      if have[i] == "" then return nil end
+      out[field] = have[i]
+    elseif token ~= "*" and token ~= have[i] then
+      return nil
+    end
+  end
+  if #have ~= #want then return nil end
+  return out
+end
+
+-- Twin of Hook.names: what text names by the hook's `names` patterns (the first that matches).
+local function hook_names(hook, text)
+  local spec = SPEC.hook_names[hook]
+  if spec == nil or type(text) ~= "string" then return {} end
+  for _, entry in ipairs(spec.patterns) do
+    local found = wildcard_captures(entry.pattern, text)
+    if found then
+      for k, v in pairs(entry.set) do if found[k] == nil then found[k] = v end end
+      return found
+    end
+  end
+  return {}
+end
+
 local function carried_here(entry, out)
   if entry.by == nil then return true end
   local name = out[entry.by]

@@ -188,6 +188,15 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
             for name, hook in protocol.hooks.items()
             if any(spec.info for spec in hook.adds)
         },
+        # What hooks read from a text field by patterns (a subject's stream, bucket, call).
+        "hook_names": {
+            name: {
+                "by": hook.names[0],
+                "patterns": [{"pattern": p, "set": dict(fixed)} for p, fixed in hook.names[1]],
+            }
+            for name, hook in protocol.hooks.items()
+            if hook.names is not None
+        },
         "names": field_names(protocol),
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": DEFAULT_LIMITS.expanded, "records": DEFAULT_LIMITS.records, "hint": LIMITS_HINT},
