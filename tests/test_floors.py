@@ -26,6 +26,7 @@ FLOORS = {
     "wireshark": 5,
     "live": 5,
     "spark": 5,
+    "report": 5,
     "fuzzing": 5,
     "cli": 6,
     "__main__": 6,
@@ -78,10 +79,18 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             if node.level:
                 base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
             if base == "streamdump":  # `from streamdump import spark` names a sub-package
-                found += [(node.lineno, f"streamdump.{alias.name}") for alias in node.names]
+                found += [
+                    (node.lineno, f"streamdump.{alias.name}" if _is_unit(alias.name) else "streamdump")
+                    for alias in node.names
+                ]
             else:
                 found.append((node.lineno, base))
     return found
+
+
+def _is_unit(name: str) -> bool:
+    """Whether streamdump.<name> is a sub-package or module (not a name of streamdump/__init__.py)."""
+    return (ROOT / "streamdump" / name).is_dir() or (ROOT / "streamdump" / f"{name}.py").is_file()
 
 
 def _sources() -> list[Path]:

@@ -21,7 +21,9 @@ from streamdump.spec.hooks import Cut
 from streamdump.spec.registry import Protocol
 from streamdump.wire.frame import Frame
 
-PUBLISH, DELIVER = "Publish", "Deliver"
+PUBLISH, DELIVER, STORE_OFFSET = "Publish", "Deliver", "StoreOffset"
+# A consumer's positions, drawn over time (their difference is its lag).
+OFFSET_DELIVERED, OFFSET_STORED = "offset delivered", "offset stored"
 # AMQP properties a line shows, in this order, before the first application properties.
 KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 BODIES = ("data", "amqp_value", "amqp_sequence")
@@ -151,6 +153,27 @@ class StreamMessages(MessageRules):
         if "bytes" in record:
             return size, preview(bytes(record["bytes"]), PREVIEW_CHARS)
         return size, ""
+
+    def gauges(self, frame: Frame) -> Iterator[tuple[str, str, float]]:
+        """A consumer as it goes: the credit each subscription has left (by the packet that
+        opened it), and per stream the last offset delivered and the last one stored, what a
+        consumer's lag is told from. Packets, not connections, name them: a packet's number is
+        the capture's, whoever reads it."""
+        if frame.command == DELIVER:
+            links = frame.links or {}
+            stream = links.get("stream") or "?"
+            left = links.get("credit_left")
+            if isinstance(left, int):
+                yield "credit left", f"{stream} · opened at packet {links.get('opened_in', '?')}", left
+            chunk = frame.fields.get("chunk")
+            if isinstance(chunk, dict) and chunk.get("chunk_type", 0) == 0:
+                first, records = chunk.get("chunk_id"), chunk.get("num_records")
+                if isinstance(first, int) and isinstance(records, int) and records > 0:
+                    yield OFFSET_DELIVERED, stream, first + records - 1
+        elif frame.command == STORE_OFFSET:
+            offset, stream = frame.fields.get("offset"), frame.fields.get("stream")
+            if isinstance(offset, int):
+                yield OFFSET_STORED, stream if isinstance(stream, str) and stream else "?", offset
 
     def volume(self, frame: Frame) -> Volume | None:
         """Messages and bytes a Publish or Deliver frame carries, from its headers alone."""

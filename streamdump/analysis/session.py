@@ -32,7 +32,9 @@ from streamdump.analysis.hexdump import best
 from streamdump.analysis.pipeline import Dissection, Notice, Reader, ReadStats, frames_of, loss_summary
 from streamdump.analysis.state import Diagnosis
 from streamdump.analysis.statistics import Partial, Statistics
+from streamdump.analysis.timeline import Timeline, observe
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import default_registry
 from streamdump.wire.capture import STDIN, CaptureError, Tally, read_records, read_segments, read_stream
 from streamdump.wire.frame import SEVERITIES, Frame
@@ -268,6 +270,7 @@ class Session:
         setup: Setup,
         *,
         statistics: bool = False,
+        timeline: bool = False,
         numbering: Callable[[], int] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
         follow: Follow | None = None,
@@ -297,6 +300,12 @@ class Session:
                     assert counted.rules is not None
                     counted.grouping = Grouping(decoder, counted.rules, setup.by)
                 self.statistics[name] = counted
+        # The series a report draws over time, of the frames the filter keeps.
+        self.timeline = Timeline() if timeline else None
+        self.message_rules = {
+            name: dissector_of(decoder.protocol).messages(decoder.protocol)
+            for name, decoder in setup.decoders.items()
+        }
         self.reader = Reader(setup.dissection, None, self.stats, numbering)
         self.error: str | None = None  # why the capture could not be read to its end
         self.hex_notes: list[str] = []  # what decoding hex assumed (a frame without its size)
@@ -365,6 +374,7 @@ class Session:
             self.setup.selection,
             self.stats,
         )
+        timeline, rules = self.timeline, self.message_rules
         later = first.later if first is not None else None
         keeping = self.kept_packets if self.write is not None else None
         expand = self.setup.options.expand_kept
@@ -384,8 +394,12 @@ class Session:
                     decoders[frame.protocol].expand(frame)
                 if frame.expert:
                     self._found(frame.worst_severity)
-            if statistics is not None:
-                statistics[frame.protocol].add(frame, kept)
+            moved = statistics[frame.protocol].add(frame, kept) if statistics is not None else None
+            if timeline is not None and kept:
+                protocol = rules[frame.protocol]
+                if statistics is None:
+                    moved = protocol.volume(frame)
+                observe(timeline, frame, protocol, moved)
             if self.on_frame is not None:
                 self.on_frame(frame)
             yield frame, kept

@@ -161,12 +161,13 @@ class Statistics:
         if self.rules is None:
             self.rules = dissector_of(self.protocol).messages(self.protocol)
 
-    def add(self, frame: Frame, selected: bool = True) -> None:
-        """Count a frame; selected False: a filter passed over it (only its packet is marked)."""
+    def add(self, frame: Frame, selected: bool = True) -> Volume | None:
+        """Count a frame; selected False: a filter passed over it (only its packet is marked).
+        What it returns is the messages the frame moves, for a timeline to count too."""
         if self.filtered:
             _mark(self.framed, frame.number)
             if not selected:
-                return
+                return None
             _mark(self.picked, frame.number)
         side = self.sides.get((frame.conn, frame.from_client is not False))
         if side is None:
@@ -211,6 +212,7 @@ class Statistics:
                 volume.latency.add(moved.latency)
         if self.grouping is not None:
             self.grouping.add(frame)
+        return moved
 
     def _counted(self, number: int) -> bool:
         return (number, True) in self.sides or (number, False) in self.sides

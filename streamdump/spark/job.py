@@ -32,6 +32,7 @@ from streamdump.analysis.pipeline import ReadStats, loss_summary
 from streamdump.analysis.session import Options
 from streamdump.analysis.state import Diagnosis
 from streamdump.analysis.statistics import Partial, document, finding_order
+from streamdump.analysis.timeline import Timeline
 from streamdump.spark.tables import EXCHANGE_COLUMNS, Tables
 from streamdump.spark.tasks import (
     COUNTED,
@@ -99,6 +100,8 @@ class Outcome:
     rows: dict[str, int] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)  # per capture: what `stats --format json` prints
     partials: dict[str, dict[str, Partial]] = field(default_factory=dict)  # per capture and protocol
+    # Per capture: its series over time (a report's), with the protocol its stats show.
+    timelines: dict[str, Any] = field(default_factory=dict)
     summaries: dict[str, str] = field(default_factory=dict)  # per capture: its loss summary
     errors: list[str] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
@@ -240,7 +243,9 @@ def _scan(
             result = scan_split(None, _whole(item), item.size, True, ports) if chained is None else None
         if result is not None:
             works.append(Work(_whole(item), 0, 0, whole=True))
-            captures[item.index] = Capture(item.index, item.path, result["packets"], result["last_ts"])
+            captures[item.index] = Capture(
+                item.index, item.path, result["packets"], result["last_ts"], result["first_ts"]
+            )
             errors += [result["error"]] if result["error"] else []
             foreseen[item.index] = _foreseen([(0, result["openings"])])
             continue
@@ -329,7 +334,23 @@ def _chain(item: Input, scans: list[tuple[Split, Scan]]) -> tuple[list[Work], Ca
         if expected != item.size:
             return None
         last_ts = _last_ts(fh, walked)
-    return works, Capture(item.index, item.path, base, last_ts), [found for _, found, _ in walked]
+        first_ts = _first_ts(fh, walked)
+    return works, Capture(item.index, item.path, base, last_ts, first_ts), [found for _, found, _ in walked]
+
+
+def _first_ts(fh: BinaryIO, walked: list[tuple[Split, Scan, list[tuple[int, bytes]]]]) -> float | None:
+    """The time of the file's first packet, of any kind (None if it has none)."""
+    for split, found, before in walked:
+        if not found.packets or found.first is None:
+            continue
+        section = (
+            section_at([*before, *((o, b) for o, b in found.described if o < found.first)])
+            if split.layout.kind == "pcapng"
+            else None
+        )
+        for ts, _, _ in records(fh, split, found.first, section):
+            return ts
+    return None
 
 
 def _last_ts(fh: BinaryIO, walked: list[tuple[Split, Scan, list[tuple[int, bytes]]]]) -> float:
@@ -556,6 +577,15 @@ def _driver_rows(
         _ended_together(merged, items, numbers)
         outcome.stats[capture.name] = document(merged)
         outcome.partials[capture.name] = merged
+        timeline = Timeline()
+        for item in items:
+            if item.timeline is not None:
+                timeline.merge(item.timeline)
+        shown = [name for name, p in merged.items() if p.connections] or list(merged)[:1]
+        outcome.timelines[capture.name] = timeline.result() | {
+            "protocol": shown[0] if shown else "",
+            "origin": capture.first_ts,
+        }
         outcome.summaries[capture.name] = loss_summary(stats)
         for name, partial in merged.items():
             for d in partial.diagnoses:
@@ -589,7 +619,9 @@ def _roles(tables: Tables) -> list[str]:
 
 
 def write_stats(outcome: Outcome) -> None:
-    text = json.dumps(outcome.stats, ensure_ascii=False, indent=1) + "\n"
+    """stats.json (each capture's `stats --format json`) and timeline.json (each capture's
+    series over time, what `streamdump report --from-spark` draws)."""
     fs, base = output(outcome.out)
-    with fs.open_output_stream(f"{base}/stats.json") as fh:
-        fh.write(text.encode())
+    for name, written in (("stats.json", outcome.stats), ("timeline.json", outcome.timelines)):
+        with fs.open_output_stream(f"{base}/{name}") as fh:
+            fh.write((json.dumps(written, ensure_ascii=False, indent=1) + "\n").encode())

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from streamdump.analysis.pipeline import Notice, ReadStats, report_skips
 from streamdump.analysis.session import Options
 from streamdump.analysis.statistics import Partial
+from streamdump.analysis.timeline import Timeline
 from streamdump.spark.tables import Tables, batch
 from streamdump.spec.dissector import dissector_of
 from streamdump.wire.capture import CaptureError, Tally, read_segments, read_stream, segment_of
@@ -89,6 +90,8 @@ class Capture:
     name: str
     packets: int
     last_ts: float
+    # The time of its first packet: the zero of every time a view shows (Wireshark's).
+    first_ts: float | None = None
 
 
 @dataclass(slots=True)
@@ -102,6 +105,8 @@ class Found:
     first_skipped: dict[Skip, int] = field(default_factory=dict)
     opened: list[int] = field(default_factory=list)  # the packets that opened its connections
     partials: dict[str, Partial] = field(default_factory=dict)
+    # What its connections did over time (the report's series).
+    timeline: Timeline | None = None
     # Connections opened where the scan foresaw none: their rows carry provisional numbers.
     unforeseen: bool = False
 
@@ -162,7 +167,13 @@ def scan_split(
         openings(tracked(), ports, found_openings)
     except CaptureError as exc:
         error = str(exc)
-    return {"openings": found_openings, "packets": tally.packets, "last_ts": last_ts, "error": error}
+    return {
+        "openings": found_openings,
+        "packets": tally.packets,
+        "first_ts": tally.first_ts,
+        "last_ts": last_ts,
+        "error": error,
+    }
 
 
 def range_openings(
@@ -421,6 +432,7 @@ class Decoding:
         found.lossy, found.lives = set(stats.lossy), dict(stats.lives)
         session.finish(whole=False)
         found.partials = session.partials()
+        found.timeline = session.timeline
         self._flush()
         return batch(FOUND, [(current.capture.name, pickle.dumps(found))])
 
@@ -472,7 +484,7 @@ class _Current:
         self.capture = capture
         self.foreseen = decoding.numbers.get(capture.index, {})
         self.found = Found()
-        self.session = decoding.setup.session(statistics=True, numbering=self._opened)
+        self.session = decoding.setup.session(statistics=True, timeline=True, numbering=self._opened)
 
     def _opened(self) -> int:
         """The connection's number as a whole read gives it: foreseen by the scan from the packet

@@ -109,6 +109,11 @@ class MessageRules:
     def volume(self, frame: Frame) -> Volume | None:
         return None
 
+    def gauges(self, frame: Frame) -> Iterable[tuple[str, str, float]]:
+        """Values a frame shows of its consumers, to draw over time: (what, whose, value), such
+        as the credit a subscription has left or the offset it was delivered up to."""
+        return ()
+
     def codes(self, frame: Frame) -> Iterator[tuple[str, str]]:
         """The response codes a frame carries beyond its status field (a status in a message's
         headers, an error in its body), as (what, code) for the stats' response codes table."""
