@@ -82,7 +82,7 @@ class FilterBar(Vertical):
 
     DEFAULT_CSS = """
     FilterBar { height: auto; }
-    FilterBar Input { border: none; height: 1; padding: 0 1; }
+    FilterBar > Input, FilterBar > Input:focus { border: none; height: 1; padding: 0 1; }
     FilterBar #filter-hint { height: 1; padding: 0 1; color: $text-muted; }
     FilterBar #filter-hint.error { color: $error; }
     """
