@@ -11,6 +11,7 @@ show what `follow`, `stats` and the findings on stderr show, from the same views
 from __future__ import annotations
 
 import io
+import sys
 import threading
 import time
 from array import array
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
@@ -37,6 +39,12 @@ from streamdump.wire.writer import WriteError
 
 # The follow screen decodes a connection's frames again: at most this many.
 MAX_FOLLOWED = 20_000
+# How long the indexing thread may hold the interpreter before the screen gets it (seconds).
+SWITCH_INTERVAL = 0.001
+# After a key or a click, indexing gives way to the screen this long (seconds).
+GIVE_WAY = 0.3
+# Indexing gives way to the screen until the first rows are drawn, at most this long (seconds).
+FIRST_SCREEN = 2.0
 # How often the list takes in new rows and the status line is redrawn (seconds).
 TICK = 0.2
 
@@ -109,26 +117,31 @@ class StreamdumpApp(App[None]):
         self.history: list[int] = []
         self.search_text = ""
         self.scan: _Scan | None = None
-        self.started = time.monotonic()
-        self.first_screen: float | None = None  # seconds from start to the first rows drawn
+        self.first_drawn: float | None = None  # when the first rows were drawn (perf_counter)
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
         yield FilterBar(self.index.setup.decoders.values(), self.filter_text)
         yield ListHeader()
-        yield PacketList(self.index, self.time_format, follow_tail=self.live)
+        self._packets = PacketList(self.index, self.time_format, follow_tail=self.live)
+        yield self._packets
         yield DetailTree()
         yield HexPane()
-        yield Static("", id="status")
+        self._status = Static("", id="status")
+        yield self._status
         yield Footer()
 
     @property
     def packets(self) -> PacketList:
-        return self.query_one(PacketList)
+        return self._packets
 
     def on_mount(self) -> None:
+        # The index is filled by a thread of this process: the screen asks for the interpreter
+        # often, and is given it within a millisecond rather than Python's usual 5.
+        sys.setswitchinterval(SWITCH_INTERVAL)
         if not self.index.thread:
+            self.index.give_way(FIRST_SCREEN)  # the first screen first: the rows trickle in till then
             self.index.start()
         if self.filter_text.strip():
             try:
@@ -137,13 +150,28 @@ class StreamdumpApp(App[None]):
                 self._apply(None, "")
         self.packets.focus()
         self.set_interval(TICK, self.tick)
+        # Until the first rows are drawn, look for them more often: the first screen comes sooner.
+        self._early = self.set_interval(0.01, self._first_rows)
         self.tick()
 
+    def _drawn(self) -> None:
+        """The first rows are on the screen: indexing goes at full speed."""
+        self.first_drawn = time.perf_counter()
+        self.index.give_way(0)
+
+    def _first_rows(self) -> None:
+        if self.index.count or self.index.finished:
+            self._early.stop()
+            self.tick()
+
     def tick(self) -> None:
-        packets = self.packets
+        packets, status = self.packets, self._status
+        if not packets.is_mounted or not status.is_mounted:  # the app is closing
+            return
         packets.grow()
-        if self.first_screen is None and len(packets.shown):
-            self.first_screen = time.monotonic() - self.started
+        if self.first_drawn is None and (len(packets.shown) or self.index.finished):
+            self.first_drawn = 0.0
+            self.call_after_refresh(self._drawn)
         index = self.index
         shown = len(packets.shown)
         parts = [f"{index.count:,} frames"]
@@ -158,7 +186,12 @@ class StreamdumpApp(App[None]):
         if packets.marks:
             parts.append(f"{len(packets.marks)} marked")
         parts.append("? help")
-        self.query_one("#status", Static).update(Text(escape_status(" · ".join(parts))))
+        status.update(Text(escape_status(" · ".join(parts))))
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key | events.MouseDown | events.MouseScrollDown | events.MouseScrollUp):
+            self.index.give_way(GIVE_WAY)  # a person is waiting: indexing slows down a moment
+        await super().on_event(event)
 
     # ------------------------------------------------------------------ the selected frame
 

@@ -74,8 +74,8 @@ class _Paced(Source):
         while not index.stopping:
             lock.release()
             try:
-                if index.waiting:
-                    time.sleep(0.001)  # the UI asked for the lock: let it have it
+                if index.waiting or time.monotonic() < index.quiet_until:
+                    time.sleep(0.001)  # the UI wants the lock, or is answering a key: let it
                 seg = next(segments, None)
             finally:
                 lock.acquire()
@@ -126,6 +126,7 @@ class FrameIndex:
         self.views = views or Views(setup.decoders)
         self.lock = threading.Lock()
         self.waiting = 0
+        self.quiet_until = 0.0  # indexing gives way to the UI until then (monotonic time)
         self.stopping = False
         self.done = threading.Event()
         # Per row: compact columns.
@@ -251,6 +252,10 @@ class FrameIndex:
             for row in self.rows_of_packet(d.number):
                 if self.conns[row] == d.conn and self.severities[row] < level:
                     self.severities[row] = level
+
+    def give_way(self, seconds: float) -> None:
+        """Let the UI have the interpreter for a while (it is answering a key or the mouse)."""
+        self.quiet_until = time.monotonic() + seconds
 
     def stop(self) -> None:
         """End indexing (a live capture goes on until its source is stopped by the caller)."""
