@@ -386,12 +386,12 @@ def test_live_frames_appear_as_captured_and_the_list_follows_the_tail_until_scro
     async def scenario(pilot: Pilot) -> None:
         packets = app.query_one(PacketList)
         os.write(write_fd, data[:24] + b"".join(records[:20]))
-        await _rows(pilot, app, lambda n: n >= 8)
+        await _read(pilot, app, 20)
         first = app.index.count
-        assert packets.cursor == len(packets.shown) - 1  # following the tail
+        assert first >= 8 and packets.cursor == len(packets.shown) - 1  # following the tail
         os.write(write_fd, b"".join(records[20:40]))
-        await _rows(pilot, app, lambda n: n > first)
-        assert packets.cursor == len(packets.shown) - 1
+        await _read(pilot, app, 40)
+        assert app.index.count > first and packets.cursor == len(packets.shown) - 1
         await pilot.press("up", "up")
         held = packets.selected
         os.write(write_fd, b"".join(records[40:]))
@@ -405,11 +405,16 @@ def test_live_frames_appear_as_captured_and_the_list_follows_the_tail_until_scro
     drive(app, scenario, wait=False)
 
 
-async def _rows(pilot: Pilot, app: StreamdumpApp, enough: Callable[[int], bool]) -> None:
+async def _read(pilot: Pilot, app: StreamdumpApp, packets: int) -> None:
+    """Wait until the index has read so many packets of the pipe (and no more come)."""
     for _ in range(200):
-        if enough(app.index.count):
+        if app.index.session.stats.packets >= packets:
             break
         await pilot.pause(0.02)
+    seen = -1
+    while seen != app.index.count:  # the last packet's frames analysed too
+        seen = app.index.count
+        await pilot.pause(0.05)
     app.tick()
     await pilot.pause(0.05)
 
