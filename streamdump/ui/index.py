@@ -216,12 +216,13 @@ class FrameIndex:
                     notes,
                     array("L", frame.packets).tobytes(),
                     frame.incomplete,
+                    _layers(frame),
                 ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
         except (pickle.PicklingError, TypeError, AttributeError):  # a link of a kind pickle refuses
             extra = pickle.dumps(
-                (frame.key, None, None, array("L", frame.packets).tobytes(), frame.incomplete)
+                (frame.key, None, None, array("L", frame.packets).tobytes(), frame.incomplete, {})
             )
             whole = len(self.kept_whole) < MAX_KEPT_WHOLE
         data = bytes(frame.data)
@@ -355,7 +356,7 @@ class FrameIndex:
         if kept is not None:
             frame = kept
         else:
-            key, links, notes, packets, incomplete = self._extra(index)
+            key, links, notes, packets, incomplete, layers = self._extra(index)
             frame = renderer.decoder.decode(self.data(index), key=key, partial=incomplete is not None)
             conn = self.conns[index]
             client, server = self._endpoint_objects.get(conn, (None, None))
@@ -372,6 +373,8 @@ class FrameIndex:
             frame.packets = tuple(array("L", packets))
             if notes:
                 frame.expert = frame.expert + notes
+            for name, value in layers.items():
+                setattr(frame, name, value)
         got = (frame, renderer.info(frame))
         with self._cache_guard:
             self._cache[index] = got
@@ -428,6 +431,15 @@ class FrameIndex:
         tally = Tally()
         tally.stop_after = min(last, self.session.stats.packets)
         return read_records(self.packets_kept.name, tally)
+
+
+# What the reader sets on a frame beside the decoder's fields (a layer below it, such as the TLS
+# records it was decrypted from, where a read has one): kept with the frame's bytes.
+_LAYERS = ("tls",)
+
+
+def _layers(frame: Frame) -> dict[str, Any]:
+    return {name: value for name in _LAYERS if (value := getattr(frame, name, None)) is not None}
 
 
 class _Held:
