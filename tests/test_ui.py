@@ -461,54 +461,106 @@ def test_snapshot_the_findings(snap_compare) -> None:  # type: ignore[no-untyped
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
 
-def _screen(socket: str) -> str:
-    return subprocess.run(
-        [TMUX, "-L", socket, "capture-pane", "-p", "-t", "ui"], capture_output=True, text=True, check=False
-    ).stdout
+class Tmux:
+    """A tmux server of the test's own, running one command in a 150x40 window."""
+
+    def __init__(self, command: str, status: Path) -> None:
+        assert Path(TMUX).exists(), "tmux is needed (apt-get install tmux)"
+        self.socket = f"streamdump-test-{os.getpid()}-{status.parent.name}"
+        self.status = status
+        # COLUMNS and LINES from pytest would fix the terminal's size; the window's own is wanted.
+        shell = (
+            f"cd {shlex.quote(str(ROOT))} && unset COLUMNS LINES && "
+            f"export PYTHONPATH={shlex.quote(str(ROOT))} && {command}; "
+            f"echo $? > {shlex.quote(str(status))}; sleep 30"
+        )
+        subprocess.run(
+            [TMUX, "-L", self.socket, "new-session", "-d", "-s", "ui", "-x", "150", "-y", "40", shell],
+            check=True,
+        )
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        flags = ["-l"] if literal else []
+        subprocess.run([TMUX, "-L", self.socket, "send-keys", "-t", "ui", *flags, *keys], check=True)
+        time.sleep(0.5)  # as a person types: each key is taken before the next
+
+    def screen(self) -> str:
+        return subprocess.run(
+            [TMUX, "-L", self.socket, "capture-pane", "-p", "-t", "ui"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+
+    def wait_for(self, *texts: str, seconds: float = 30) -> str:
+        """The screen once it shows every text (a terminal's first size may come after the first draw)."""
+        end = time.monotonic() + seconds
+        screen = ""
+        while time.monotonic() < end:
+            screen = self.screen()
+            if all(text in screen for text in texts):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{texts!r} never showed; the screen:\n{screen}")
+
+    def quit(self) -> int:
+        self.keys("q")
+        for _ in range(100):
+            if self.status.exists() and self.status.read_text().strip():
+                break
+            time.sleep(0.1)
+        return int(self.status.read_text())
+
+    def close(self) -> None:
+        subprocess.run([TMUX, "-L", self.socket, "kill-server"], check=False)
 
 
-def _wait_for(socket: str, *texts: str, seconds: float = 30) -> str:
-    """The screen once it shows every text (a terminal's first size may come after the first draw)."""
-    end = time.monotonic() + seconds
-    screen = ""
-    while time.monotonic() < end:
-        screen = _screen(socket)
-        if all(text in screen for text in texts):
-            return screen
-        time.sleep(0.2)
-    raise AssertionError(f"{texts!r} never showed; the screen:\n{screen}")
+UI = f"{shlex.quote(sys.executable)} -m streamdump ui"
 
 
 def test_the_real_command_in_tmux(tmp_path: Path) -> None:
-    assert Path(TMUX).exists(), "tmux is needed (apt-get install tmux)"
-    socket = f"streamdump-test-{os.getpid()}"
-    done = tmp_path / "status"
-    command = (
-        f"cd {shlex.quote(str(ROOT))} && unset COLUMNS LINES && PYTHONPATH={shlex.quote(str(ROOT))} "
-        f"{shlex.quote(sys.executable)} -m streamdump ui captures/rabbitmq_stream/session.pcap; "
-        f"echo $? > {shlex.quote(str(done))}; sleep 30"
-    )
-    subprocess.run(
-        [TMUX, "-L", socket, "new-session", "-d", "-s", "ui", "-x", "150", "-y", "40", command], check=True
-    )
+    tmux = Tmux(f"{UI} captures/rabbitmq_stream/session.pcap", tmp_path / "status")
     try:
-        _wait_for(socket, "56 frames", "PeerProperties request", "No.", "Info", "Frame 4: 127.0.0.1:60546")
-        subprocess.run([TMUX, "-L", socket, "send-keys", "-t", "ui", "Down", "Down", "Down"], check=True)
-        _wait_for(socket, "Frame 9: 127.0.0.1:5552", "[Request In: 8]", "0000  00 00 00 1f 80 12")
-        subprocess.run([TMUX, "-L", socket, "send-keys", "-t", "ui", "/"], check=True)
-        time.sleep(0.5)  # as a person: the bar has the keys once it is open
-        subprocess.run([TMUX, "-L", socket, "send-keys", "-t", "ui", "-l", "command == Open"], check=True)
-        _wait_for(socket, "column 12")  # a bare word is no value: said as it is typed
-        subprocess.run([TMUX, "-L", socket, "send-keys", "-t", "ui", "Escape"], check=True)
-        time.sleep(0.5)  # a lone ESC is told from the start of a sequence by waiting
-        subprocess.run([TMUX, "-L", socket, "send-keys", "-t", "ui", "q"], check=True)
-        for _ in range(100):
-            if done.exists():
-                break
-            time.sleep(0.1)
-        assert done.read_text().strip() == "0"
+        tmux.wait_for("56 frames", "PeerProperties request", "No.", "Info", "Frame 4: 127.0.0.1:60546")
+        tmux.keys("Down", "Down", "Down")
+        tmux.wait_for("Frame 9: 127.0.0.1:5552", "[Request In: 8]", "0000  00 00 00 1f 80 12")
+        tmux.keys("/")
+        tmux.keys("command == Open", literal=True)
+        tmux.wait_for("column 12")  # a bare word is no value: said as it is typed
+        tmux.keys("Escape")  # a lone ESC is told from the start of a sequence by waiting
+        assert tmux.quit() == 0
     finally:
-        subprocess.run([TMUX, "-L", socket, "kill-server"], check=False)
+        tmux.close()
+
+
+def test_a_capture_on_standard_input_with_the_keys_from_the_terminal(tmp_path: Path) -> None:
+    tmux = Tmux(f"cat captures/nats/pubsub.pcap | {UI} -", tmp_path / "status")
+    try:
+        lines = streamdump("read", str(CAPTURE_ROOT / "nats" / "pubsub.pcap")).stdout.splitlines()
+        tmux.wait_for(f"{len(lines)} frames", "Connect command", "Frame ")
+        tmux.keys("End")
+        tmux.wait_for(f"Frame {lines[-1].split()[0]}: ")
+        assert tmux.quit() == 0
+    finally:
+        tmux.close()
+
+
+@pytest.mark.live
+@pytest.mark.nats
+def test_live_in_tmux_frames_appear_as_the_client_sends_them(tmp_path: Path) -> None:
+    from test_live_capture import need_capture, traffic
+
+    need_capture()
+    tmux = Tmux(f"{UI} --live -P nats", tmp_path / "status")
+    try:
+        tmux.wait_for("0 frames", "capturing")
+        time.sleep(1.0)  # the capture is open before the client connects
+        traffic(5)
+        screen = tmux.wait_for("Publish command PUB", "subject=live.x", "Message command MSG")
+        assert "Frame " in screen  # the newest frame selected: the list follows the tail
+        assert tmux.quit() == 0
+    finally:
+        tmux.close()
 
 
 def test_without_textual_one_line_names_the_extra() -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, BinaryIO
 
 import typer
 
-from streamdump.analysis.session import CaptureStream, Source
+from streamdump.analysis.session import CaptureFile, CaptureStream, Source
 from streamdump.cli.base import (
     EXIT_USAGE,
     CountOpt,
@@ -28,6 +28,7 @@ from streamdump.cli.base import (
     say,
 )
 from streamdump.views.clock import TimeFormat
+from streamdump.wire.capture import CaptureError, Tally, read_records
 
 
 @app.command()
@@ -78,6 +79,8 @@ def ui(
         source = CaptureStream(capture.stream, f"capture on {interface}")
     else:
         source = capture_source(file, read_file)
+        if source.rereadable:
+            _check_readable(source)
         if two_pass and not source.rereadable:
             raise fail("--two-pass reads the capture twice; standard input can be read only once", EXIT_USAGE)
         if not source.rereadable:
@@ -105,6 +108,14 @@ def ui(
     if index.error is not None:
         say(f"streamdump: error: {index.error}")
         raise typer.Exit(1)
+
+
+def _check_readable(source: CaptureFile) -> None:
+    """A capture that cannot be opened, or is no capture, is said in one line before any screen."""
+    try:
+        next(iter(read_records(source.path, Tally())), None)
+    except CaptureError as exc:
+        raise fail(str(exc)) from None
 
 
 def _terminal_for_keys() -> BinaryIO:
