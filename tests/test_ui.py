@@ -65,6 +65,14 @@ async def indexed(pilot: Pilot) -> None:
     await pilot.pause(0.05)
 
 
+async def until(pilot: Pilot, done: Callable[[], bool], seconds: float = 20) -> None:
+    """Wait for what a thread of the app does (a file written, a dialogue made)."""
+    end = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < end, "never done"
+        await pilot.pause(0.02)
+
+
 def drive(app: StreamdumpApp, scenario: Callable[[Pilot], Awaitable[None]], wait: bool = True) -> None:
     async def run() -> None:
         async with app.run_test(size=SIZE) as pilot:
@@ -253,8 +261,7 @@ def test_a_command_line_filter_is_the_first_and_follow_stats_help_screens() -> N
         assert all("Publish" in line for line in list_lines(app) if line.strip())
         assert app.query_one(FilterBar).input.value == 'command == "Publish"'
         await pilot.press("f")
-        await pilot.pause(0.1)
-        assert isinstance(app.screen, TextScreen)
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
         assert app.screen.lines == follow  # the whole connection, as `follow` prints it
         await pilot.press("escape", "s")
         await pilot.pause(0.1)
@@ -321,7 +328,7 @@ def test_search_marks_and_writing_the_shown_and_the_marked_frames(tmp_path: Path
             assert answer.value == ("shown.pcapng" if key == "w" else "marked.pcapng")
             answer.value = str(path)
             await pilot.press("enter")
-            await pilot.pause(0.2)
+            await until(pilot, lambda path=path: app.written == str(path))
 
     drive(app, scenario)
     # The shown frames' packets are what `read -w` writes with the same filter.

@@ -116,6 +116,7 @@ class StreamdumpApp(App[None]):
         self.on_exit_hook = on_exit
         self.history: list[int] = []
         self.search_text = ""
+        self.written: str | None = None  # the last capture file written
         self.scan: _Scan | None = None
         self.first_drawn: float | None = None  # when the first rows were drawn (perf_counter)
 
@@ -346,15 +347,21 @@ class StreamdumpApp(App[None]):
         if selected is None:
             return
         conn = self.index.conns[selected]
-        rows = [i for i in range(self.index.count) if self.index.conns[i] == conn]
+        self.notify(f"following connection {conn}…", timeout=2)
+        self.run_worker(lambda: self._follow(conn), thread=True, group="follow", exclusive=True)
+
+    def _follow(self, conn: int) -> None:
+        """The connection's dialogue, made in a thread (its frames are decoded again)."""
+        index = self.index
+        rows = [i for i in range(index.count) if index.conns[i] == conn]
         cut = len(rows) > MAX_FOLLOWED
-        frames = [self.index.frame(i) for i in rows[:MAX_FOLLOWED]]
-        with self.index.held():
-            dialogues = write_dialogues(frames, self.index.views, self.index.session, conn)
+        frames = [index.frame(i) for i in rows[:MAX_FOLLOWED]]
+        with index.held():
+            dialogues = write_dialogues(frames, index.views, index.session, conn)
         lines = [line for dialogue in dialogues for line in dialogue]
         if cut:
             lines.append(f"  … the first {MAX_FOLLOWED:,} of {len(rows):,} frames")
-        self.push_screen(TextScreen(f"Follow: connection {conn}", lines))
+        self.call_from_thread(self.push_screen, TextScreen(f"Follow: connection {conn}", lines))
 
     def action_stats(self) -> None:
         out = io.StringIO()
@@ -391,18 +398,22 @@ class StreamdumpApp(App[None]):
         what = "marked" if marked else "shown"
 
         def write(answer: str | None) -> None:
-            if not answer:
-                return
-            try:
-                count = self.index.write(rows, Path(answer))
-            except (OSError, WriteError, CaptureError) as exc:
-                self.notify(f"cannot write {answer}: {exc}", severity="error")
-                return
-            self.notify(f"wrote {count} packets of {len(rows)} {what} frames to {answer}")
+            if answer:
+                self.run_worker(lambda: self._write(rows, answer, what), thread=True, group="write")
 
         self.push_screen(
             Prompt(f"Write the packets of the {len(rows)} {what} frames to:", f"{what}.pcapng"), write
         )
+
+    def _write(self, rows: list[int], path: str, what: str) -> None:
+        """Copy the packets out, in a thread (the capture is read again)."""
+        try:
+            count = self.index.write(rows, Path(path))
+        except (OSError, WriteError, CaptureError) as exc:
+            self.call_from_thread(self.notify, f"cannot write {path}: {exc}", severity="error")
+            return
+        self.written = path
+        self.call_from_thread(self.notify, f"wrote {count} packets of {len(rows)} {what} frames to {path}")
 
     async def action_quit(self) -> None:
         if self.scan is not None:
