@@ -382,8 +382,9 @@ def test_text_from_the_wire_is_escaped_and_never_markup(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- live
 
 
-def test_live_frames_appear_as_captured_and_the_list_follows_the_tail_until_scrolled() -> None:
+def test_live_frames_appear_as_captured_and_the_list_follows_the_tail_until_scrolled(tmp_path: Path) -> None:
     """A capture arriving on a pipe, packet by packet, as a live capture's does."""
+    written = tmp_path / "written.pcapng"
     data = SESSION.read_bytes()
     read_fd, write_fd = os.pipe()
     source = CaptureStream(os.fdopen(read_fd, "rb"), "pipe")
@@ -407,9 +408,14 @@ def test_live_frames_appear_as_captured_and_the_list_follows_the_tail_until_scro
         assert app.index.count == 56 and packets.selected == held  # scrolled up: it stays
         await pilot.press("end")
         await pilot.pause()
-        assert packets.cursor == 55
+        assert packets.cursor == 55 and packets.follow_tail
+        # The packets kept aside from the pipe are written out as read -w writes them from the file.
+        app.index.write(list(range(app.index.count)), written)
 
     drive(app, scenario, wait=False)
+    reference = tmp_path / "reference.pcapng"
+    streamdump("read", "-q", str(SESSION), "-w", str(reference))
+    assert streamdump("read", str(written)).stdout == streamdump("read", str(reference)).stdout
 
 
 async def _read(pilot: Pilot, app: StreamdumpApp, packets: int) -> None:

@@ -110,6 +110,7 @@ class PacketList(ScrollView, can_focus=True):
         self.selected: int | None = None  # the row index selected (not its position)
         self.marks: set[int] = set()
         self.time_format = time_format
+        self.live = follow_tail  # a live capture's list follows the newest frame
         self.follow_tail = follow_tail
         self.colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(index.protocol_names)}
         self.shorts = {name: r.short for name, r in index.views.renderers.items()}
@@ -203,7 +204,8 @@ class PacketList(ScrollView, can_focus=True):
             self.post_message(self.Selected(row))
 
     def action_move(self, step: int) -> None:
-        self.follow_tail = step > 0 and self.cursor + step >= len(self.shown) - 1 and self.follow_tail
+        # Up stops following new frames; down onto the last row follows them again (live).
+        self.follow_tail = self.live and step > 0 and self.cursor + step >= len(self.shown) - 1
         self.go(self.cursor + step)
 
     def action_page(self, step: int) -> None:
@@ -216,7 +218,7 @@ class PacketList(ScrollView, can_focus=True):
         self.go(0)
 
     def action_last(self) -> None:
-        self.follow_tail = True  # at the end, the list follows new frames again
+        self.follow_tail = self.live  # at the end, the list follows new frames again
         self.go(len(self.shown) - 1)
 
     def on_click(self, event: object) -> None:
@@ -225,8 +227,8 @@ class PacketList(ScrollView, can_focus=True):
         self.go(self.scroll_offset.y + y)
         self.focus()
 
-    def _on_mouse_scroll_up(self, event: object) -> None:
-        self.follow_tail = False
+    def on_mouse_scroll_up(self, event: object) -> None:
+        self.follow_tail = False  # the wheel scrolls (Widget's own handler); new frames no longer pull it
 
     def toggle_mark(self) -> None:
         if self.selected is None:
