@@ -143,6 +143,21 @@ def test_frames_keep_what_the_tracker_linked_and_noted() -> None:
     index.close()
 
 
+def test_two_passes_link_requests_to_their_responses() -> None:
+    index = FrameIndex(Options(two_pass=True).prepare(), CaptureFile(SESSION))
+    index.start()
+    assert index.done.wait(60)
+    import json
+
+    want = [
+        json.loads(line)["links"]
+        for line in streamdump("read", "-2", str(SESSION), "-T", "jsonl").stdout.splitlines()
+    ]
+    assert [index.frame(i).links or {} for i in range(index.count)] == want
+    assert index.frame(0).links == {"response_in": 6}
+    index.close()
+
+
 # ---------------------------------------------------------------------- the keys
 
 
