@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,6 +25,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from streamdump.analysis.fieldnames import FrameFilter
+from streamdump.analysis.filter import FilterError
 from streamdump.ui.filterbar import FilterBar
 from streamdump.ui.index import FrameIndex
 from streamdump.ui.panes import DetailTree, HexPane, ListHeader, PacketList, Shown
@@ -34,6 +34,7 @@ from streamdump.views.clock import TimeFormat
 from streamdump.views.follow import write_dialogues
 from streamdump.views.output import write_statistics
 from streamdump.views.render import Branch
+from streamdump.views.safe import escape
 from streamdump.wire.capture import CaptureError
 from streamdump.wire.writer import WriteError
 
@@ -106,14 +107,12 @@ class StreamdumpApp(App[None]):
         filter_text: str = "",
         time_format: TimeFormat = TimeFormat.r,
         live: bool = False,
-        on_exit: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self.index = index
         self.filter_text = filter_text
         self.time_format = time_format
         self.live = live
-        self.on_exit_hook = on_exit
         self.history: list[int] = []
         self.search_text = ""
         self.written: str | None = None  # the last capture file written
@@ -147,7 +146,7 @@ class StreamdumpApp(App[None]):
         if self.filter_text.strip():
             try:
                 self._apply(self.query_one(FilterBar).check(self.filter_text), self.filter_text)
-            except Exception:  # the CLI checked it: never here
+            except FilterError:  # the bar says what is wrong; every frame is shown meanwhile
                 self._apply(None, "")
         self.packets.focus()
         self.set_interval(TICK, self.tick)
@@ -187,7 +186,7 @@ class StreamdumpApp(App[None]):
         if packets.marks:
             parts.append(f"{len(packets.marks)} marked")
         parts.append("? help")
-        status.update(Text(escape_status(" · ".join(parts))))
+        status.update(Text(escape(" · ".join(parts))))
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key | events.MouseDown | events.MouseScrollDown | events.MouseScrollUp):
@@ -422,12 +421,6 @@ class StreamdumpApp(App[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-
-
-def escape_status(text: str) -> str:
-    from streamdump.views.safe import escape
-
-    return escape(text)
 
 
 class _Scan:
