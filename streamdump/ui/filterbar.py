@@ -7,6 +7,7 @@ filter compiler's own one-line error), and applies it on Enter. An empty filter 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import re
 from collections.abc import Iterable
@@ -50,8 +51,6 @@ def candidates(names: list[str], text: str) -> tuple[str, list[str]]:
     if found is None or found.group() in _KEYWORDS:
         return "", []
     word = found.group()
-    import bisect
-
     at = bisect.bisect_left(names, word)
     out = []
     while at < len(names) and names[at].startswith(word):

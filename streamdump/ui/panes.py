@@ -8,6 +8,7 @@ Text, never as markup.
 
 from __future__ import annotations
 
+import bisect
 from array import array
 from typing import TYPE_CHECKING, ClassVar
 
@@ -55,16 +56,12 @@ class Shown:
         """Where a row is in the list (None: the filter hides it)."""
         if self.rows is None:
             return row if row < self.index.count else None
-        import bisect
-
         at = bisect.bisect_left(self.rows, row)
         return at if at < len(self.rows) and self.rows[at] == row else None
 
     def nearest(self, row: int) -> int:
         if self.rows is None:
             return min(row, max(0, self.index.count - 1))
-        import bisect
-
         return min(bisect.bisect_left(self.rows, row), max(0, len(self.rows) - 1))
 
 
