@@ -130,16 +130,16 @@ class FrameIndex:
         self.stopping = False
         self.done = threading.Event()
         # Per row: compact columns.
-        self.numbers = array("Q")
+        self.numbers = array("I")
         self.times = array("d")
-        self.conns = array("L")
+        self.conns = array("I")
         self.sides = array("b")  # 1: from the client, 0: from the server
         self.protocols = array("B")
-        self.commands = array("L")
+        self.commands = array("I")
         self.severities = array("b")  # -1: none, else SEVERITIES' index
         self.offsets = array("Q")
-        self.sizes = array("L")  # bytes of the frame
-        self.extras = array("L")  # bytes of its pickled extras after them
+        self.sizes = array("I")  # bytes of the frame
+        self.extras = array("I")  # bytes of its pickled extras after them
         self.protocol_names = list(setup.decoders)
         self._protocol_ids = {name: i for i, name in enumerate(self.protocol_names)}
         self.command_names: list[str] = []
