@@ -265,7 +265,11 @@ class FrameIndex:
     def close(self) -> None:
         self.stop()
         if self.thread is not None:
-            self.thread.join(timeout=5)
+            # A pipe nobody closes (`tcpdump -w - | streamdump ui -`) keeps the thread waiting for
+            # its next packet: it is a daemon, and its files go with the process.
+            self.thread.join(timeout=1)
+            if self.thread.is_alive():
+                return
         self.spool.close()
         if self.packets_kept is not None:
             self.packets_kept.close()
