@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE_ROOT, ROOT
+from conftest import CAPTURE_ROOT, ROOT, need
 from textual.pilot import Pilot
 from textual.widgets import Input
 
@@ -493,7 +493,7 @@ class Tmux:
     """A tmux server of the test's own, running one command in a 150x40 window."""
 
     def __init__(self, command: str, status: Path) -> None:
-        assert Path(TMUX).exists(), "tmux is needed (apt-get install tmux)"
+        need(Path(TMUX).exists(), "tmux runs the real command (apt-get install tmux)")
         self.socket = f"streamdump-test-{os.getpid()}-{status.parent.name}"
         self.status = status
         # COLUMNS and LINES from pytest would fix the terminal's size; the window's own is wanted.
