@@ -287,7 +287,7 @@ class DetailTree(Tree[Branch]):
         self.post_message(self.Highlighted(event.node.data))
 
 
-class HexPane(ScrollView):
+class HexPane(ScrollView, can_focus=True):
     """The frame's bytes, as `-x` shows them, the selected field's bytes highlighted."""
 
     def __init__(self) -> None:
