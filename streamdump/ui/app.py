@@ -40,6 +40,8 @@ from streamdump.wire.writer import WriteError
 
 # The follow screen decodes a connection's frames again: at most this many.
 MAX_FOLLOWED = 20_000
+# The findings screen lists at most this many.
+MAX_FINDINGS = 10_000
 # How long the indexing thread may hold the interpreter before the screen gets it (seconds).
 SWITCH_INTERVAL = 0.001
 # After a key or a click, indexing gives way to the screen this long (seconds).
@@ -381,6 +383,10 @@ class StreamdumpApp(App[None]):
         found = [(d.severity, d.number, d.message) for d in diagnoses]
         found += [(n.severity, n.number, n.message) for n in notices]
         found.sort(key=lambda f: f[1] or 0)
+        if len(found) > MAX_FINDINGS:
+            more = len(found) - MAX_FINDINGS
+            found = found[:MAX_FINDINGS]
+            found.append(("note", None, f"{more:,} more; `streamdump stats FILE` lists them all"))
 
         def go(number: int | None) -> None:
             if number is not None:
