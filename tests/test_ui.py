@@ -29,7 +29,7 @@ from streamdump.analysis.session import CaptureFile, CaptureStream, Options, Sou
 from streamdump.ui.app import StreamdumpApp
 from streamdump.ui.filterbar import FilterBar, candidates, filter_names
 from streamdump.ui.index import FrameIndex
-from streamdump.ui.panes import DetailTree, HexPane, PacketList
+from streamdump.ui.panes import PALETTE, SEVERITY_BACKGROUND, DetailTree, HexPane, PacketList
 from streamdump.ui.screens import FindingsScreen, TextScreen
 from streamdump.views.output import Views
 from streamdump.views.safe import UNSAFE
@@ -307,6 +307,17 @@ def test_a_finding_jumps_to_its_frame() -> None:
         packets = app.query_one(PacketList)
         assert not isinstance(app.screen, FindingsScreen)
         assert app.index.numbers[packets.selected] == target
+        # The frame of the error is coloured by it, the others by their protocol alone.
+        await pilot.press("home")
+        await pilot.pause()
+        errors = [i for i in range(app.index.count) if app.index.row(i).severity == "error"]
+        assert errors and errors[0] != packets.cursor
+        lit = next(iter(packets.render_line(errors[0] - packets.scroll_offset.y))).style
+        plain = next(iter(packets.render_line(1))).style
+        assert lit.bgcolor.name == SEVERITY_BACKGROUND["error"] and plain.bgcolor is None
+        assert (
+            lit.color.name == plain.color.name == PALETTE[app.index.protocol_names.index("rabbitmq_stream")]
+        )
 
     drive(app, scenario)
 
