@@ -36,8 +36,10 @@ from streamdump.wire.frame import SEVERITIES, Endpoint, Frame
 from streamdump.wire.writer import PacketWriter, WriteError, WriteFormat
 
 # Incomplete frames (what a gap left, elements recovered after it) cannot be decoded again from
-# their bytes alone: up to this many are kept whole; past it they are decoded from what is there.
+# their bytes alone: up to this many, of at most so many bytes in all, are kept whole; past it
+# they are decoded again from the bytes there are.
 MAX_KEPT_WHOLE = 2_000
+MAX_KEPT_BYTES = 32 << 20
 # Rows whose decoded frame and info stay at hand (what a screen shows, and around it).
 CACHED_ROWS = 512
 # Spooled bytes written in one go.
@@ -147,6 +149,7 @@ class FrameIndex:
         self.endpoints: dict[int, tuple[str, str]] = {}  # connection -> (client, server)
         self._endpoint_objects: dict[int, tuple[Endpoint | None, Endpoint | None]] = {}
         self.kept_whole: dict[int, Frame] = {}
+        self._kept_bytes = 0
         self.notices: list[Notice] = []
         self.error: str | None = None
         self.spool = _Spool()
@@ -207,7 +210,7 @@ class FrameIndex:
             self.command_names.append(said)
         # The tracker's notes come after the decoder's; a decode gives the decoder's again.
         notes = [e for e in frame.expert if e.group != "malformed"] or None
-        whole = frame.incomplete is not None and len(self.kept_whole) < MAX_KEPT_WHOLE
+        whole = frame.incomplete is not None and self._may_keep(frame)
         try:
             extra = pickle.dumps(
                 (
@@ -224,12 +227,13 @@ class FrameIndex:
             extra = pickle.dumps(
                 (frame.key, None, None, array("L", frame.packets).tobytes(), frame.incomplete, {})
             )
-            whole = len(self.kept_whole) < MAX_KEPT_WHOLE
+            whole = self._may_keep(frame)
         data = bytes(frame.data)
         at = self.spool.append(data + extra)
         worst = frame.worst_severity
         if whole:
             self.kept_whole[len(self.numbers)] = frame
+            self._kept_bytes += len(frame.data)
         self.offsets.append(at)
         self.sizes.append(len(data))
         self.extras.append(len(extra))
@@ -240,6 +244,9 @@ class FrameIndex:
         self.commands.append(command)
         self.severities.append(-1 if worst is None else SEVERITIES.index(worst))
         self.numbers.append(frame.number)  # last: a row counts once all its columns are there
+
+    def _may_keep(self, frame: Frame) -> bool:
+        return len(self.kept_whole) < MAX_KEPT_WHOLE and self._kept_bytes + len(frame.data) <= MAX_KEPT_BYTES
 
     def _said(self, frame: Frame) -> str:
         wire = self.views[frame].decoder.wire_text(frame)
