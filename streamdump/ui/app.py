@@ -203,7 +203,7 @@ class StreamdumpApp(App[None]):
             tree.show(None)
             hexpane.show(b"")
             return
-        frame = self.index.frame(event.row)
+        frame = self.index.frame(event.row, fresh=True)
         renderer = self.index.views[frame]
         clock_text = f"{frame.ts - self.index.first_ts():.6f}"
         tree.show(renderer.outline(frame, clock_text))

@@ -40,8 +40,10 @@ from streamdump.wire.writer import PacketWriter, WriteError, WriteFormat
 # they are decoded again from the bytes there are.
 MAX_KEPT_WHOLE = 2_000
 MAX_KEPT_BYTES = 32 << 20
-# Rows whose decoded frame and info stay at hand (what a screen shows, and around it).
+# Rows whose decoded frame and info stay at hand (what a screen shows, and around it), and the
+# bytes of their frames at most (a screen of large Deliver chunks).
 CACHED_ROWS = 512
+CACHED_BYTES = 64 << 20
 # Spooled bytes written in one go.
 SPOOL_BUFFER = 1 << 20
 
@@ -155,6 +157,7 @@ class FrameIndex:
         self.spool = _Spool()
         self._cache: OrderedDict[int, tuple[Frame, str]] = OrderedDict()
         self._cache_guard = threading.Lock()
+        self._cached_bytes = 0
         # Packets of a source that cannot be read again (a pipe, a live capture), kept aside for
         # writing them out: a pcapng in a temporary file.
         self.packets_kept: tempfile._TemporaryFileWrapper[bytes] | None = None
@@ -323,10 +326,11 @@ class FrameIndex:
         at = bisect.bisect_left(self.numbers, number, 0, self.count)
         return at if at < self.count else None
 
-    def frame(self, index: int) -> Frame:
+    def frame(self, index: int, fresh: bool = False) -> Frame:
         """The frame of a row, decoded again from its bytes (or kept whole), with what the
-        tracker linked and noted on it."""
-        return self._decoded(index)[0]
+        tracker linked and noted on it. fresh: decoded for the caller alone, not kept among the
+        rows at hand (a tree expands its frame: thousands of messages held for one screen)."""
+        return self._decoded(index, keep=not fresh)[0]
 
     def row(self, index: int) -> Row:
         info = self._decoded(index)[1]
@@ -356,9 +360,9 @@ class FrameIndex:
         at = self.offsets[index] + self.sizes[index]
         return pickle.loads(self.spool.read(at, self.extras[index]))  # our own bytes, never the wire's
 
-    def _decoded(self, index: int) -> tuple[Frame, str]:
+    def _decoded(self, index: int, keep: bool = True) -> tuple[Frame, str]:
         with self._cache_guard:
-            cached = self._cache.get(index)
+            cached = self._cache.get(index) if keep else None
             if cached is not None:
                 self._cache.move_to_end(index)
                 return cached
@@ -387,10 +391,16 @@ class FrameIndex:
             for name, value in layers.items():
                 setattr(frame, name, value)
         got = (frame, renderer.info(frame))
+        if not keep:
+            return got
         with self._cache_guard:
-            self._cache[index] = got
-            if len(self._cache) > CACHED_ROWS:
-                self._cache.popitem(last=False)
+            if index not in self._cache:
+                self._cache[index] = got
+                self._cached_bytes += len(frame.data)
+            cache = self._cache
+            while len(cache) > CACHED_ROWS or (self._cached_bytes > CACHED_BYTES and len(cache) > 1):
+                _, (old, _) = cache.popitem(last=False)
+                self._cached_bytes -= len(old.data)
         return got
 
     # ------------------------------------------------------------------ filters
