@@ -27,6 +27,7 @@ FLOORS = {
     "live": 5,
     "spark": 5,
     "report": 5,
+    "ui": 5,
     "fuzzing": 5,
     "cli": 6,
     "__main__": 6,

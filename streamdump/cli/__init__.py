@@ -19,7 +19,7 @@ import typer
 from streamdump.cli.base import EXIT_INTERNAL, app
 
 # Each module registers its commands; --help lists them in this order.
-for _module in ("reading", "traffic", "pipeline", "report", "plugin", "docs"):
+for _module in ("reading", "traffic", "ui", "pipeline", "report", "plugin", "docs"):
     importlib.import_module(f"streamdump.cli.{_module}")
 
 __all__ = ["app", "main"]

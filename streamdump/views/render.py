@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -22,6 +23,34 @@ from streamdump.views.safe import json_bytes, json_text, quoted, safe_text
 from streamdump.wire.frame import Frame, Node
 
 PREVIEW_BYTES = 24
+_PACKET_DISPLAYS = ("packet", "request_packet", "response_packet")
+
+
+@dataclass(slots=True)
+class Branch:
+    """One line of a frame's detail tree, as data: its text as decoded (escaped where it is
+    shown), its style, the bytes it stands for (offset and length in the frame; None for what
+    the tracker added) and, for a link, the packets of the frames it names."""
+
+    text: str
+    style: str = ""
+    offset: int | None = None
+    length: int = 0
+    children: list[Branch] = field(default_factory=list)
+    links: tuple[int, ...] = ()
+
+    def add(self, child: Branch) -> Branch:
+        self.children.append(child)
+        return child
+
+
+def _rich(branch: Branch, parent: Tree | None = None) -> Tree:
+    """A branch and those below it as a rich Tree, every label escaped (rich never reads markup)."""
+    label = safe_text(branch.text, style=branch.style)
+    node = Tree(label) if parent is None else parent.add(label)
+    for child in branch.children:
+        _rich(child, node)
+    return node
 
 
 class Renderer:
@@ -39,6 +68,13 @@ class Renderer:
         self.short = self.protocol.short
         self.column = len(self.short)
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
+        # Links that name other frames by their packet (Request In, Response In, Opened In...).
+        self.packet_links = frozenset(
+            spec.name
+            for spec in self.protocol.conversation.links
+            if spec.display in _PACKET_DISPLAYS
+            or (spec.of is not None and spec.of.display in _PACKET_DISPLAYS)
+        )
         # A protocol whose header has no version: JSON says none was on the wire.
         self.versioned = self.protocol.versioned
         # Layouts (key, response?) whose frames orjson writes as json.dumps would: no float
@@ -186,29 +222,47 @@ class Renderer:
 
     # ------------------------------------------------------------ tree
 
-    def tree(self, frame: Frame, when: str) -> Tree:
-        """The frame's field tree, every label escaped as it becomes text (rich never reads markup
-        in it); when: its time, as the caller's clock writes it."""
+    def outline(self, frame: Frame, when: str) -> Branch:
+        """The frame's field tree as data: each branch's text (as decoded: views escape it), its
+        style, the bytes of the frame it stands for (offset, length), and for a link to another
+        frame, that frame's packet. The text tree (`tree`) and the terminal UI both draw it."""
         where = f" {frame.src} → {frame.dst}," if frame.src else ""
         at = f", t={when.strip()}" if frame.src else ""
-        head = safe_text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{at}", style="bold")
-        root = Tree(head)
-        proto = root.add(safe_text(f"{self.protocol.title}, {frame.name} {frame.kind}", style="bold cyan"))
+        root = Branch(f"Frame {frame.number}:{where} {len(frame.data)} bytes{at}", "bold", 0, len(frame.data))
+        proto = root.add(
+            Branch(f"{self.protocol.title}, {frame.name} {frame.kind}", "bold cyan", 0, len(frame.data))
+        )
         response = frame.kind == "response"
         for node in self.decoder.tree(frame):
             self._add(proto, node, response)
         if frame.links:
             # Like Wireshark's generated fields: not bytes of this frame, so in brackets.
             for name, value in frame.links.items():
-                proto.add(safe_text(f"[{title(name)}: {self._link_value(name, value)}]", style="dim"))
+                branch = proto.add(Branch(f"[{title(name)}: {self._link_value(name, value)}]", "dim"))
+                if name in self.packet_links:
+                    branch.links = tuple(
+                        v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)
+                    )
         self.decoder.expand(frame)  # the expert notes of what lies below the headers too
         if frame.expert:
-            experts = root.add(safe_text("Expert Info", style="bold"))
+            experts = root.add(Branch("Expert Info", "bold"))
             for e in frame.expert:
                 style = {"error": "bold red", "warn": "yellow"}.get(e.severity, "")
                 where = f" @{e.offset}" if e.offset is not None else ""
-                experts.add(safe_text(f"[{e.severity}] {e.message}{where}", style=style))
+                experts.add(
+                    Branch(
+                        f"[{e.severity}] {e.message}{where}",
+                        style,
+                        e.offset,
+                        1 if e.offset is not None else 0,
+                    )
+                )
         return root
+
+    def tree(self, frame: Frame, when: str) -> Tree:
+        """The frame's field tree, every label escaped as it becomes text (rich never reads markup
+        in it); when: its time, as the caller's clock writes it."""
+        return _rich(self.outline(frame, when))
 
     @staticmethod
     def _link_value(name: str, value: Any) -> str:
@@ -221,12 +275,9 @@ class Renderer:
             return quoted(value)
         return str(value)
 
-    def _add(self, parent: Tree, node: Node, response: bool = False) -> None:
-        branch = parent.add(
-            safe_text(
-                f"{node.label}: {self.display(node, response)}" if self._has_value(node) else node.label
-            )
-        )
+    def _add(self, parent: Branch, node: Node, response: bool = False) -> None:
+        text = f"{node.label}: {self.display(node, response)}" if self._has_value(node) else node.label
+        branch = parent.add(Branch(text, "", node.offset, node.length))
         for child in node.children:
             self._add(branch, child, response)
 
