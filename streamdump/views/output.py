@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import BinaryIO, TextIO
 
 from rich.console import Console
@@ -19,6 +18,7 @@ from streamdump.analysis.fieldnames import names_of
 from streamdump.analysis.statistics import Partial
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRules, dissector_of
+from streamdump.views.choices import Format
 from streamdump.views.clock import Clock, TimeFormat
 from streamdump.views.dump import heading, hex_lines
 from streamdump.views.fields import FieldRows, FieldsLayout
@@ -27,13 +27,6 @@ from streamdump.views.render import Renderer
 from streamdump.views.safe import escape, escape_lines
 from streamdump.views.stats import render
 from streamdump.wire.frame import Frame
-
-
-class Format(StrEnum):
-    text = "text"
-    fields = "fields"
-    json = "json"
-    jsonl = "jsonl"
 
 
 @dataclass(frozen=True, slots=True)
