@@ -53,12 +53,15 @@ def main() -> None:
             sys.exit(f"startup_bench: {', '.join(failed)} failed: {runs[failed[0]][-1].last_stderr}")
         best = {name: min(r.seconds for r in found) for name, found in runs.items()}
         median = {name: statistics.median(r.seconds for r in found) for name, found in runs.items()}
-        print(f"\n{capture.relative_to(ROOT) if capture.is_relative_to(ROOT) else capture}, best of {args.repeat}")
+        shown = capture.relative_to(ROOT) if capture.is_relative_to(ROOT) else capture
+        print(f"\n{shown}, best of {args.repeat}")
         for name in commands:
             print(f"{name:<20} {best[name] * 1000:>7.0f} ms (median {median[name] * 1000:>5.0f} ms)")
         reference = best["tshark -r"]
         print(f"read / tshark:   {best['streamdump read'] / reference:.2f}x (target at most {READ_TARGET}x)")
-        print(f"--help / tshark: {best['streamdump --help'] / reference:.2f}x (target at most {HELP_TARGET}x)")
+        print(
+            f"--help / tshark: {best['streamdump --help'] / reference:.2f}x (target at most {HELP_TARGET}x)"
+        )
 
 
 if __name__ == "__main__":

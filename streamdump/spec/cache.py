@@ -82,15 +82,18 @@ def python_files(*roots: Path) -> list[Path]:
     return sorted(found)
 
 
-def kept(kind: str, key: str, make: Callable[[], T]) -> T:
-    """The object kept under kind and key, or make() (kept for next time when the folder allows)."""
+def kept(kind: str, key: str, make: Callable[[], T], expect: type[T]) -> T:
+    """The object kept under kind and key, or make() (kept for next time when the folder allows).
+    A kept object that is not an `expect` was written by something else: it is made again."""
     where = folder()
     if where is None:
         return make()
     path = where / f"{kind}-{key}.pickle"
     try:
         with path.open("rb") as fh:
-            return pickle.load(fh)  # the user's own cache folder: see the docstring
+            found = pickle.load(fh)  # the user's own cache folder: see the docstring
+        if isinstance(found, expect):
+            return found
     except FileNotFoundError:
         pass
     except _UNREADABLE:

@@ -602,7 +602,7 @@ def default_registry() -> Registry:
         key = registry_key(directory)
     except OSError:  # a spec or source that cannot be read: the specs say why, as they always did
         return load_registry(directory)
-    return cache.kept("registry", key, lambda: load_registry(directory))
+    return cache.kept("registry", key, lambda: load_registry(directory), Registry)
 
 
 def registry_key(directory: Path) -> str:
