@@ -9,10 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich.tree import Tree
 
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
@@ -20,6 +19,9 @@ from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
 from streamdump.views.safe import json_bytes, json_text, quoted, safe_text
 from streamdump.wire.frame import Frame, Node
+
+if TYPE_CHECKING:  # rich loads with the first tree drawn
+    from rich.tree import Tree
 
 PREVIEW_BYTES = 24
 
@@ -189,6 +191,8 @@ class Renderer:
     def tree(self, frame: Frame, when: str) -> Tree:
         """The frame's field tree, every label escaped as it becomes text (rich never reads markup
         in it); when: its time, as the caller's clock writes it."""
+        from rich.tree import Tree
+
         where = f" {frame.src} → {frame.dst}," if frame.src else ""
         at = f", t={when.strip()}" if frame.src else ""
         head = safe_text(f"Frame {frame.number}:{where} {len(frame.data)} bytes{at}", style="bold")
