@@ -9,6 +9,10 @@ printed.
 On stderr, a tool failure is `streamdump: error: ...`; a finding (a diagnosis, a notice about
 the capture) starts with its severity in brackets, `[error] packet 11: ...`, `[warn] ...`,
 `[note] ...`. Everything printed there is escaped as the text views escape (views/safe.py).
+
+Start-up: declaring the commands and their options loads typer and a few enums only; what a
+command runs (the session, the registry, the views) is imported when it runs, so `--help`
+and a small capture's read load no more than they use (bench/startup_bench.py).
 """
 
 from __future__ import annotations
@@ -19,28 +23,31 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 import streamdump
-from streamdump.analysis.pipeline import Notice
-from streamdump.analysis.session import CaptureFile, Follow, OptionError, Options, Session, Setup, field_names
-from streamdump.spec.registry import SpecError
+from streamdump.views.choices import Format
 from streamdump.views.clock import DESCRIBED, TimeFormat
-from streamdump.views.fields import FRAME_ALIASES, FieldsError, FieldsLayout
-from streamdump.views.output import Display, Format
-from streamdump.views.progress import ReadProgress
-from streamdump.views.safe import escape
-from streamdump.wire.capture import Tally
-from streamdump.wire.frame import Frame
 from streamdump.wire.limits import DEFAULT_LIMITS, LimitError, Limits, described
-from streamdump.wire.writer import PacketWriter, WriteFormat
+from streamdump.wire.writer import WriteFormat
 
+if TYPE_CHECKING:
+    from streamdump.analysis.pipeline import Notice
+    from streamdump.analysis.session import CaptureFile, Follow, Session, Setup
+    from streamdump.views.output import Display
+    from streamdump.wire.capture import Tally
+    from streamdump.wire.frame import Frame
+    from streamdump.wire.writer import PacketWriter
+
+# Help is plain text, as tshark's and git's are: typer's boxed help loads rich's markdown,
+# tables and traceback modules, three times what the rest of `--help` costs.
+PLAIN_HELP = None
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=PLAIN_HELP,
     help="Decode messaging wire protocols from captures and hex dumps, with tshark's options.",
 )
 
@@ -73,6 +80,8 @@ def _main(
 
 def say(line: str) -> None:
     """One line on stderr, after what stdout already holds, escaped for the terminal."""
+    from streamdump.views.safe import escape
+
     sys.stdout.flush()
     print(escape(line), file=sys.stderr)
 
@@ -304,6 +313,9 @@ def prepare(
     fail_on: Level | None = None,
 ) -> Setup:
     """The read's options, checked: a usage error or a spec that does not load ends the command."""
+    from streamdump.analysis.session import OptionError, Options
+    from streamdump.spec.registry import SpecError
+
     options = Options(
         protocols=tuple(protocol or ()),
         ports=tuple(port or ()),
@@ -328,6 +340,8 @@ def prepare(
 
 def capture_source(file: Path | None, read_file: Path | None) -> CaptureFile:
     """The capture named by the argument or by -r (one of them, once)."""
+    from streamdump.analysis.session import CaptureFile
+
     if file is not None and read_file is not None:
         raise fail("give the capture once: as the argument or with -r", EXIT_USAGE)
     path = file if file is not None else read_file
@@ -349,6 +363,10 @@ def display(
     quiet: bool = False,
 ) -> Display:
     """How frames are shown, once the options are checked to go together (a usage error if not)."""
+    from streamdump.analysis.session import OptionError, field_names
+    from streamdump.views.fields import FRAME_ALIASES, FieldsError, FieldsLayout
+    from streamdump.views.output import Display
+
     if fields and fmt not in (None, Format.fields):
         raise fail(f"-e names the columns of -T fields, not of -T {fmt}", EXIT_USAGE)
     if fields:
@@ -387,6 +405,8 @@ def display(
 
 def packet_writer(path: Path | None, fmt: WriteFormat | None) -> PacketWriter | None:
     """The -w file, opened (a file that cannot be written ends the command before any reading)."""
+    from streamdump.wire.writer import PacketWriter
+
     if path is None:
         if fmt is not None:
             raise fail("-F sets the format of the -w file; add -w FILE", EXIT_USAGE)
@@ -452,6 +472,9 @@ def progress(size: int | None, show: bool) -> Follow | None:
     """A progress bar for each pass of a read over a file of this size, when show allows."""
     if not show or size is None:
         return None
+    from rich.console import Console
+
+    from streamdump.views.progress import ReadProgress
 
     def follow(frames: Iterable[Frame], label: str, tally: Tally) -> Iterable[Frame]:
         def position() -> int:

@@ -13,19 +13,20 @@ import inspect
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 import streamdump
-from streamdump.analysis.fieldnames import FRAME_NAMES, field_types
-from streamdump.analysis.session import CaptureFile, Options
-from streamdump.cli.base import EXIT_INPUT, app, fail
-from streamdump.spec.registry import FieldSpec, Protocol, default_registry
-from streamdump.wire.findings import FINDINGS
+from streamdump.cli.base import EXIT_INPUT, PLAIN_HELP, app, fail
+
+if TYPE_CHECKING:
+    from streamdump.spec.registry import FieldSpec, Protocol
 
 docs_app = typer.Typer(
-    no_args_is_help=True, help="The reference pages made from the code: fields, diagnoses, man pages."
+    no_args_is_help=True,
+    rich_markup_mode=PLAIN_HELP,
+    help="The reference pages made from the code: fields, diagnoses, man pages.",
 )
 app.add_typer(docs_app, name="docs")
 
@@ -62,6 +63,9 @@ def _docs(protocol: Protocol) -> dict[str, FieldSpec]:
 
 
 def fields_page() -> str:
+    from streamdump.analysis.fieldnames import FRAME_NAMES, field_types
+    from streamdump.spec.registry import default_registry
+
     registry = default_registry()
     out = [
         f"<!-- {GENERATED} -->",
@@ -106,6 +110,8 @@ def fields_page() -> str:
 
 def _examples() -> dict[str, tuple[str, str]]:
     """kind -> (capture, message): the first diagnosis of each kind in the committed captures."""
+    from streamdump.analysis.session import CaptureFile, Options
+
     root = Path(__file__).resolve().parents[2] / "captures"
     found: dict[str, tuple[str, str]] = {}
     if not root.is_dir():
@@ -123,6 +129,8 @@ def _examples() -> dict[str, tuple[str, str]]:
 
 
 def diagnoses_page() -> str:
+    from streamdump.wire.findings import FINDINGS
+
     examples = _examples()
     out = [
         f"<!-- {GENERATED} -->",

@@ -21,8 +21,6 @@ from streamdump.cli.base import (
     prepare,
     say,
 )
-from streamdump.views.output import write_statistics
-from streamdump.views.safe import escape
 
 
 @app.command(name="spark")
@@ -68,6 +66,8 @@ def spark_command(
     """Decode captures too big for one process on Spark, into Parquet tables (frames, messages,
     exchanges, expert, gaps) and the stats of each capture."""
     from streamdump import spark as pipeline
+    from streamdump.views.output import write_statistics
+    from streamdump.views.safe import escape
 
     lacking = pipeline.missing()
     if lacking is not None:

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from streamdump.cli.base import app, fail
-from streamdump.spec.registry import default_registry
-from streamdump.wireshark import luagen
+from streamdump.cli.base import PLAIN_HELP, app, fail
 
 lua_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=PLAIN_HELP,
     help="The Wireshark plugin generated from the registry: write it, install it, list its fields.",
 )
 app.add_typer(lua_app, name="lua")
@@ -26,6 +25,9 @@ def lua_generate(
     ] = False,
 ) -> None:
     """Write one Wireshark Lua dissector per spec in the registry (lua/ in the repository)."""
+    from streamdump.spec.registry import default_registry
+    from streamdump.wireshark import luagen
+
     protocols = list(default_registry().protocols.values())
     if check:
         stale = [
@@ -54,6 +56,9 @@ def lua_install(
     ] = None,
 ) -> None:
     """Install the plugins into Wireshark's personal plugins folder and say where."""
+    from streamdump.spec.registry import default_registry
+    from streamdump.wireshark import luagen
+
     target = folder or luagen.personal_plugins_folder()
     try:
         written = luagen.write(default_registry().protocols.values(), target)
@@ -73,6 +78,9 @@ def lua_fields(
     """List the plugins' display-filter fields and expert entries: abbreviation, type, title.
 
     Without its protocol's prefix, a field's name is the one --filter takes."""
+    from streamdump.spec.registry import default_registry
+    from streamdump.wireshark import luagen
+
     registry = default_registry()
     if protocol is not None and protocol not in registry.protocols:
         raise fail(f"no protocol {protocol!r} (known: {', '.join(sorted(registry.protocols))})")

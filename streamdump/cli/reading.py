@@ -9,9 +9,6 @@ from typing import Annotated
 
 import typer
 
-from streamdump.analysis.hexdump import HexError, decodable, parse_dump
-from streamdump.analysis.session import HexBytes, OptionError, field_names
-from streamdump.analysis.statistics import document
 from streamdump.cli.base import (
     EXIT_INPUT,
     EXIT_USAGE,
@@ -48,16 +45,14 @@ from streamdump.cli.base import (
     tell_notice,
     tell_notices,
 )
+from streamdump.views.choices import Format
 from streamdump.views.clock import TimeFormat
-from streamdump.views.follow import write_dialogues
-from streamdump.views.output import Format, Views, write_frames, write_statistics
-from streamdump.views.progress import wanted
-from streamdump.views.safe import json_text
-from streamdump.wire.capture import STDIN
 
 
 def message_columns(setup_decoders: dict, messages: bool, columns: list[str] | None) -> tuple[str, ...]:
     """The --column names, once they are checked to go with --messages."""
+    from streamdump.analysis.session import OptionError, field_names
+
     if columns and not messages:
         raise fail("--column names values --messages lines show; add --messages", EXIT_USAGE)
     try:
@@ -104,6 +99,10 @@ def read(
     fail_on: FailOnOpt = None,
 ) -> None:
     """Decode every frame of a capture file, as tshark -r does."""
+    from streamdump.views.output import Views, write_frames
+    from streamdump.views.progress import wanted
+    from streamdump.wire.capture import STDIN
+
     source = capture_source(file, read_file)
     if two_pass and not source.rereadable:
         raise fail("--two-pass reads the capture twice; standard input can be read only once", EXIT_USAGE)
@@ -167,6 +166,11 @@ def stats(
     fail_on: FailOnOpt = None,
 ) -> None:
     """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
+    from streamdump.analysis.statistics import document
+    from streamdump.views.output import write_statistics
+    from streamdump.views.progress import wanted
+    from streamdump.views.safe import json_text
+
     source = capture_source(file, read_file)
     setup = prepare(protocol, port, decode_as, limit, filter_text, by=by, count=count, fail_on=fail_on)
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
@@ -204,6 +208,10 @@ def follow(
 ) -> None:
     """Each connection's dialogue: requests and their responses side by side, with the times between
     (since the capture's first packet, and since the row before)."""
+    from streamdump.views.follow import write_dialogues
+    from streamdump.views.output import Views
+    from streamdump.views.progress import wanted
+
     if connection is not None and connection < 1:
         raise fail(f"--connection takes a connection number from 1, got {connection}", EXIT_USAGE)
     source = capture_source(file, read_file)
@@ -251,6 +259,10 @@ def decode(
 ) -> None:
     """Decode frames given as hex, as pasted from logs, tshark -x, Wireshark or xxd: by the protocol
     that reads them (or --protocol's); says so when none does."""
+    from streamdump.analysis.hexdump import HexError, decodable, parse_dump
+    from streamdump.analysis.session import HexBytes
+    from streamdump.views.output import Views, write_frames
+
     setup = prepare(protocol, None, None, limit, filter_text, fail_on=fail_on)
     shown = display(setup, fmt, detail=detail, hex_dump=hex_dump, fields=field, fields_options=fields_option)
     text = sys.stdin.read() if hexdump == ["-"] else "\n".join(hexdump)

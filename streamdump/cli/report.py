@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from streamdump.analysis.session import CaptureFile
 from streamdump.cli.base import (
     EXIT_USAGE,
     DecodeAsOpt,
@@ -48,6 +47,7 @@ def report(
     """One self-contained HTML report of captures: summary, throughput, latencies, consumers,
     connections and findings, with charts (offline, printable)."""
     from streamdump import report as reporting
+    from streamdump.analysis.session import CaptureFile
 
     lacking = reporting.missing()
     if lacking is not None:

@@ -1,20 +1,18 @@
-"""The commands that decode traffic as it happens: live (a capture) and proxy (no privileges)."""
+"""The commands that decode traffic as it happens: live (a capture) and proxy (no privileges).
+
+The capture and the proxy (asyncio, libpcap) are imported when their command runs.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from streamdump.analysis.advertised import addresses
-from streamdump.analysis.session import CaptureStream, Segments, Session
 from streamdump.cli.base import (
     EXIT_USAGE,
     ColumnOpt,
@@ -41,13 +39,12 @@ from streamdump.cli.base import (
     tell_notices,
 )
 from streamdump.cli.reading import message_columns
-from streamdump.live.proxy import Proxy, Recorder
-from streamdump.live.run import Capture, bpf
 from streamdump.views.clock import TimeFormat
-from streamdump.views.output import Views, write_frames, write_statistics
-from streamdump.wire.frame import Frame
-from streamdump.wire.packet import Segment
-from streamdump.wire.writer import PacketWriter, WriteFormat
+
+if TYPE_CHECKING:
+    from streamdump.analysis.session import Session
+    from streamdump.wire.frame import Frame
+    from streamdump.wire.packet import Segment
 
 # Segments the proxy may hold while decoding catches up; past this it waits (back-pressure).
 PROXY_BACKLOG = 4096
@@ -81,6 +78,10 @@ def live(
 ) -> None:
     """Capture live traffic on the protocols' ports and decode it as `read` does; Ctrl-C stops,
     then prints the stats summary on stderr."""
+    from streamdump.analysis.session import CaptureStream
+    from streamdump.live.run import Capture, bpf
+    from streamdump.views.output import Views, write_frames
+
     if count < 0 or duration < 0:
         raise fail("--count and --duration take numbers of 0 or more", EXIT_USAGE)
     setup = prepare(protocol, port, decode_as, limit, filter_text)
@@ -126,6 +127,8 @@ def live(
 
 def _summary(session: Session) -> None:
     """The stats tables of the protocols that had connections, on stderr: how live and proxy end."""
+    from streamdump.views.output import write_statistics
+
     assert session.statistics is not None
     partials = {name: s.partial() for name, s in session.statistics.items() if s.tracker.connections}
     write_statistics(partials, session.setup.decoders, sys.stderr, titled=True)
@@ -165,6 +168,16 @@ def proxy(
 ) -> None:
     """Pass clients' connections through to the real server unchanged and decode every frame on
     the way: no privileges needed. Ctrl-C stops, then prints the stats summary on stderr."""
+    import asyncio
+    import queue
+    import threading
+
+    from streamdump.analysis.advertised import addresses
+    from streamdump.analysis.session import Segments
+    from streamdump.live.proxy import Proxy, Recorder
+    from streamdump.views.output import Views, write_frames
+    from streamdump.wire.writer import PacketWriter, WriteFormat
+
     here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
     setup = prepare(protocol, [there[1]], decode_as, limit, filter_text)
     shown = display(

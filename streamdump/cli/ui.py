@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 
-from streamdump.analysis.session import CaptureFile, CaptureStream, Source
 from streamdump.cli.base import (
     EXIT_USAGE,
     CountOpt,
@@ -28,7 +27,9 @@ from streamdump.cli.base import (
     say,
 )
 from streamdump.views.clock import TimeFormat
-from streamdump.wire.capture import CaptureError, Tally, read_records
+
+if TYPE_CHECKING:
+    from streamdump.analysis.session import CaptureFile, Source
 
 
 @app.command()
@@ -58,6 +59,7 @@ def ui(
     """Look at a capture in a terminal UI: packet list, detail tree and bytes, display filter bar,
     follow, stats and findings (press ? in it for the keys)."""
     from streamdump import ui as terminal
+    from streamdump.analysis.session import CaptureStream
 
     lacking = terminal.missing()
     if lacking is not None:
@@ -112,6 +114,8 @@ def ui(
 
 def _check_readable(source: CaptureFile) -> None:
     """A capture that cannot be opened, or is no capture, is said in one line before any screen."""
+    from streamdump.wire.capture import CaptureError, Tally, read_records
+
     try:
         next(iter(read_records(source.path, Tally())), None)
     except CaptureError as exc:

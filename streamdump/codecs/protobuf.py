@@ -10,13 +10,11 @@ number, with their wire type's value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError, Message
-from google.protobuf.unknown_fields import UnknownFieldSet
-
-_F = descriptor_pb2.FieldDescriptorProto
+if TYPE_CHECKING:
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import Message
 
 
 class Member(Protocol):
@@ -40,15 +38,17 @@ class Member(Protocol):
     def rest(self) -> bool: ...
 
 
+# A spec's scalar types by their names in FieldDescriptorProto (read when a schema is made:
+# google.protobuf loads only when a protocol that has protobuf messages decodes one).
 SCALARS = {
-    "string": _F.TYPE_STRING,
-    "bytes": _F.TYPE_BYTES,
-    "raw": _F.TYPE_BYTES,
-    "bool": _F.TYPE_BOOL,
-    "int32": _F.TYPE_INT32,
-    "int64": _F.TYPE_INT64,
-    "uint32": _F.TYPE_UINT32,
-    "uint64": _F.TYPE_UINT64,
+    "string": "TYPE_STRING",
+    "bytes": "TYPE_BYTES",
+    "raw": "TYPE_BYTES",
+    "bool": "TYPE_BOOL",
+    "int32": "TYPE_INT32",
+    "int64": "TYPE_INT64",
+    "uint32": "TYPE_UINT32",
+    "uint64": "TYPE_UINT64",
 }
 # How unknown fields' wire types read.
 WIRE_TYPES = {0: "varint", 1: "fixed64", 2: "bytes", 3: "group", 5: "fixed32"}
@@ -62,6 +62,9 @@ class Schema:
     """The message classes of one spec's protobuf structs (name -> class)."""
 
     def __init__(self, package: str, structs: Mapping[str, tuple[Member, ...]]) -> None:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        self._F = descriptor_pb2.FieldDescriptorProto
         self.package = package
         self.structs = structs
         proto = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
@@ -75,6 +78,7 @@ class Schema:
         }
 
     def _message(self, msg: descriptor_pb2.DescriptorProto, name: str, members: tuple[Member, ...]) -> None:
+        _F = self._F
         msg.name = name
         for spec in members:
             if spec.tag is None:
@@ -89,7 +93,10 @@ class Schema:
                 for number, part in ((1, spec.key), (2, spec.value)):
                     assert part is not None
                     entry.field.add(
-                        name=part.name, number=number, label=_F.LABEL_OPTIONAL, type=SCALARS[part.type]
+                        name=part.name,
+                        number=number,
+                        label=_F.LABEL_OPTIONAL,
+                        type=getattr(_F, SCALARS[part.type]),
                     )
                 field.label = _F.LABEL_REPEATED
                 field.type = _F.TYPE_MESSAGE
@@ -98,11 +105,13 @@ class Schema:
                 field.type = _F.TYPE_MESSAGE
                 field.type_name = f".{self.package}.{element.struct}"
             else:
-                field.type = SCALARS[element.type]
+                field.type = getattr(_F, SCALARS[element.type])
 
     def decode(self, name: str, data: bytes) -> dict[str, Any]:
         """The message's members that are present, by name; the fields it does not name in the
         member with `rest: true` (by number), if it has one. Raises ProtobufError."""
+        from google.protobuf.message import DecodeError
+
         msg = self.classes[name]()
         try:
             msg.ParseFromString(data)
@@ -132,6 +141,8 @@ class Schema:
             else:
                 out[spec.name] = value
         rest = next((spec for spec in members if spec.rest), None)
+        from google.protobuf.unknown_fields import UnknownFieldSet
+
         unknown = UnknownFieldSet(msg)
         if rest is not None and len(unknown):
             out[rest.name] = {str(f.field_number): _unknown_value(f) for f in unknown}

@@ -546,15 +546,23 @@ class WordsCodec(RawCodec):
 class ProtobufCodec(RawCodec):
     """A protobuf message of a declared struct (members numbered by `tag:`), through the library."""
 
-    __slots__ = ("schema", "spec")
+    __slots__ = ("_schema", "spec")
     parses = True
 
     def __init__(self, spec: FieldSpec) -> None:
         super().__init__(spec.size if spec.size is not None else "rest")
         self.spec = spec
-        structs: dict[str, tuple[FieldSpec, ...]] = {}
-        _protobuf_structs(spec, structs)
-        self.schema = Schema(f"streamdump.{spec.struct}", structs)
+        self._schema: Schema | None = None
+
+    @property
+    def schema(self) -> Schema:
+        """The message classes, made by the first message decoded or written: the protobuf
+        library loads then, not at every start."""
+        if self._schema is None:
+            structs: dict[str, tuple[FieldSpec, ...]] = {}
+            _protobuf_structs(self.spec, structs)
+            self._schema = Schema(f"streamdump.{self.spec.struct}", structs)
+        return self._schema
 
     def parse(self, raw: memoryview, pos: int, ctx: Ctx, node: Node | None, name: str) -> Any:
         assert self.spec.struct is not None

@@ -17,8 +17,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from streamdump.spec.conversation_syntax import ConversationSyntax
 from streamdump.spec.field_syntax import FieldSyntax
 from streamdump.spec.model import (  # noqa: F401  (the registry's names, read from here too)
@@ -54,27 +52,6 @@ from streamdump.spec.model import (  # noqa: F401  (the registry's names, read f
     follow,
     key_text,
 )
-
-# libyaml's parser when PyYAML was built with it: the specs load at every start.
-_SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _UniqueKeyLoader(_SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in mapping:
-            raise SpecError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
-        mapping[key] = loader.construct_object(value_node, deep=deep)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
 class _Builder(FieldSyntax, ConversationSyntax):
@@ -535,16 +512,15 @@ def load_spec(
 
     package: the Python package holding the protocol's code (hooks, framing, messages), if any.
     """
+    from streamdump.spec.spec_yaml import parse
+
     path = Path(path)
     source = source or path.name
     try:
-        raw = yaml.load(text if text is not None else path.read_text(encoding="utf-8"), _UniqueKeyLoader)
-    except SpecError as exc:
-        raise SpecError(f"{source}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+        content = text if text is not None else path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{source}: cannot read: {exc.strerror}") from None
+    raw = parse(content, source)
     if not isinstance(raw, Mapping):
         raise SpecError(f"{source}: top level must be a mapping")
     return _Builder(source, raw, package).build()
@@ -617,5 +593,23 @@ def _check_carrier(proto: Protocol, protocols: Mapping[str, Protocol]) -> None:
 
 @cache
 def default_registry() -> Registry:
-    """The registry shipped with streamdump, loaded once per process."""
-    return load_registry()
+    """The registry shipped with streamdump, loaded once per process: from the cache when the
+    specs and the code that compiles them are as they were (spec/cache.py), else from the specs."""
+    from streamdump.spec import cache
+
+    directory = spec_dir()
+    try:
+        key = registry_key(directory)
+    except OSError:  # a spec or source that cannot be read: the specs say why, as they always did
+        return load_registry(directory)
+    return cache.kept("registry", key, lambda: load_registry(directory), Registry)
+
+
+def registry_key(directory: Path) -> str:
+    """What the compiled registry is kept under: the specs' content, the code's sizes and times."""
+    from streamdump import __version__
+    from streamdump.spec import cache
+
+    specs = sorted(directory.glob(f"*/{SPEC_FILE}"))
+    code = cache.python_files(Path(__file__).resolve().parent.parent, directory)
+    return cache.digest(specs, code, __version__)

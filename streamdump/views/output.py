@@ -9,31 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import BinaryIO, TextIO
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from streamdump.analysis.fieldnames import names_of
 from streamdump.analysis.statistics import Partial
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRules, dissector_of
+from streamdump.views.choices import Format
 from streamdump.views.clock import Clock, TimeFormat
 from streamdump.views.dump import heading, hex_lines
 from streamdump.views.fields import FieldRows, FieldsLayout
 from streamdump.views.messages import MessageLines
 from streamdump.views.render import Renderer
 from streamdump.views.safe import escape, escape_lines
-from streamdump.views.stats import render
 from streamdump.wire.frame import Frame
 
-
-class Format(StrEnum):
-    text = "text"
-    fields = "fields"
-    json = "json"
-    jsonl = "jsonl"
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +68,18 @@ class Views:
         return FieldRows(layout, names, self.rules() if messages else None)
 
 
-class PipeConsole(Console):
-    """rich exits with status 1 on a closed pipe; hand it back to the caller as BrokenPipeError,
-    which a filter's reader leaving (`| head`) is."""
+def pipe_console(out: TextIO, width: int | None) -> Console:
+    """A rich Console on out that hands a closed pipe back as BrokenPipeError (rich would exit
+    with status 1), which a filter's reader leaving (`| head`) is. rich loads here: the views
+    that draw with it (trees, tables) are not the ones most reads print."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return PipeConsole(file=out, highlight=False, markup=False, width=width)
 
 
 def write_frames(
@@ -129,7 +126,7 @@ def write_frames(
     if detail and fmt is Format.text:
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
-        console = PipeConsole(file=out, highlight=False, markup=False, width=width)
+        console = pipe_console(out, width)
     for frame in frames:
         count += 1
         renderer = views[frame]
@@ -193,8 +190,12 @@ def write_statistics(
 ) -> None:
     """Statistics as `streamdump stats` prints them: the protocols the capture holds (when it
     holds none, the first asked for, with its empty tables), each titled when more than one is."""
+    from rich.text import Text
+
+    from streamdump.views.stats import render
+
     shown = [name for name, p in partials.items() if p.connections] or list(partials)[:1]
-    console = PipeConsole(file=out, highlight=False, markup=False, width=None if out.isatty() else 200)
+    console = pipe_console(out, None if out.isatty() else 200)
     for n, name in enumerate(shown):
         protocol = decoders[name].protocol
         if titled or len(shown) > 1:

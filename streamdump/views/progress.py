@@ -12,17 +12,11 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TextIO, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:  # the bar's parts load when a bar is shown: most reads end before one is
+    from rich.console import Console
+    from rich.progress import Progress
 
 T = TypeVar("T")
 
@@ -87,6 +81,15 @@ class ReadProgress:
         if self.bar is None:
             if self.clock() - self.started < DELAY_S:
                 return
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             self.bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),

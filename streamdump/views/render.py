@@ -10,10 +10,9 @@ import datetime as dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich.tree import Tree
 
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
@@ -21,6 +20,9 @@ from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
 from streamdump.views.safe import json_bytes, json_text, quoted, safe_text
 from streamdump.wire.frame import Frame, Node
+
+if TYPE_CHECKING:  # rich loads with the first tree drawn
+    from rich.tree import Tree
 
 PREVIEW_BYTES = 24
 _PACKET_DISPLAYS = ("packet", "request_packet", "response_packet")
@@ -46,6 +48,8 @@ class Branch:
 
 def _rich(branch: Branch, parent: Tree | None = None) -> Tree:
     """A branch and those below it as a rich Tree, every label escaped (rich never reads markup)."""
+    from rich.tree import Tree
+
     label = safe_text(branch.text, style=branch.style)
     node = Tree(label) if parent is None else parent.add(label)
     for child in branch.children:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:  # rich loads with the first tree or table drawn
+    from rich.text import Text
 
 # What a terminal may act on: C0 controls, DEL and C1 controls, the Arabic letter mark and the
 # other bidi controls (marks, embeddings, overrides, isolates), line and paragraph separators,
@@ -78,10 +80,14 @@ def quoted(text: str) -> str:
 
 def safe_text(text: str, style: str = "") -> Text:
     """A rich Text of text escaped: what a tree or a table shows of the wire, never markup."""
+    from rich.text import Text
+
     return Text(escape(text), style=style)
 
 
 def safe_cells(values: Iterable[object]) -> list[Text]:
+    from rich.text import Text
+
     return [Text(escape(str(v))) for v in values]
 
 

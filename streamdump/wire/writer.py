@@ -8,11 +8,13 @@ packet comes) and comments in its section header; pcap holds one link type, the 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import dpkt
-from dpkt import pcapng
+if TYPE_CHECKING:
+    from dpkt import pcap, pcapng
 
+# Ethernet: the link type of a file that holds no packet.
+DLT_EN10MB = 1
 # No link layer captures more in one packet than this (the readers' own bound).
 SNAPLEN = 262144
 
@@ -30,6 +32,8 @@ class PacketWriter:
     """Writes packets (time, link type, bytes) to out as pcap or pcapng.
 
     comments: lines for the pcapng section header (what wrote the file and how to read it).
+    dpkt is imported when the writer is made: it loads every protocol module it has, which
+    commands that write nothing should not pay for at start-up.
     """
 
     def __init__(self, out: BinaryIO, fmt: WriteFormat = WriteFormat.pcapng, comments: tuple[str, ...] = ()):
@@ -37,16 +41,20 @@ class PacketWriter:
         self.fmt = fmt
         self.comments = comments
         self.count = 0
-        self._pcap: dpkt.pcap.Writer | None = None
+        from dpkt import pcap, pcapng
+
+        self._dpkt: Any = (pcap, pcapng)
+        self._pcap: pcap.Writer | None = None
         self._pcap_link: int | None = None
         self._ng: pcapng.Writer | None = None
         self._interfaces: dict[int, int] = {}  # link type -> interface id
 
     def write(self, ts: float, linktype: int, data: bytes | memoryview) -> None:
         packet = bytes(data)
+        pcap, pcapng = self._dpkt
         if self.fmt is WriteFormat.pcap:
             if self._pcap is None:
-                self._pcap = dpkt.pcap.Writer(self.out, snaplen=SNAPLEN, linktype=linktype)
+                self._pcap = pcap.Writer(self.out, snaplen=SNAPLEN, linktype=linktype)
                 self._pcap_link = linktype
             elif linktype != self._pcap_link:
                 raise WriteError(
@@ -66,15 +74,16 @@ class PacketWriter:
     def close(self) -> None:
         """Finish the file: a pcap or pcapng of no packets still has its headers."""
         if self.fmt is WriteFormat.pcap and self._pcap is None:
-            self._pcap = dpkt.pcap.Writer(self.out, snaplen=SNAPLEN)
+            self._pcap = self._dpkt[0].Writer(self.out, snaplen=SNAPLEN)
         elif self.fmt is WriteFormat.pcapng and self._ng is None:
-            self._interface(dpkt.pcap.DLT_EN10MB)
+            self._interface(DLT_EN10MB)
         self.out.flush()
 
     def _interface(self, linktype: int) -> int:
         found = self._interfaces.get(linktype)
         if found is not None:
             return found
+        pcapng = self._dpkt[1]
         idb = pcapng.InterfaceDescriptionBlockLE(snaplen=SNAPLEN, linktype=linktype)
         if self._ng is None:
             options = [pcapng.PcapngOptionLE(code=pcapng.PCAPNG_OPT_COMMENT, text=c) for c in self.comments]

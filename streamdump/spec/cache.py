@@ -1,0 +1,123 @@
+"""What a start keeps for the next one: the compiled registry, pickled in the user's cache folder.
+
+Reading the specs (YAML) and compiling them into the registry's objects is a large part of a
+small capture's read. The compiled form is kept in $STREAMDUMP_CACHE, else
+$XDG_CACHE_HOME/streamdump, else ~/.cache/streamdump, under a name made from a digest of what
+it was built from: the specs' content and the code that compiles them (its files' sizes and
+times). A change to either makes a new name, so a stale copy is never read. A copy that cannot
+be read (damaged, written by other code) is rebuilt from the specs, and a folder that cannot be
+written only means the next start compiles again. STREAMDUMP_CACHE=off keeps nothing.
+
+The folder is the user's own, as their installed packages are: what is read back from it is
+trusted as the code itself is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+OFF = "off"
+# Errors a damaged or foreign pickle raises while loading: it is rebuilt, never trusted half way.
+_UNREADABLE = (
+    OSError,
+    EOFError,
+    pickle.UnpicklingError,
+    AttributeError,
+    ImportError,
+    IndexError,
+    KeyError,
+    TypeError,
+    ValueError,
+)
+
+
+def folder() -> Path | None:
+    """Where kept things go; None when the environment says to keep nothing."""
+    chosen = os.environ.get("STREAMDUMP_CACHE")
+    if chosen == OFF:
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "streamdump"
+
+
+def digest(contents: Iterable[Path], stamps: Iterable[Path], version: str) -> str:
+    """A name for what these files make: contents hashed whole, stamps by size and time."""
+    h = hashlib.sha256()
+    h.update(f"{version}\0{sys.version}\0{pickle.HIGHEST_PROTOCOL}\0".encode())
+    for path in contents:
+        h.update(str(path).encode() + b"\0")
+        h.update(path.read_bytes())
+    for path in stamps:
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def python_files(*roots: Path) -> list[Path]:
+    """Every .py file under the roots, in a stable order (no __pycache__)."""
+    found: list[Path] = []
+    stack = list(roots)
+    while stack:
+        root = stack.pop()
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    stack.append(Path(entry.path))
+            elif entry.name.endswith(".py"):
+                found.append(Path(entry.path))
+    return sorted(found)
+
+
+def kept(kind: str, key: str, make: Callable[[], T], expect: type[T]) -> T:
+    """The object kept under kind and key, or make() (kept for next time when the folder allows).
+    A kept object that is not an `expect` was written by something else: it is made again."""
+    where = folder()
+    if where is None:
+        return make()
+    path = where / f"{kind}-{key}.pickle"
+    try:
+        with path.open("rb") as fh:
+            found = pickle.load(fh)  # the user's own cache folder: see the docstring
+        if isinstance(found, expect):
+            return found
+    except FileNotFoundError:
+        pass
+    except _UNREADABLE:
+        pass  # damaged or foreign: made again below, and replaced
+    made = make()
+    _keep(where, kind, path, made)
+    return made
+
+
+def _keep(where: Path, kind: str, path: Path, made: object) -> None:
+    """Write made atomically (a reader never sees half a file) and drop older copies of kind."""
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        data = pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL)
+        fd, temp = tempfile.mkstemp(dir=where, prefix=f".{kind}-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(temp, path)
+        except BaseException:
+            os.unlink(temp)
+            raise
+        for old in where.glob(f"{kind}-*.pickle"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        pass  # an unwritable folder (or an object that cannot be kept): the next start compiles again

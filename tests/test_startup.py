@@ -1,0 +1,191 @@
+"""Start-up: what a command loads, and the compiled registry kept between runs (spec/cache.py).
+
+Times live in bench/startup_bench.py; here, what decides them: `--help` and a small capture's
+read import only what they use, and a registry read back from the cache decodes as one
+compiled from the specs does, whatever happened to the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamdump.spec import cache
+from streamdump.spec.registry import Registry, load_registry, registry_key, spec_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+NATS = ROOT / "captures/nats/pubsub.pcap"
+# Captures of every protocol, read with the tree and as JSON by both registries.
+EVERY_PROTOCOL = [
+    "nats/pubsub.pcap",
+    "rabbitmq_stream/compression.pcap",
+    "rocketmq/alions.pcap",
+    "eventmesh/session.pcap",
+    "liftbridge/session.pcap",
+]
+
+PROBE = """
+import io, contextlib, json, sys
+sys.argv = ["streamdump", *json.loads(sys.argv[1])]
+from streamdump.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main()
+    except SystemExit:
+        pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded(args: list[str], env: dict[str, str] | None = None) -> set[str]:
+    """The modules a command has imported by its end."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def environment(cache_dir: Path | str) -> dict[str, str]:
+    return {**os.environ, "STREAMDUMP_CACHE": str(cache_dir)}
+
+
+def under(modules: set[str], *prefixes: str) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_help_loads_no_decoding_machinery(tmp_path: Path) -> None:
+    modules = loaded(["--help"], environment(tmp_path))
+    heavy = under(
+        modules,
+        "streamdump.analysis",
+        "streamdump.spec",
+        "streamdump.dissectors",
+        "streamdump.live",
+        "streamdump.spark",
+        "streamdump.report",
+        "streamdump.wireshark",
+        "dpkt",
+        "yaml",
+        "asyncio",
+        "pydantic",
+        "rich.markdown",
+        "rich.table",
+    )
+    assert heavy == []
+
+
+def test_a_small_read_loads_what_it_uses(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    loaded(["read", str(NATS)], env)  # fills the cache
+    modules = loaded(["read", str(NATS)], env)
+    assert "streamdump.analysis.session" in modules  # the probe did read
+    unused = under(
+        modules,
+        "streamdump.live",
+        "streamdump.spark",
+        "streamdump.report",
+        "streamdump.wireshark",
+        "dpkt",  # reading needs no dpkt; -w loads it
+        "yaml",  # the registry came from the cache
+        "asyncio",
+        "pydantic",
+        "pyspark",
+        "matplotlib",
+        "crc32c",  # Liftbridge's CRC, when an envelope has one
+        "google.protobuf",  # Liftbridge's API messages, when one is decoded
+        "rich",  # trees, tables and bars draw with it; one line a frame does not
+    )
+    assert unused == []
+
+
+def run_read(capture: str, env: dict[str, str], *options: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdump", "read", str(ROOT / "captures" / capture), *options],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    return f"{done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.parametrize("capture", EVERY_PROTOCOL)
+def test_a_kept_registry_decodes_as_the_specs_do(tmp_path: Path, capture: str) -> None:
+    off = {**os.environ, "STREAMDUMP_CACHE": cache.OFF}
+    kept = environment(tmp_path / "cache")
+    run_read(capture, kept, "-q")  # the first run compiles and keeps it
+    assert len(list((tmp_path / "cache").glob("registry-*.pickle"))) == 1
+    for options in (("-V", "-2"), ("-T", "jsonl")):
+        assert run_read(capture, kept, *options) == run_read(capture, off, *options)
+
+
+def test_a_damaged_copy_is_rebuilt(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    expected = run_read("nats/pubsub.pcap", {**os.environ, "STREAMDUMP_CACHE": cache.OFF})
+    run_read("nats/pubsub.pcap", env)
+    (kept,) = tmp_path.glob("registry-*.pickle")
+    for damage in (b"", b"not a pickle", kept.read_bytes()[:1000], pickle.dumps({"a": "registry"})):
+        kept.write_bytes(damage)
+        assert run_read("nats/pubsub.pcap", env) == expected
+        # rebuilt and kept again
+        assert pickle.loads(kept.read_bytes()).__class__.__name__ == "Registry"
+
+
+def test_an_unwritable_folder_costs_nothing_but_time(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the folder would be")
+    expected = run_read("nats/pubsub.pcap", {**os.environ, "STREAMDUMP_CACHE": cache.OFF})
+    assert run_read("nats/pubsub.pcap", environment(blocked / "streamdump")) == expected
+
+
+def test_the_key_follows_the_specs_and_the_code(tmp_path: Path) -> None:
+    specs = tmp_path / "dissectors"
+    shutil.copytree(spec_dir(), specs, ignore=shutil.ignore_patterns("__pycache__"))
+    first = registry_key(specs)
+    assert registry_key(specs) == first
+    spec = specs / "nats" / "spec.yaml"
+    spec.write_text(spec.read_text() + "\n# a comment changes the content\n")
+    second = registry_key(specs)
+    assert second != first
+    code = specs / "nats" / "replies.py"
+    stat = code.stat()
+    os.utime(code, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert registry_key(specs) != second
+
+
+def test_kept_keeps_one_copy_per_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
+    made: list[int] = []
+
+    def make() -> dict[str, int]:
+        made.append(1)
+        return {"n": len(made)}
+
+    assert cache.kept("thing", "a", make, dict) == {"n": 1}
+    assert cache.kept("thing", "a", make, dict) == {"n": 1}  # read back, not made
+    assert cache.kept("thing", "b", make, dict) == {"n": 2}
+    assert [p.name for p in tmp_path.glob("thing-*.pickle")] == ["thing-b.pickle"]
+    monkeypatch.setenv("STREAMDUMP_CACHE", cache.OFF)
+    assert cache.kept("thing", "b", make, dict) == {"n": 3}
+
+
+def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
+    compiled = load_registry()
+    key = registry_key(spec_dir())
+    cache.kept("registry", key, lambda: compiled, Registry)
+    again = cache.kept("registry", key, lambda: pytest.fail("the kept copy was not read"), Registry)
+    assert again is not compiled
+    assert pickle.dumps(again) == pickle.dumps(compiled)
