@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,34 +357,54 @@ def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]
             exact = 0 <= extra <= len(data)
             data = data[: len(data) - extra] if exact else data
         data_at = cut.pos + cut.size - len(data) if exact and cut.size >= 0 else 0
-        for chain in _chains(data, exact, amqp_only):
-            records = sum(count for _, _, count in chain)
-            first: int | None = None
-            index: int | None = None
-            if exact and end_offset is not None:
-                first = end_offset - records
-                if counted:
-                    # Behind what came before (the head, earlier islands) and at least one entry,
-                    # with its records, that a gap took.
-                    index = num_entries - len(chain)  # type: ignore[operator]
-                    behind = siblings["chunk_id"] + head_records + found
-                    if index <= head_entries + entries or first <= behind:
-                        continue
-                elif floor is not None and first < floor:
-                    continue
-            mv = memoryview(data)
-            for start, _end, count in chain:
-                entry, _ = read_entry(mv, start, len(data), "entry")
-                entry.pos = data_at + start
-                cut.tail.append((entry, first, index))
-                if first is not None:
-                    first += count
-                if index is not None:
-                    index += 1
-            found += records
-            entries += len(chain)
-            used += chain[-1][1] - chain[0][0]
-            break
+        constraint: tuple[int, int, int | None] | None = None  # (head entries, floor, behind)
+        if exact and end_offset is not None:
+            if counted:
+                # Behind what came before (the head, earlier islands) and at least one entry,
+                # with its records, that a gap took.
+                behind = siblings["chunk_id"] + head_records + found
+                constraint = (head_entries + entries, behind + 1, num_entries)
+            elif floor is not None:
+                constraint = (-1, floor, None)
+        candidates = [
+            chain
+            for chain in (_admissible(c, end_offset, constraint) for c in _chains(data, exact, amqp_only))
+            if chain
+        ]
+        if not candidates:
+            continue
+        chain = candidates[0]
+        if len(candidates) > 1:
+            chain = _agreed(candidates)
+            at = ", ".join(str(data_at + c[0][0]) for c in candidates[:4])
+            more = ", ..." if len(candidates) > 4 else ""
+            shared = sum(count for _, _, count in chain)
+            cut.notes.append(
+                f"{len(candidates)} chains of entries fit the bytes after a gap (starting at bytes "
+                f"{at}{more} of the chunk data): only the {shared} records they all hold are recovered, "
+                "the others are not guessed"
+            )
+            if not chain:
+                continue
+        records = sum(count for _, _, count in chain)
+        first: int | None = None
+        index: int | None = None
+        if constraint is not None:
+            first = end_offset - records  # type: ignore[operator]
+            if constraint[2] is not None:
+                index = constraint[2] - len(chain)
+        mv = memoryview(data)
+        for start, _end, count in chain:
+            entry, _ = read_entry(mv, start, len(data), "entry")
+            entry.pos = data_at + start
+            cut.tail.append((entry, first, index))
+            if first is not None:
+                first += count
+            if index is not None:
+                index += 1
+        found += records
+        entries += len(chain)
+        used += chain[-1][1] - chain[0][0]
     cut.found += found
     return found, used
 
@@ -441,14 +461,16 @@ def _amqp_records(head: bytes, entries: int) -> bool:
     return True
 
 
-def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[int, int, int]]]:
-    """Chains of entries in data, earliest start first, as (start, end, records) each: when
-    exact, those ending exactly at the end of data; else those ending in an entry the end
-    of data cuts (or exactly at it). Every record must pass _believable.
+def _chains(data: bytes, exact: bool, amqp_only: bool) -> list[list[tuple[int, int, int]]]:
+    """The candidate chains of entries in data, earliest start first, as (start, end, records)
+    each: when exact, those ending exactly at the end of data; else those ending in an entry
+    the end of data cuts (or exactly at it). Every record must pass _believable. A candidate
+    starts where no other candidate's entry ends: a chain from one of its later entries is the
+    same reading, shorter.
 
     Starts are tried in order, each chain followed entry by entry until it ends or meets a
     position already settled: chains from false starts soon fail or join the true one, so
-    the work is about the bytes before the first true start plus one walk of the chain.
+    the work is about one step per candidate start plus one walk of the chain.
     """
     n = len(data)
     # A cut entry's size is not bounded by the bytes left; a whole one's is.
@@ -458,6 +480,7 @@ def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[in
     # Whether a believed chain runs from a position to where chains may stop: the end of data,
     # and (not exact) an entry the end of data cuts.
     ok: dict[int, bool] = {n: True}
+    heads: list[int] = []
     for start in starts:
         if start in ok and not ok[start]:
             continue
@@ -479,13 +502,52 @@ def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[in
             good = good and _believable(data, at, after[at][0], amqp_only)
             ok[at] = good
         if ok[start] and start in after:
-            chain = []
-            at = start
-            while at in after:
-                end, count = after[at]
-                chain.append((at, end, count))
-                at = end
-            yield chain
+            heads.append(start)
+    # A start a believed chain runs through is that chain's reading, not another.
+    ends = {after[at][0] for at in after if ok[at]}
+    chains = []
+    for start in heads:
+        if start in ends:
+            continue
+        chain = []
+        at = start
+        while at in after:
+            end, count = after[at]
+            chain.append((at, end, count))
+            at = end
+        chains.append(chain)
+    return chains
+
+
+def _admissible(
+    chain: list[tuple[int, int, int]], end_offset: int | None, constraint: tuple[int, int, int | None] | None
+) -> list[tuple[int, int, int]]:
+    """The longest end of chain the chunk's counts allow: constraint is (the entries known
+    before it, the least offset its first record may have, the chunk's entries if known);
+    its last record's offset is end_offset - 1. A chain the counts rule out from its start
+    (it would hold more entries or records than the gap can have taken) may still end in
+    the true entries."""
+    if constraint is None or end_offset is None:
+        return chain
+    known, least, entries = constraint
+    records = sum(count for _, _, count in chain)
+    for k, (_, _, count) in enumerate(chain):
+        index_ok = entries is None or entries - (len(chain) - k) > known
+        if index_ok and end_offset - records >= least:
+            return chain[k:]
+        records -= count
+    return []
+
+
+def _agreed(candidates: list[list[tuple[int, int, int]]]) -> list[tuple[int, int, int]]:
+    """The entries every candidate holds: chains that meet go on as one, so it is the end of the
+    first candidate from where all the others have joined it (nothing when they never meet)."""
+    others = [{start for start, _, _ in chain} for chain in candidates[1:]]
+    first = candidates[0]
+    for k, (start, _, _) in enumerate(first):
+        if all(start in positions for positions in others):
+            return first[k:]
+    return []
 
 
 def _believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
