@@ -16,7 +16,9 @@ offsets, and those behind each gap that chain entry by entry to where the bytes 
 (`ChunkHook.tail`). Behind the last gap, entries that end where the frame ends are
 numbered back from the header's counts, or, when the gap took the header, from the
 next chunk of the same subscription; behind an earlier gap, and wherever nothing pins
-them, their offsets stay unknown rather than guessed.
+them, their offsets stay unknown rather than guessed. Every start whose entries chain is a
+candidate: where two readings of the bytes chain (a record whose body holds what reads as a
+whole entry), only the records both hold are given, and a note says so (`Cut.notes`).
 """
 
 from __future__ import annotations
