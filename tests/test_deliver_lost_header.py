@@ -17,7 +17,7 @@ import dpkt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import encode_chunk
-from streamdump.dissectors.rabbitmq_stream.osiris import ChunkHook, simple_entry
+from streamdump.dissectors.rabbitmq_stream.osiris import ChunkHook, simple_entry, sub_batch_entry
 from test_deliver_gaps import MSS, chunk_fields, chunks_stream, frame_starts, recovered, segments
 from typer.testing import CliRunner
 
@@ -230,3 +230,44 @@ def test_garbage_in_a_stream_after_a_lost_header_never_raises(
     segs, _ = segments(spoiled[: len(wire)], {first_segment_of(wire, 1), *lost}, per_frame=False)
     for frame in read(decoder, segs):
         decoder.expand(frame)
+
+
+def test_a_sub_batch_behind_a_gap_must_hold_its_records(decoder: Decoder) -> None:
+    """An uncompressed sub-batch header whose lengths agree is not enough: its body must be its
+    count of [u32 size][record] exactly, each record an AMQP message where the stream's are."""
+    hook = ChunkHook(decoder.protocol)
+    last = amqp.encode_message([("data", b"z" * 50)])
+    entry = len(last).to_bytes(4, "big") + last
+    records = [amqp.encode_message([("data", b"r" * 20)])] * 2
+    good = b"".join(len(r).to_bytes(4, "big") + r for r in records)
+    bad = b"\x00\x00\x00\x05" + b"q" * (len(good) - 4)
+    for body, found_there in ((good, 3), (bad, 1)):
+        head = bytes((0x80,)) + (2).to_bytes(2, "big") + len(body).to_bytes(4, "big") * 2
+        cut = Cut(b"", -1, -1)
+        found, _ = hook.tail(cut, {}, Around((b"\x7f" + head + body + entry,), True))
+        assert found == found_there
+
+
+def test_a_whole_sub_batch_behind_a_lost_header_is_one_reading(decoder: Decoder) -> None:
+    """Its records read as simple entries on their own too; that is the same reading, not a
+    second one: all are given, numbered from the next chunk, with no note."""
+    wire = bytearray()
+    first = 0
+    for n in range(3):
+        messages = [
+            amqp.encode_message([("data", f"rec {first + i:09d} ".encode() + b"x" * 90)]) for i in range(60)
+        ]
+        entries = [simple_entry(m) for m in messages]
+        if n == 1:
+            plain = b"".join(len(m).to_bytes(4, "big") + m for m in messages[30:])
+            entries = [*entries[:30], sub_batch_entry(messages[30:], 0, plain)]
+        chunk = encode_chunk(entries, chunk_id=first)
+        wire += decoder.encode("Deliver", "command", {"subscription_id": 1, "chunk": chunk_fields(chunk)})
+        first += 60
+    wire = bytes(wire)
+    segs, _ = segments(wire, {first_segment_of(wire, 1)}, per_frame=True)
+    frames = read(decoder, segs)
+    (orphan,) = orphans(frames)
+    assert not any("chains of entries fit" in e.message for e in orphan.expert)
+    got = recovered(decoder, [orphan])
+    assert got == [(i, i) for i in range(60 + 13, 120)]

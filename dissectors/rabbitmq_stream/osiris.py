@@ -505,8 +505,14 @@ def _chains(data: bytes, exact: bool, amqp_only: bool) -> list[list[tuple[int, i
             ok[at] = good
         if ok[start] and start in after:
             heads.append(start)
-    # A start a believed chain runs through is that chain's reading, not another.
+    # A start a believed chain runs through is that chain's reading, not another: so are the
+    # records inside an uncompressed sub-batch on it, which read as simple entries on their own.
     ends = {after[at][0] for at in after if ok[at]}
+    for at in [at for at in after if ok[at] and data[at] & 0x80 and not (data[at] >> 4) & 0x07]:
+        inner, stop = at + _SUB_BATCH.size, after[at][0]
+        while stop - inner >= 4:
+            ends.add(inner)
+            inner += 4 + _U32.unpack_from(data, inner)[0]
     chains = []
     for start in heads:
         if start in ends:
@@ -554,13 +560,30 @@ def _agreed(candidates: list[list[tuple[int, int, int]]]) -> list[tuple[int, int
 
 def _believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
     """Whether the entry from start to end holds what a chunk holds: a sub-batch whose header
-    adds up, or a record that is an AMQP 1.0 message where the stream's are."""
+    adds up (uncompressed, its body is exactly its count of [u32 size][record], each record
+    believable), or a record that is an AMQP 1.0 message where the stream's are."""
     if data[start] & 0x80:
-        _, _, uncompressed, length = _SUB_BATCH.unpack_from(data, start)
-        return (data[start] >> 4) & 0x07 != 0 or uncompressed == length
+        _, count, uncompressed, length = _SUB_BATCH.unpack_from(data, start)
+        if (data[start] >> 4) & 0x07 != 0:
+            return True  # compressed: its records are not seen without decompressing them
+        if uncompressed != length:
+            return False
+        at = start + _SUB_BATCH.size
+        for _ in range(count):
+            if end - at < 4:
+                return False
+            after = at + 4 + _U32.unpack_from(data, at)[0]
+            if after > end or not _record_believable(data, at + 4, after, amqp_only):
+                return False
+            at = after
+        return at == end
+    return _record_believable(data, start + 4, end, amqp_only)
+
+
+def _record_believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
     if not amqp_only:
         return True
-    body = data[start + 4 : end]
+    body = data[start:end]
     if not amqp.looks_like_amqp(body):
         return False
     return amqp.data_message(body, 0, len(body), 0) is not None or amqp.decode_message(body).error is None
