@@ -359,7 +359,9 @@ def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]
             exact = 0 <= extra <= len(data)
             data = data[: len(data) - extra] if exact else data
         data_at = cut.pos + cut.size - len(data) if exact and cut.size >= 0 else 0
-        constraint: tuple[int, int, int | None] | None = None  # (head entries, floor, behind)
+        # What the chunk's counts allow a chain here: (entries known before it, the least offset
+        # its first record may have, the chunk's entries when its header says).
+        constraint: tuple[int, int, int | None] | None = None
         if exact and end_offset is not None:
             if counted:
                 # Behind what came before (the head, earlier islands) and at least one entry,
@@ -378,12 +380,12 @@ def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]
         chain = candidates[0]
         if len(candidates) > 1:
             chain = _agreed(candidates)
-            at = ", ".join(str(data_at + c[0][0]) for c in candidates[:4])
+            at = ", ".join(str(c[0][0]) for c in candidates[:4])
             more = ", ..." if len(candidates) > 4 else ""
             shared = sum(count for _, _, count in chain)
             cut.notes.append(
-                f"{len(candidates)} chains of entries fit the bytes after a gap (starting at bytes "
-                f"{at}{more} of the chunk data): only the {shared} records they all hold are recovered, "
+                f"{len(candidates)} chains of entries fit the {len(data)} bytes after a gap (from their "
+                f"bytes {at}{more}): only the {shared} records they all hold are recovered, "
                 "the others are not guessed"
             )
             if not chain:
