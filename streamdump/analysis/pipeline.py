@@ -611,7 +611,8 @@ class Reader:
         self.stats.skipped_bytes += piece.length
         self.stats.lossy.add(conn.number)
         orphan = self._orphan(side, piece, conn.runtime, after) if piece.islands else None
-        found = f"; {orphan.expert[1].message}" if orphan is not None else ""
+        # What was recovered, and what could not be decided (two readings of the bytes).
+        found = "".join(f"; {e.message}" for e in orphan.expert[1:]) if orphan is not None else ""
         self._notice(
             "warn",
             number,
