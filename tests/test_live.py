@@ -136,3 +136,12 @@ def test_flood_recovery_with_and_without_losses(tmp_path: Path) -> None:
         check=False,
     )
     assert check.returncode == 0 and check.stdout.rstrip().endswith("OK"), check.stdout + check.stderr
+    # What the bytes allow, by a walk apart from streamdump: Deliver records found are exactly those.
+    walk = subprocess.run(
+        [sys.executable, str(bench / "byte_walk.py"), str(out), "--rates", "0.01", "--no-time"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert walk.returncode == 0 and walk.stdout.rstrip().endswith("OK"), walk.stdout + walk.stderr

@@ -16,7 +16,9 @@ offsets, and those behind each gap that chain entry by entry to where the bytes 
 (`ChunkHook.tail`). Behind the last gap, entries that end where the frame ends are
 numbered back from the header's counts, or, when the gap took the header, from the
 next chunk of the same subscription; behind an earlier gap, and wherever nothing pins
-them, their offsets stay unknown rather than guessed.
+them, their offsets stay unknown rather than guessed. Every start whose entries chain is a
+candidate: where two readings of the bytes chain (a record whose body holds what reads as a
+whole entry), only the records both hold are given, and a note says so (`Cut.notes`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,12 +55,41 @@ PRODUCER = 0  # tracking entry type of a producer's sequence
 DATA = 0x75  # the AMQP data section's descriptor
 # A sub-batch's first byte: the top bit, a known compression in bits 4-6, reserved bits clear.
 SUB_BATCH_FLAGS = frozenset(0x80 | c << 4 for c in range(5))
-# Where an entry may start behind a gap, by how many bytes follow: a simple entry's size must
-# fit them (its leading bytes are zero), or a sub-batch's flags byte is one of the known ones.
-_STARTS = (
-    (0xFFFF, re.compile(rb"(?=\x00\x00|[\x80\x90\xa0\xb0\xc0])")),
-    (0xFFFFFF, re.compile(rb"(?=\x00|[\x80\x90\xa0\xb0\xc0])")),
-)
+
+
+# Where an entry may start behind a gap. A simple entry whose size is below 2**(32 - 8 * zeros)
+# has that many leading zero bytes; a sub-batch has known flags and its length as many leading
+# zero bytes; where the records are AMQP 1.0, a simple entry's record opens with a section
+# descriptor (0x00, then 0x53, 0x80, 0xa3 or 0xb3), which is searched for on its own: far fewer
+# places show one than show a zero byte, and a literal is found at C speed.
+_SIMPLE_STARTS = {zeros: re.compile(rb"(?=" + rb"\x00" * zeros + rb")", re.S) for zeros in (1, 2)}
+_SUB_BATCH_STARTS = {
+    zeros: re.compile(rb"[\x80\x90\xa0\xb0\xc0](?=......" + rb"\x00" * zeros + rb")", re.S)
+    for zeros in (0, 1, 2)
+}
+_DESCRIPTOR = re.compile(rb"\x00[\x53\x80\xa3\xb3]")
+
+
+def _candidate_starts(data: bytes, exact: bool, amqp_only: bool) -> list[int] | range:
+    """The places in data where an entry of a chain may start, in order: every entry whole in
+    data is at most len(data) long when exact, and (an approximation for cut entries) below
+    16 MiB otherwise."""
+    n = len(data)
+    zeros = 2 if exact and n <= 0xFFFF else 1 if n <= 0xFFFFFF or not exact else 0
+    batches = [m.start() for m in _SUB_BATCH_STARTS[zeros].finditer(data)]
+    if amqp_only:
+        simple = [
+            m.start() - 4
+            for m in _DESCRIPTOR.finditer(data, 4)
+            if data[m.start() - 4 : m.start() - 4 + zeros] == bytes(zeros)
+        ]
+    elif zeros:
+        simple = [m.start() for m in _SIMPLE_STARTS[zeros].finditer(data)]
+    else:
+        return range(n)
+    return sorted(simple + batches) if batches else simple
+
+
 CUT_OFF = -1  # an entry the end of the bytes cuts: where a chain behind an earlier gap stops
 
 
@@ -357,34 +388,56 @@ def _tail(cut: Cut, siblings: dict[str, Any], around: Around) -> tuple[int, int]
             exact = 0 <= extra <= len(data)
             data = data[: len(data) - extra] if exact else data
         data_at = cut.pos + cut.size - len(data) if exact and cut.size >= 0 else 0
-        for chain in _chains(data, exact, amqp_only):
-            records = sum(count for _, _, count in chain)
-            first: int | None = None
-            index: int | None = None
-            if exact and end_offset is not None:
-                first = end_offset - records
-                if counted:
-                    # Behind what came before (the head, earlier islands) and at least one entry,
-                    # with its records, that a gap took.
-                    index = num_entries - len(chain)  # type: ignore[operator]
-                    behind = siblings["chunk_id"] + head_records + found
-                    if index <= head_entries + entries or first <= behind:
-                        continue
-                elif floor is not None and first < floor:
-                    continue
-            mv = memoryview(data)
-            for start, _end, count in chain:
-                entry, _ = read_entry(mv, start, len(data), "entry")
-                entry.pos = data_at + start
-                cut.tail.append((entry, first, index))
-                if first is not None:
-                    first += count
-                if index is not None:
-                    index += 1
-            found += records
-            entries += len(chain)
-            used += chain[-1][1] - chain[0][0]
-            break
+        # What the chunk's counts allow a chain here: (entries known before it, the least offset
+        # its first record may have, the chunk's entries when its header says).
+        constraint: tuple[int, int, int | None] | None = None
+        if exact and end_offset is not None:
+            if counted:
+                # Behind what came before (the head, earlier islands) and at least one entry,
+                # with its records, that a gap took.
+                behind = siblings["chunk_id"] + head_records + found
+                constraint = (head_entries + entries, behind + 1, num_entries)
+            elif floor is not None:
+                constraint = (-1, floor, None)
+        candidates = [
+            chain
+            for chain in (_admissible(c, end_offset, constraint) for c in _chains(data, exact, amqp_only))
+            if chain
+        ]
+        if not candidates:
+            continue
+        chain = candidates[0]
+        if len(candidates) > 1:
+            chain = _agreed(candidates)
+            at = ", ".join(str(c[0][0]) for c in candidates[:4])
+            more = ", ..." if len(candidates) > 4 else ""
+            shared = sum(count for _, _, count in chain)
+            cut.notes.append(
+                f"{len(candidates)} chains of entries fit the {len(data)} bytes after a gap (from their "
+                f"bytes {at}{more}): only the {shared} records they all hold are recovered, "
+                "the others are not guessed"
+            )
+            if not chain:
+                continue
+        records = sum(count for _, _, count in chain)
+        first: int | None = None
+        index: int | None = None
+        if constraint is not None:
+            first = end_offset - records  # type: ignore[operator]
+            if constraint[2] is not None:
+                index = constraint[2] - len(chain)
+        mv = memoryview(data)
+        for start, _end, count in chain:
+            entry, _ = read_entry(mv, start, len(data), "entry")
+            entry.pos = data_at + start
+            cut.tail.append((entry, first, index))
+            if first is not None:
+                first += count
+            if index is not None:
+                index += 1
+        found += records
+        entries += len(chain)
+        used += chain[-1][1] - chain[0][0]
     cut.found += found
     return found, used
 
@@ -441,26 +494,38 @@ def _amqp_records(head: bytes, entries: int) -> bool:
     return True
 
 
-def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[int, int, int]]]:
-    """Chains of entries in data, earliest start first, as (start, end, records) each: when
-    exact, those ending exactly at the end of data; else those ending in an entry the end
-    of data cuts (or exactly at it). Every record must pass _believable.
+def _chains(data: bytes, exact: bool, amqp_only: bool) -> list[list[tuple[int, int, int]]]:
+    """The candidate chains of entries in data, earliest start first, as (start, end, records)
+    each: when exact, those ending exactly at the end of data; else those ending in an entry
+    the end of data cuts (or exactly at it). Every record must pass _believable. A candidate
+    starts where no other candidate's entry ends: a chain from one of its later entries is the
+    same reading, shorter.
 
     Starts are tried in order, each chain followed entry by entry until it ends or meets a
     position already settled: chains from false starts soon fail or join the true one, so
-    the work is about the bytes before the first true start plus one walk of the chain.
+    the work is about one step per candidate start plus one walk of the chain.
     """
     n = len(data)
-    # A cut entry's size is not bounded by the bytes left; a whole one's is.
-    pattern = next((p for limit, p in _STARTS if n <= limit), None) if exact else _STARTS[1][1]
-    starts = (m.start() for m in pattern.finditer(data)) if pattern is not None else range(n)
+    starts = _candidate_starts(data, exact, amqp_only)
     after: dict[int, tuple[int, int]] = {}
     # Whether a believed chain runs from a position to where chains may stop: the end of data,
     # and (not exact) an entry the end of data cuts.
     ok: dict[int, bool] = {n: True}
+    settled = ok.get
+    # Where a believed entry ends, and the records inside a believed uncompressed sub-batch (they
+    # read as simple entries on their own): a start there is that chain's reading, not another.
+    # Entries run forward and starts come in order, so at a start's turn every chain that could
+    # run through it has been followed.
+    ends: set[int] = set()
+    heads: list[int] = []
     for start in starts:
-        if start in ok and not ok[start]:
+        known = settled(start)
+        if known is not None:  # on a chain followed before (most starts, once one is found)
+            if known and start in after and start not in ends:
+                heads.append(start)  # behind an unbelievable entry: a chain of its own
             continue
+        if start in ends:
+            continue  # a record inside a believed sub-batch
         path: list[int] = []
         at = start
         while at not in ok:
@@ -478,25 +543,84 @@ def _chains(data: bytes, exact: bool, amqp_only: bool) -> Iterator[list[tuple[in
         for at in reversed(path):  # settled from the end back: one unbelievable entry ends it
             good = good and _believable(data, at, after[at][0], amqp_only)
             ok[at] = good
+            if good:
+                ends.add(after[at][0])
+                if data[at] & 0x80 and not (data[at] >> 4) & 0x07:
+                    inner, stop = at + _SUB_BATCH.size, after[at][0]
+                    while stop - inner >= 4:
+                        ends.add(inner)
+                        inner += 4 + _U32.unpack_from(data, inner)[0]
         if ok[start] and start in after:
-            chain = []
-            at = start
-            while at in after:
-                end, count = after[at]
-                chain.append((at, end, count))
-                at = end
-            yield chain
+            heads.append(start)
+    chains = []
+    for start in heads:
+        chain = []
+        at = start
+        while at in after:
+            end, count = after[at]
+            chain.append((at, end, count))
+            at = end
+        chains.append(chain)
+    return chains
+
+
+def _admissible(
+    chain: list[tuple[int, int, int]], end_offset: int | None, constraint: tuple[int, int, int | None] | None
+) -> list[tuple[int, int, int]]:
+    """The longest end of chain the chunk's counts allow: constraint is (the entries known
+    before it, the least offset its first record may have, the chunk's entries if known);
+    its last record's offset is end_offset - 1. A chain the counts rule out from its start
+    (it would hold more entries or records than the gap can have taken) may still end in
+    the true entries."""
+    if constraint is None or end_offset is None:
+        return chain
+    known, least, entries = constraint
+    records = sum(count for _, _, count in chain)
+    for k, (_, _, count) in enumerate(chain):
+        index_ok = entries is None or entries - (len(chain) - k) > known
+        if index_ok and end_offset - records >= least:
+            return chain[k:]
+        records -= count
+    return []
+
+
+def _agreed(candidates: list[list[tuple[int, int, int]]]) -> list[tuple[int, int, int]]:
+    """The entries every candidate holds: chains that meet go on as one, so it is the end of the
+    first candidate from where all the others have joined it (nothing when they never meet)."""
+    others = [{start for start, _, _ in chain} for chain in candidates[1:]]
+    first = candidates[0]
+    for k, (start, _, _) in enumerate(first):
+        if all(start in positions for positions in others):
+            return first[k:]
+    return []
 
 
 def _believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
     """Whether the entry from start to end holds what a chunk holds: a sub-batch whose header
-    adds up, or a record that is an AMQP 1.0 message where the stream's are."""
+    adds up (uncompressed, its body is exactly its count of [u32 size][record], each record
+    believable), or a record that is an AMQP 1.0 message where the stream's are."""
     if data[start] & 0x80:
-        _, _, uncompressed, length = _SUB_BATCH.unpack_from(data, start)
-        return (data[start] >> 4) & 0x07 != 0 or uncompressed == length
+        _, count, uncompressed, length = _SUB_BATCH.unpack_from(data, start)
+        if (data[start] >> 4) & 0x07 != 0:
+            return True  # compressed: its records are not seen without decompressing them
+        if uncompressed != length:
+            return False
+        at = start + _SUB_BATCH.size
+        for _ in range(count):
+            if end - at < 4:
+                return False
+            after = at + 4 + _U32.unpack_from(data, at)[0]
+            if after > end or not _record_believable(data, at + 4, after, amqp_only):
+                return False
+            at = after
+        return at == end
+    return _record_believable(data, start + 4, end, amqp_only)
+
+
+def _record_believable(data: bytes, start: int, end: int, amqp_only: bool) -> bool:
     if not amqp_only:
         return True
-    body = data[start + 4 : end]
+    body = data[start:end]
     if not amqp.looks_like_amqp(body):
         return False
     return amqp.data_message(body, 0, len(body), 0) is not None or amqp.decode_message(body).error is None

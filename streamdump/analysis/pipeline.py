@@ -611,7 +611,8 @@ class Reader:
         self.stats.skipped_bytes += piece.length
         self.stats.lossy.add(conn.number)
         orphan = self._orphan(side, piece, conn.runtime, after) if piece.islands else None
-        found = f"; {orphan.expert[1].message}" if orphan is not None else ""
+        # What was recovered, and what could not be decided (two readings of the bytes).
+        found = "".join(f"; {e.message}" for e in orphan.expert[1:]) if orphan is not None else ""
         self._notice(
             "warn",
             number,
@@ -706,11 +707,11 @@ class Reader:
                 cut = Cut(b"", -1, -1)
                 around = Around(piece.islands, piece.anchored, -1, seen[1], beside, one)
                 count, used = rule.hook.tail(cut, {}, around)
-                if not count:
+                if not count and not cut.notes:
                     continue
                 fields: dict[str, Any] = {}
                 _holder(fields, rule.path[:-1], make=True)[rule.path[-1]] = cut
-                what = rule.hook.items
+                what, undecided = rule.hook.items, cut.notes
             else:
                 floor = side.floors.get(ident)
                 if floor is None:
@@ -719,6 +720,7 @@ class Reader:
                 if not items:
                     continue
                 fields, count, what = {rule.array: items}, len(items), rule.array
+                undecided = []
                 used = sum(map(len, piece.islands)) - unused
             key, response, version = ident
             layout = decoder.compiled[ident][0]
@@ -748,6 +750,7 @@ class Reader:
                         f"bytes ({present - used} bytes belong to elements a gap cut)",
                         0,
                     ),
+                    *(Expert("note", text, 0) for text in undecided),
                 ],
                 data=b"",
                 src=side.src,
@@ -776,6 +779,7 @@ class Reader:
             around = Around(piece.islands, piece.anchored, piece.length, seen[1] if seen else None)
             count, used = rule.hook.tail(cut, holder, around)
             unused, what = present - used, rule.hook.items
+            frame.expert += [Expert("note", text, 0) for text in cut.notes]
         else:
             before = frame.fields.get(rule.array)
             if not isinstance(before, list):

@@ -37,7 +37,8 @@ class Cut:
     (-1 when the frame's start was lost, and with it the field's start); pos: where it
     starts in the frame. tail: what the hook's `tail` found after the gaps, in the hook's
     own terms; found: how many messages the head and tail hold, for counts that must not
-    wait for an expand.
+    wait for an expand; notes: what the tail could not decide (two readings of the bytes),
+    which the reader adds to the frame's notes.
     """
 
     head: memoryview | bytes
@@ -45,6 +46,7 @@ class Cut:
     pos: int
     tail: list[Any] = field(default_factory=list)
     found: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> str:
         """Unexpanded, it stands for the bytes present, as a raw field's bytes would."""
