@@ -45,6 +45,16 @@ class KeyLog:
     def __bool__(self) -> bool:
         return bool(self.secrets) or bool(self.sources)
 
+    def copy(self) -> KeyLog:
+        """A key log a read may add a capture's secrets to, leaving this one as given."""
+        return KeyLog(
+            {k: dict(v) for k, v in self.secrets.items()},
+            self.lines,
+            self.junk,
+            list(self.junk_seen),
+            list(self.sources),
+        )
+
     def load(self, path: Path | str) -> None:
         try:
             data = Path(path).read_bytes()
