@@ -224,7 +224,8 @@ class Dissection:
                 self.carried.setdefault(carrier, []).append((field_name, d))
         self.ports: dict[int, Runtime] = {}
         for runtime in self.runtimes.values():
-            for port in runtime.decoder.protocol.wiring.ports:
+            wiring = runtime.decoder.protocol.wiring
+            for port in (*wiring.ports, *wiring.tls_ports):
                 self.ports.setdefault(port, runtime)
         for port, name in (ports or {}).items():
             self.ports[port] = self.runtimes[name]
