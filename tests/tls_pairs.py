@@ -49,6 +49,7 @@ class Conversation:
     chunks: list[tuple[bool, bytes]] = field(default_factory=list)  # (from client, bytes), in order
     keylog: bytes = b""
     session: ssl.SSLSession | None = None
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (client's, server's), to resume
     cipher: str = ""
     version: str = ""
 
@@ -68,6 +69,7 @@ def converse(
     cert: str = "rsa",
     keylog: bool = True,
     options: int = 0,
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
 ) -> Conversation:
     """A handshake, then each (from client, data) written by that side and read by the other.
     TLS 1.3 suites are chosen with OpenSSL's ciphersuites through ssl's set_ciphers being
@@ -75,6 +77,8 @@ def converse(
     client offers only what `ciphersuites` names, by a context option (ssl has none): so
     TLS 1.3 suites are picked by the test through the server's ciphers string where possible."""
     certfile, keyfile = certificate(cert)
+    if contexts is not None:
+        return _converse(exchanges, *contexts, session)
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(certfile, keyfile)
     client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -88,11 +92,21 @@ def converse(
     if alpn:
         client_ctx.set_alpn_protocols(alpn)
         server_ctx.set_alpn_protocols(alpn)
-    log = None
     if keylog:
         log = Path(tempfile.mkdtemp(prefix="streamdump-keylog-")) / "keys.log"
         client_ctx.keylog_filename = str(log)
-    conv = Conversation()
+    return _converse(exchanges, client_ctx, server_ctx, session)
+
+
+def _converse(
+    exchanges: list[tuple[bool, bytes]],
+    client_ctx: ssl.SSLContext,
+    server_ctx: ssl.SSLContext,
+    session: ssl.SSLSession | None,
+) -> Conversation:
+    log = Path(client_ctx.keylog_filename) if client_ctx.keylog_filename else None
+    before = log.stat().st_size if log is not None and log.exists() else 0
+    conv = Conversation(contexts=(client_ctx, server_ctx))
     c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost", session=session)
     server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
@@ -142,5 +156,5 @@ def converse(
     conv.cipher = client.cipher()[0]
     conv.version = client.version() or ""
     if log is not None and log.exists():
-        conv.keylog = log.read_bytes()
+        conv.keylog = log.read_bytes()[before:]
     return conv

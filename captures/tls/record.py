@@ -111,7 +111,9 @@ def nats_server(port: int, tls: bool) -> Iterator[None]:
         proc.wait(10)
 
 
-def client_context(keylog: Path, version: ssl.TLSVersion | None, ciphers: str | None = None) -> ssl.SSLContext:
+def client_context(
+    keylog: Path, version: ssl.TLSVersion | None, ciphers: str | None = None
+) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(PKI / "ca.pem"))
     ctx.check_hostname = False  # rstream connects to the node's advertised name
     ctx.keylog_filename = str(keylog)
@@ -215,7 +217,9 @@ def record(out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -347,7 +347,9 @@ class _Builder(FieldSyntax, ConversationSyntax):
         if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
             raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
         tls_ports = raw.get("tls_ports") or []
-        if not isinstance(tls_ports, list) or not all(isinstance(p, int) and 0 < p < 65536 for p in tls_ports):
+        if not isinstance(tls_ports, list) or not all(
+            isinstance(p, int) and 0 < p < 65536 for p in tls_ports
+        ):
             raise self.fail("wiring.tls_ports", f"tls_ports must be TCP port numbers, got {tls_ports!r}")
         kw: dict[str, Any] = {}
         length = framing.get("length")

@@ -264,7 +264,10 @@ class TlsConnection:
 
     def _open(self, d: Direction, record: Record, number: int, out: list[Output]) -> None:
         assert d.protection is not None
-        opened = self._try(d, record, d.seq, 1)
+        # After a loss, the records it took used the sequence numbers in between (each at least
+        # a header, a tag and a byte long).
+        tries = 1 if d.lost is None else min(MAX_LOST_RECORDS, (record.pos - d.lost[0]) // 22 + 2)
+        opened = self._try(d, record, d.seq, tries)
         if opened is None:
             if d.opened == 0 and d.lost is None:
                 d.failed, d.protection = True, None
