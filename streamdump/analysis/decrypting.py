@@ -78,6 +78,7 @@ class Decrypting:
         self.junk_told = 0  # junk lines of the key logs already told
         self.sessions = Resumption()  # TLS 1.2 sessions a later connection may resume
         self.tls_pending: set[tuple[str, int, str, int]] = set()  # TLS on no known port
+        self.undecrypted: set[int] = set()  # TLS connections whose keys were missing or wrong
 
     def _watched_tls(self, seg: Segment, ident: tuple[str, int, str, int]) -> Iterator[Frame]:
         """A ClientHello on no known port, when the user gave keys: its sender is the client;
@@ -147,6 +148,8 @@ class Decrypting:
         for note in tls.notes:
             self._notice(note.severity, note.number, note.message, "tls", side)
         tls.notes.clear()
+        if tls.info.keys in ("missing", "wrong"):
+            self.undecrypted.add(conn.number)
 
     def _plain(
         self, conn: Connection, side: Side, outputs: list, seg: Segment | None, number: int

@@ -602,10 +602,13 @@ class Session:
         if stats.frames:
             return None
         what = "no" if stats.segments_matched == 0 else "no complete"
-        return (
-            f"{what} frames of {self.setup.describe_ports()} in {stats.packets} packets; "
-            "add ports with --port or --decode-as PORT=PROTOCOL"
-        )
+        undecrypted = len(self.reader.undecrypted)
+        if undecrypted:
+            plural = "s" * (undecrypted != 1)
+            hint = f"{undecrypted} TLS connection{plural} not decrypted: give the key log with --tls-keylog"
+        else:
+            hint = "add ports with --port or --decode-as PORT=PROTOCOL"
+        return f"{what} frames of {self.setup.describe_ports()} in {stats.packets} packets; {hint}"
 
     def server_name(self, conn: int) -> str:
         """What the server of a connection is called (its port's role, or its protocol's word)."""
