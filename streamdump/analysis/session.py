@@ -186,10 +186,13 @@ class Setup:
         ) + tuple(f"{HINT_PREFIX}--port {port}" for port in sorted(self.guessed))
 
     def describe_ports(self) -> str:
-        return "; ".join(
-            f"{self.decoders[name].protocol.title} on {', '.join(map(str, ports))}"
-            for name, ports in self.dissection.server_ports().items()
-        )
+        parts = []
+        for name, ports in self.dissection.server_ports().items():
+            protocol = self.decoders[name].protocol
+            tls = protocol.wiring.tls_ports
+            shown = [str(p) for p in ports if p not in tls] + [f"{p} (TLS)" for p in ports if p in tls]
+            parts.append(f"{protocol.title} on {', '.join(shown)}")
+        return "; ".join(parts)
 
     def session(self, **kwargs: Any) -> Session:
         return Session(self, **kwargs)
