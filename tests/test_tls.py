@@ -8,6 +8,7 @@ split over segments. Conversations other than the captures are made in memory by
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -26,11 +27,16 @@ from conftest import ROOT
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tls_pairs import Conversation, converse
 
 from streamdump.analysis.pipeline import Notice
 from streamdump.analysis.session import CaptureFile, OptionError, Options
 from streamdump.wire.frame import Frame
+from streamdump.wire.reassembly import Gap
+from streamdump.wire.tls.connection import TlsConnection
+from streamdump.wire.tls.keylog import KeyLog
 
 TLS = ROOT / "captures" / "tls"
 INFO = b'INFO {"server_id":"S","version":"2.9.10","proto":1,"max_payload":1048576,"tls_required":true}\r\n'
@@ -508,3 +514,65 @@ def test_cli_read_with_keylog_json() -> None:
     assert rows and all(r["tls"]["version"] == "TLSv1.2" for r in rows)
     assert rows[0]["tls"]["cipher_suite"] == "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
     assert rows[0]["tls"]["keys"] == "found"
+
+
+# ---------------------------------------------------------------------- hostile bytes
+
+
+@functools.cache
+def _keyed_conversation() -> Conversation:
+    return converse(NATS_EXCHANGE)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.booleans(), st.binary(max_size=400)), max_size=12),
+    st.integers(0, 2**16),
+    st.integers(0, 255),
+    st.booleans(),
+)
+def test_the_tls_layer_takes_any_bytes(garbage: list, at: int, xor: int, hello: bool) -> None:
+    """Garbage, and a real conversation with a byte changed and garbage after it: notes, never
+    an exception; the plaintext handed on only grows."""
+    conv = _keyed_conversation()
+    keylog = KeyLog()
+    keylog.add(conv.keylog, "test")
+    chunks = list(conv.chunks) if hello else []
+    if chunks:
+        index = at % len(chunks)
+        side, data = chunks[index]
+        pos = at % len(data)
+        chunks[index] = (side, data[:pos] + bytes([data[pos] ^ (xor or 1)]) + data[pos + 1 :])
+    tls = TlsConnection(keylog, "c -> s")
+    position = {True: 0, False: 0}
+    plain = {True: 0, False: 0}
+    for side, data in chunks + garbage:
+        for out in tls.data(side, position[side], data, 1):
+            start = out.start if isinstance(out, Gap) else out[0]
+            assert start == plain[side]
+            plain[side] = out.end if isinstance(out, Gap) else out[0] + len(out[1])
+        position[side] += len(data)
+    for side in (True, False):
+        tls.finish(side, 2)
+
+
+def test_a_gap_across_records_is_hunted_past(tmp_path: Path) -> None:
+    """A loss that takes the end of one record and the start of the next: the records after it
+    are found by their headers and the sequence number the lost ones leave."""
+    writes = [
+        (True, b"PUB one 600\r\n" + b"1" * 600 + b"\r\n"),
+        (True, b"PUB two 600\r\n" + b"2" * 600 + b"\r\n"),
+    ]
+    writes += [(True, b"PUB three 5\r\nthree\r\n"), (True, b"PUB four 4\r\nfour\r\n")]
+    conv = converse([*NATS_EXCHANGE, *writes])
+    tail = [data for side, data in conv.chunks[-4:]]
+    assert all(side for side, _ in conv.chunks[-4:])
+    stream = b"".join(tail)
+    cut = len(tail[0]) - 100  # 100 bytes before the first record's end: a 400-byte loss crosses into the next
+    pieces = [stream[:cut], stream[cut : cut + 400], stream[cut + 400 :]]
+    chunks = [*conv.chunks[:-4], *((True, p) for p in pieces)]
+    frames, notices = nats_read(tmp_path, Conversation(chunks, conv.keylog), lost={len(chunks) - 2})
+    subjects = [f.fields.get("subject") for f in frames if f.command == "Publish"]
+    assert subjects[-2:] == ["three", "four"], subjects
+    assert "one" not in subjects and "two" not in subjects
+    assert any("cut by a gap" in n for n in tls_notes(notices))

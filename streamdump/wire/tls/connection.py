@@ -47,6 +47,9 @@ from streamdump.wire.tls.suites import CBC, SUITES, Suite, suite_name, version_n
 
 # After a loss, how many sequence numbers past the expected one are tried (records lost).
 MAX_LOST_RECORDS = 4096
+# Records tried after a loss before the direction is given up (each try may cost thousands of
+# decryptions: the records a loss took are not counted).
+MAX_RESYNC_RECORDS = 32
 # Bytes searched for the next record after a loss before the oldest are let go.
 HUNT_KEPT = 2 * (MAX_RECORD + 5)
 # Sessions (TLS 1.2 session ids and tickets) remembered for resumption, per read.
@@ -135,6 +138,8 @@ class Direction:
     skip_to: int | None = None  # the next record starts here (a gap cut the one before)
     hunt: bytearray | None = None  # after a loss with no record boundary known: bytes searched
     hunt_pos: int = 0
+    resync_tries: int = 0  # records tried since the loss
+    hunt_scan: int = 0  # where in hunt the search for a record goes on
 
     @property
     def name(self) -> str:
@@ -215,7 +220,7 @@ class TlsConnection:
             d.records.reset(gap.end)  # a gap between records: the next starts where it ends
         else:
             d.skip_to = None
-            d.hunt, d.hunt_pos = bytearray(), gap.end
+            d.hunt, d.hunt_pos, d.hunt_scan = bytearray(), gap.end, 0
         return []
 
     def finish(self, from_client: bool, number: int) -> list[Output]:
@@ -281,7 +286,8 @@ class TlsConnection:
                 )
                 return
             if d.lost is not None:
-                return  # still lost: a record further on may open
+                self._still_lost(d, number)  # a record further on may open
+                return
             self._note(
                 "warn",
                 number,
@@ -296,6 +302,7 @@ class TlsConnection:
         inner, plain, seq = opened
         if d.lost is not None:
             start, gap = d.lost
+            d.resync_tries = 0
             lost_records = max(0, seq - d.seq)
             size = max(1, record.pos - start - lost_records * d.protection.overhead)
             out.append(Gap(d.plain, d.plain + size, gap.number, gap.cause))
@@ -341,44 +348,55 @@ class TlsConnection:
                     return inner, plain, n
         return None
 
+    def _still_lost(self, d: Direction, number: int) -> None:
+        d.resync_tries += 1
+        if d.resync_tries >= MAX_RESYNC_RECORDS and not d.dead:
+            d.dead = True
+            self._note(
+                "warn",
+                number,
+                f"{self._side(d)}: no TLS record opened in the {d.resync_tries} after a loss; "
+                "the rest of this direction is not decrypted",
+            )
+
     def _hunting(self, d: Direction, pos: int, data: bytes, number: int, out: list[Output]) -> None:
-        """After a loss with no record boundary known: find a record that opens."""
+        """After a loss with no record boundary known: find a record that opens. Offsets before
+        d.hunt_scan were tried (or hold no header); a candidate whose record is not whole yet
+        waits for more bytes."""
         assert d.hunt is not None
         buf = d.hunt
         buf += data
-        at = 0
-        while True:
-            found = None
-            for i in range(at, len(buf) - 4):
-                if plausible_header(buf, i):
-                    end = i + 5 + ((buf[i + 3] << 8) | buf[i + 4])
-                    if end > len(buf):
-                        found = None
-                        break
-                    record = Record(d.hunt_pos + i, bytes(buf[i : i + 5]), bytes(buf[i + 5 : end]))
-                    start = d.lost[0] if d.lost is not None else record.pos
-                    tries = min(MAX_LOST_RECORDS, (record.pos - start) // 22 + 2)
-                    if d.protection is not None and self._try(d, record, d.seq, tries) is not None:
-                        found = (i, end)
-                        break
-                at = i + 1
-            if found is None:
+        for i in range(d.hunt_scan, len(buf) - 4):
+            if not plausible_header(buf, i):
+                continue
+            end = i + 5 + ((buf[i + 3] << 8) | buf[i + 4])
+            if end > len(buf):
+                d.hunt_scan = i
                 break
-            i, end = found
-            rest = bytes(buf[i:])
-            d.hunt = None
-            d.records.reset(d.hunt_pos + i)
-            try:
-                for record in d.records.feed(d.hunt_pos + i, rest):
-                    self._open(d, record, number, out)
-            except NotRecords as exc:
-                d.dead = True
-                self._note("warn", number, f"{self._side(d)}: {exc}; the rest is not read as TLS")
-            return
+            record = Record(d.hunt_pos + i, bytes(buf[i : i + 5]), bytes(buf[i + 5 : end]))
+            start = d.lost[0] if d.lost is not None else record.pos
+            tries = min(MAX_LOST_RECORDS, (record.pos - start) // 22 + 2)
+            if d.protection is not None and self._try(d, record, d.seq, tries) is not None:
+                rest = bytes(buf[i:])
+                d.hunt, d.hunt_scan = None, 0
+                d.records.reset(d.hunt_pos + i)
+                try:
+                    for found in d.records.feed(d.hunt_pos + i, rest):
+                        self._open(d, found, number, out)
+                except NotRecords as exc:
+                    d.dead = True
+                    self._note("warn", number, f"{self._side(d)}: {exc}; the rest is not read as TLS")
+                return
+            self._still_lost(d, number)
+            if d.dead:
+                return
+        else:
+            d.hunt_scan = max(0, len(buf) - 4)
         if len(buf) > HUNT_KEPT:
-            drop = len(buf) - HUNT_KEPT
+            drop = min(len(buf) - HUNT_KEPT, d.hunt_scan)
             del buf[:drop]
             d.hunt_pos += drop
+            d.hunt_scan -= drop
 
     # ------------------------------------------------------------------ handshake
 
