@@ -576,3 +576,29 @@ def test_a_gap_across_records_is_hunted_past(tmp_path: Path) -> None:
     assert subjects[-2:] == ["three", "four"], subjects
     assert "one" not in subjects and "two" not in subjects
     assert any("cut by a gap" in n for n in tls_notes(notices))
+
+
+def test_capture_starting_inside_a_tls_connection(tmp_path: Path) -> None:
+    """No handshake, no SYN: the records are not decoded as frames, and one note says why."""
+    conv = converse(NATS_EXCHANGE)
+    every = packets(conv.chunks, 4222)
+    pcap = write_pcap(tmp_path / "m.pcap", every[3 + 6 :])  # from the client's second write on
+    frames, notices, _ = read(pcap, (keyfile(tmp_path, conv),))
+    assert frames == []
+    notes = tls_notes(notices)
+    assert len(notes) == 1 and "starts inside a TLS connection" in notes[0]
+    assert not [n for n in notices if n.kind == "skipped"]
+
+
+def test_a_key_log_still_being_written_is_read_on(tmp_path: Path) -> None:
+    """A live capture starts before the client writes its secrets: a client random not found is
+    looked for again in what the file gained since."""
+    first, second = converse(NATS_EXCHANGE), converse(NATS_EXCHANGE)
+    log = tmp_path / "keys.log"
+    log.write_bytes(first.keylog + second.keylog[:40])  # the second's lines not yet (a line cut short)
+    keylog = KeyLog()
+    keylog.load(log)
+    random = bytes.fromhex(second.keylog.decode().split("\n")[-2].split()[1])
+    log.write_bytes(first.keylog + second.keylog)
+    assert keylog.get(random)
+    assert keylog.junk == 0

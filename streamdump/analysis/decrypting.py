@@ -16,7 +16,7 @@ from streamdump.wire.framing import Framer
 from streamdump.wire.reassembly import Gap
 from streamdump.wire.tls.connection import Resumption, TlsConnection
 from streamdump.wire.tls.keylog import KeyLog
-from streamdump.wire.tls.records import is_client_hello
+from streamdump.wire.tls.records import is_client_hello, plausible_header
 
 if TYPE_CHECKING:
     from streamdump.analysis.pipeline import Connection, Dissection, ReadStats, Runtime, Side, Watch
@@ -91,12 +91,23 @@ class Decrypting:
             yield from self.feed(before)
         yield from self.feed(seg)
 
-    def _client_first(self, conn: Connection, event: Any) -> None:
-        """The client's first bytes: a ClientHello makes the connection TLS."""
-        if not isinstance(event, Gap):
+    def _first_bytes(self, conn: Connection, side: Side, event: Any) -> None:
+        """A direction's first bytes: the client's ClientHello makes the connection TLS; so does
+        a TLS record where the capture starts inside a connection (its handshake missing: the
+        records are not decrypted, and not decoded as frames either)."""
+        if isinstance(event, Gap):
+            return
+        data = event[1]
+        if side is conn.to_server and not conn.client_spoke:
             conn.client_spoke = True
-            if is_client_hello(event[1]):
+            if is_client_hello(data):
                 self._start_tls(conn)
+                return
+        if not side.stream.syn_seen and data[:1] == b"\x17" and plausible_header(data):
+            number = side.spans[-1][2] if side.spans else 0
+            self._start_tls(conn)
+            assert conn.tls is not None
+            conn.tls.midstream(number)
 
     def _tls_event(
         self, conn: Connection, side: Side, event: Any, seg: Segment | None, number: int

@@ -560,8 +560,8 @@ class Reader(Decrypting):
         self, conn: Connection, side: Side, events: list, seg: Segment | None, number: int = 0
     ) -> Iterator[Frame]:
         for event in events:
-            if not conn.client_spoke and side is conn.to_server:
-                self._client_first(conn, event)
+            if conn.tls is None and side.framer.pos is None:
+                self._first_bytes(conn, side, event)
             if conn.tls is not None:
                 yield from self._tls_event(conn, side, event, seg, number)
                 continue

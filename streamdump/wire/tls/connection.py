@@ -243,6 +243,18 @@ class TlsConnection:
             )
         return out
 
+    def midstream(self, number: int) -> None:
+        """The capture starts inside the connection, after its handshake: nothing can be decrypted."""
+        self.info.keys = "missing"
+        self._note(
+            "note",
+            number,
+            f"{self.where}: the capture starts inside a TLS connection; without its handshake "
+            "(the client random) it cannot be decrypted",
+        )
+        for d in (self.client, self.server):
+            d.dead = True
+
     def held(self) -> int:
         return sum(d.records.held() + len(d.hunt or b"") for d in (self.client, self.server))
 

@@ -41,6 +41,9 @@ class KeyLog:
     junk: int = 0
     junk_seen: list[str] = field(default_factory=list)  # "where: line N: text", the first few
     sources: list[str] = field(default_factory=list)
+    # Files read, with how many of their bytes (whole lines): a client still running appends to its
+    # key log, so a live capture reads on when a client random is not found.
+    files: dict[str, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.secrets) or bool(self.sources)
@@ -53,6 +56,7 @@ class KeyLog:
             self.junk,
             list(self.junk_seen),
             list(self.sources),
+            dict(self.files),
         )
 
     def load(self, path: Path | str) -> None:
@@ -60,11 +64,29 @@ class KeyLog:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise KeyLogError(f"--tls-keylog {path}: {exc.strerror or exc}") from None
-        self.add(data, str(path))
+        whole = data.rfind(b"\n") + 1 if not data.endswith(b"\n") and b"\n" in data else len(data)
+        self.files[str(path)] = whole
+        self.add(data[:whole], str(path))
 
-    def add(self, data: bytes, where: str) -> None:
-        """Read the lines of one key log (a file's bytes, a block's secrets)."""
-        self.sources.append(where)
+    def read_on(self) -> None:
+        """Read what was appended to the key log files since (whole lines only)."""
+        for path, done in self.files.items():
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(done)
+                    data = fh.read(1 << 24)
+            except OSError:
+                continue
+            whole = data.rfind(b"\n") + 1
+            if whole:
+                self.files[path] = done + whole
+                self.add(data[:whole], path, again=True)
+
+    def add(self, data: bytes, where: str, again: bool = False) -> None:
+        """Read the lines of one key log (a file's bytes, a block's secrets); again: more of one
+        already read."""
+        if not again:
+            self.sources.append(where)
         for number, raw in enumerate(data.splitlines(), 1):
             text = raw.strip()
             if not text or text.startswith(b"#"):
@@ -90,7 +112,11 @@ class KeyLog:
         return True
 
     def get(self, client_random: bytes) -> dict[str, bytes]:
-        return self.secrets.get(client_random, {})
+        found = self.secrets.get(client_random)
+        if found is None and self.files:
+            self.read_on()
+            found = self.secrets.get(client_random)
+        return found or {}
 
     def junk_note(self) -> str | None:
         if not self.junk:
