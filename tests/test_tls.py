@@ -602,3 +602,14 @@ def test_a_key_log_still_being_written_is_read_on(tmp_path: Path) -> None:
     log.write_bytes(first.keylog + second.keylog)
     assert keylog.get(random)
     assert keylog.junk == 0
+
+
+def test_nats_upgrade_on_a_port_of_no_protocol() -> None:
+    """Without --decode-as: the plaintext INFO before TLS waits with the decrypted bytes until
+    they show the protocol, and nothing is lost."""
+    keys = (TLS / "nats_tls.keys",)
+    named, _, _ = read(TLS / "nats_tls.pcap", keys, ((4443, "nats"),))
+    found, notices, _ = read(TLS / "nats_tls.pcap", keys)
+    assert dialogues(found) == dialogues(named)
+    assert found[0].command == "Info" and found[0].tls is None
+    assert not tls_notes(notices)

@@ -97,6 +97,10 @@ class Decrypting:
         records are not decrypted, and not decoded as frames either)."""
         if isinstance(event, Gap):
             return
+        key = (conn.client.ip, conn.client.port, conn.server.ip, conn.server.port)
+        if conn.parked is None and key in self.tls_pending:
+            self.tls_pending.discard(key)
+            conn.parked = []  # on no known port, with TLS: the bytes will say which protocol
         data = event[1]
         if side is conn.to_server and not conn.client_spoke:
             conn.client_spoke = True
@@ -113,13 +117,21 @@ class Decrypting:
         self, conn: Connection, side: Side, event: Any, seg: Segment | None, number: int
     ) -> Iterator[Frame]:
         """Bytes of a TLS connection's stream, or a gap in it, through its TLS layer."""
-        assert conn.tls is not None
         if isinstance(event, Gap):
             self._gap(side, event)
+            if conn.tls is None:  # the plaintext before TLS, waiting for its protocol to show
+                yield from self._park(conn, side is conn.to_server, event, (), seg, number)
+                return
             conn.tls.gap(side is conn.to_server, event)
             self._tls_notes(conn, side)
             return
         pos, data = event
+        if conn.tls is None:
+            packets = side.packets(pos, pos + len(data))
+            yield from self._park(
+                conn, side is conn.to_server, (pos, data, pos, pos + len(data)), packets, seg, number
+            )
+            return
         outputs = conn.tls.data(side is conn.to_server, pos, data, seg.number if seg else number)
         self._tls_notes(conn, side)
         if outputs:
@@ -149,8 +161,6 @@ class Decrypting:
         client, server = conn.to_server, conn.to_client
         client.cipher, client.spans = client.spans, deque(maxlen=SPANS_KEPT)
         server.cipher = deque(maxlen=SPANS_KEPT)
-        if (conn.client.ip, conn.client.port, conn.server.ip, conn.server.port) in self.tls_pending:
-            conn.parked = []
 
     def _tls_notes(self, conn: Connection, side: Side) -> None:
         tls = conn.tls

@@ -562,7 +562,7 @@ class Reader(Decrypting):
         for event in events:
             if conn.tls is None and side.framer.pos is None:
                 self._first_bytes(conn, side, event)
-            if conn.tls is not None:
+            if conn.tls is not None or conn.parked is not None:
                 yield from self._tls_event(conn, side, event, seg, number)
                 continue
             if isinstance(event, Gap):
