@@ -613,3 +613,24 @@ def test_nats_upgrade_on_a_port_of_no_protocol() -> None:
     assert dialogues(found) == dialogues(named)
     assert found[0].command == "Info" and found[0].tls is None
     assert not tls_notes(notices)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            ["read", "-V", "-c", "9"],
+            "Transport Layer Security: TLSv1.3, TLS_AES_256_GCM_SHA384, keys found",
+        ),
+        (["read", "-c", "9"], "PeerProperties request 0x0011 corr=1 [TLSv1.3]"),
+        (["follow", "--connection", "1"], "decrypted from TLS: TLSv1.3, TLS_AES_256_GCM_SHA384"),
+        (["stats"], "decrypted from TLS: TLSv1.3, TLS_AES_256_GCM_SHA384"),
+    ],
+)
+def test_every_view_shows_the_tls_layer(command: list[str], expected: str) -> None:
+    args = [*command, str(TLS / "rstream_tls13.pcap"), "--tls-keylog", str(TLS / "rstream_tls13.keys")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamdump", *args], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert expected in proc.stdout
