@@ -8,6 +8,7 @@ local SPEC = {
   title = "EventMesh TCP",
   short = "EventMesh",
   ports = { 10000 },
+  tls_ports = {},
   roles = {},
   order = ">",
   max_size = 4194304,
@@ -4303,6 +4304,7 @@ end
 local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
+local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
 
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
@@ -4312,7 +4314,7 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo = {}, {}
+  conns, memo, tls_from = {}, {}, {}
 end
 
 function P.prefs_changed()
@@ -4321,6 +4323,9 @@ end
 
 local function in_ports(port)
   if SPEC.carried_by then return false end
+  for _, tls_port in ipairs(SPEC.tls_ports or {}) do
+    if port == tls_port then return true end
+  end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
@@ -4402,7 +4407,11 @@ local function dissect_pdu(tvb, pinfo, root)
   -- the links and the expert checks need (lite); its notes go to the empty item, which reports them.
   local tree = nil
   if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
-  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset())
+  -- Which PDU of the packet: its place in the packet's bytes, and how many came before it in
+  -- this dissection (the plaintext of several TLS records all starts at offset 0).
+  local count = (tonumber(pinfo.private.sd_pdus) or 0) + 1
+  pinfo.private.sd_pdus = tostring(count)
+  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset()) .. ":" .. count
   local f = memo[pdu]
   local from_client = to_server(pinfo)
   local ckey = conn_key(pinfo)
@@ -4480,6 +4489,34 @@ local function pdu_length(tvb, pinfo, offset)
   return total
 end
 
+-- TLS on a connection of this protocol's port (NATS upgrading after INFO, or a client that
+-- starts with TLS): from the client's ClientHello on, its bytes go to Wireshark's own TLS
+-- dissector, which decrypts them with its key log (tls.keylog_file) and hands the plaintext
+-- back to this dissector (the heuristic at the end, or tls.port), as streamdump does.
+local tls_handle = Dissector.get("tls")
+
+local function client_hello(tvb)
+  if int(tvb:len()) < 6 then return false end
+  return tvb(0, 1):uint() == 22 and tvb(1, 1):uint() == 3 and tvb(5, 1):uint() == 1
+end
+
+local function through_tls(tvb, pinfo)
+  if pinfo.private.sd_tls == "1" then return false end  -- the plaintext TLS hands back
+  local key = conn_key(pinfo)
+  local from = tls_from[key]
+  if from == nil and not pinfo.visited and to_server(pinfo) then
+    local conn = conn_of(pinfo, key)
+    if not conn.client_spoke then
+      conn.client_spoke = true
+      if client_hello(tvb) then
+        from = int(pinfo.number)
+        tls_from[key] = from
+      end
+    end
+  end
+  return from ~= nil and int(pinfo.number) >= from
+end
+
 function P.dissector(tvb, pinfo, tree)
   -- Where Wireshark keeps no tree (tshark without -V or filters, a first pass), Lua still gets
   -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
@@ -4490,11 +4527,33 @@ function P.dissector(tvb, pinfo, tree)
     dissect_pdu(tvb, pinfo, tree)
     return int(tvb:len())
   end
+  if tls_handle and through_tls(tvb, pinfo) then
+    pinfo.private.sd_tls = "1"
+    local used = tls_handle:call(tvb, pinfo, tree)
+    pinfo.private.sd_tls = nil
+    return used
+  end
   dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
 end
 
 register_ports()
+
+if not SPEC.carried_by and tls_handle then
+  -- The server's TLS ports: Wireshark's TLS dissector reads them, and gives this one the plaintext.
+  local tls_table = DissectorTable.get("tls.port")
+  for _, port in ipairs(SPEC.tls_ports or {}) do
+    tcp_table:add(port, tls_handle)
+    tls_table:add(port, P)
+  end
+  -- The plaintext of TLS this dissector handed to Wireshark's (an upgraded connection), any port.
+  local function decrypted(tvb, pinfo, tree)
+    if pinfo.private.sd_tls ~= "1" then return false end
+    P.dissector(tvb, pinfo, tree)
+    return true
+  end
+  P:register_heuristic("tls", decrypted)
+end
 
 -- A protocol with a magic is found on any port: TCP offers segments no port claimed.
 if SPEC.magic and not SPEC.carried_by then

@@ -19,6 +19,7 @@ from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.analysis.session import CaptureFile, Options
 from streamdump.cli import app
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.registry import default_registry
 from streamdump.views.output import Display, Format, Views, write_frames
 
 CAPTURE_FILES = sorted(p for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))
@@ -229,10 +230,11 @@ def test_every_json_field_name_comes_from_the_registry(path: Path, decoder: Deco
 # ---------------------------------------------------------------------- other protocols' captures
 
 # Each protocol's goldens live in tests/golden/<protocol>/ (RabbitMQ Streams', the first, at the top).
+# (captures/tls/ holds several protocols' TLS captures, read with their key logs: tests/test_tls.py.)
 OTHERS = [
     (folder.name, path)
     for folder in sorted(CAPTURE_ROOT.iterdir())
-    if folder.is_dir() and folder != CAPTURES
+    if folder.is_dir() and folder != CAPTURES and folder.name in default_registry().protocols
     for path in sorted(folder.glob("*.pcap"))
 ]
 

@@ -579,6 +579,19 @@ def test_the_real_command_in_tmux(tmp_path: Path) -> None:
         tmux.close()
 
 
+def test_tls_decrypted_with_the_key_log_in_tmux(tmp_path: Path) -> None:
+    """--tls-keylog carries over as every read option does: the rows and the tree are the
+    decrypted protocol's, and the tree shows the TLS layer."""
+    tls = "captures/tls/rstream_tls13"
+    tmux = Tmux(f"{UI} {tls}.pcap --tls-keylog {tls}.keys", tmp_path / "status")
+    try:
+        tmux.wait_for("162 frames", "PeerProperties request", "SaslHandshake request")
+        tmux.wait_for("Transport Layer Security: TLSv1.3, TLS_AES_256_GCM_SHA384, keys found")
+        assert tmux.quit() == 0
+    finally:
+        tmux.close()
+
+
 def test_a_capture_on_standard_input_with_the_keys_from_the_terminal(tmp_path: Path) -> None:
     tmux = Tmux(f"cat captures/nats/pubsub.pcap | {UI} -", tmp_path / "status")
     try:

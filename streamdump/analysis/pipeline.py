@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamdump.analysis.decrypting import SPANS_KEPT, Decrypting, packets_of
 from streamdump.analysis.tail import HookTail, TailRule, last_value, recover, tail_rule
 from streamdump.spec.decoder import Decoder, DecodeState
 from streamdump.spec.dissector import dissector_of
@@ -42,6 +43,9 @@ from streamdump.wire.reassembly import (
     Gap,
     Stream,
 )
+from streamdump.wire.tls.connection import TlsConnection
+from streamdump.wire.tls.keylog import KeyLog
+from streamdump.wire.tls.records import is_client_hello
 from streamdump.wire.wildcards import matches_any
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
@@ -53,9 +57,6 @@ HELD_CHECK_BYTES = 8 << 20
 # once, and how many of their segments with bytes each gets before it is given up.
 WATCHED = 4096
 WATCHED_SEGMENTS = 4
-# Segments remembered per direction to say which packets made a frame: those of the bytes the
-# framer holds; past this many, the oldest are forgotten (a frame then names its later packets).
-SPANS_KEPT = 1 << 16
 # What ended a connection, as the framer words it for a frame it cut, and as its Life records it.
 ENDINGS = {"the connection closed": CLOSED, "the connection was reset": RESET, "the port was reused": REUSED}
 
@@ -112,22 +113,13 @@ class Side:
     # (start, end, packet) of the segments whose bytes the framer has not cut into pieces yet.
     spans: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=SPANS_KEPT))
     passed_packets: tuple[int, ...] = ()  # the packets of the bytes waiting in `waiting`
+    # TLS: the spans of the encrypted stream (spans then holds the decrypted stream's).
+    cipher: deque[tuple[int, int, int]] | None = None
 
     def packets(self, start: int, end: int) -> tuple[int, ...]:
         """The packets that carried bytes in [start, end); those before end are forgotten (the
         framer hands on pieces in stream order)."""
-        spans = self.spans
-        while spans and spans[0][1] <= start:
-            spans.popleft()
-        found = []
-        for first, last, number in spans:
-            if first >= end:
-                break
-            if last > start and (not found or found[-1] != number):
-                found.append(number)
-        while spans and spans[0][1] <= end:
-            spans.popleft()
-        return tuple(found)
+        return packets_of(self.spans, start, end)
 
     @property
     def where(self) -> str:
@@ -145,6 +137,11 @@ class Connection:
     number: int = 0  # 1, 2, ... in the order connections first appear in the capture
     finished: bool = False
     state: DecodeState | None = None  # what decoding remembers between frames (requests' commands)
+    tls: TlsConnection | None = None  # the TLS layer, once the client's first bytes were a ClientHello
+    client_spoke: bool = False  # the client's first bytes were seen (and checked for a ClientHello)
+    # A TLS connection on no known port: decrypted pieces (from client, piece, packets) held until
+    # one side's bytes show the protocol; None once it is known.
+    parked: list[tuple[bool, Any, tuple[int, ...]]] | None = None
 
 
 def _holder(fields: dict[str, Any], path: tuple[str, ...], make: bool = False) -> dict[str, Any]:
@@ -227,7 +224,8 @@ class Dissection:
                 self.carried.setdefault(carrier, []).append((field_name, d))
         self.ports: dict[int, Runtime] = {}
         for runtime in self.runtimes.values():
-            for port in runtime.decoder.protocol.wiring.ports:
+            wiring = runtime.decoder.protocol.wiring
+            for port in (*wiring.ports, *wiring.tls_ports):
                 self.ports.setdefault(port, runtime)
         for port, name in (ports or {}).items():
             self.ports[port] = self.runtimes[name]
@@ -288,7 +286,7 @@ def as_dissection(decoder: Decoder | Dissection, ports: Iterable[int] | None = N
     return Dissection.single(decoder, ports if ports is not None else decoder.protocol.wiring.ports)
 
 
-class Reader:
+class Reader(Decrypting):
     """Per-capture state: turns segments into frames of the protocols a Dissection names."""
 
     def __init__(
@@ -297,10 +295,13 @@ class Reader:
         ports: Iterable[int] | None = None,
         stats: ReadStats | None = None,
         numbering: Callable[[], int] | None = None,
+        keylog: KeyLog | None = None,
     ) -> None:
         """numbering: gives each new connection its number (default 1, 2, ...); a reader of
-        some connections of a capture numbers them by the packet that opened them instead."""
+        some connections of a capture numbers them by the packet that opened them instead.
+        keylog: the TLS secrets the user gave (a capture's secrets blocks join them)."""
         self.dissection = as_dissection(decoder, ports)
+        self._init_tls(keylog)
         self.numbering = numbering
         self.ports = self.dissection.ports
         self.stats = stats if stats is not None else ReadStats()
@@ -328,6 +329,8 @@ class Reader:
 
     def feed(self, seg: Segment) -> Iterator[Frame]:
         self.ts = seg.ts
+        if len(self.stats.secrets) != self.secrets_read or self.keylog.junk != self.junk_told:
+            self._secrets(seg.number)
         runtime = self.ports.get(seg.dport)
         if runtime is not None:
             key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
@@ -335,7 +338,7 @@ class Reader:
             runtime = self.ports.get(seg.sport)
             if runtime is not None:
                 key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
-            elif not self.watching:
+            elif not self.watching and not self.keylog:
                 return
             else:
                 placed = self._placed(seg)
@@ -367,7 +370,8 @@ class Reader:
         events = side.stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number)
         if seg.payload and side.stream.next is not None:
             start = side.stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
-            side.spans.append((start, start + len(seg.payload), seg.number))
+            spans = side.spans if side.cipher is None else side.cipher
+            spans.append((start, start + len(seg.payload), seg.number))
         if was_new and not side.stream.syn_seen and side.stream.next is not None:
             self._notice(
                 "note",
@@ -443,8 +447,11 @@ class Reader:
         ident = min(forward, (seg.dst, seg.dport, seg.src, seg.sport))
         if ident in self.ignored:
             return
+        if self.keylog and seg.payload and is_client_hello(seg.payload):
+            yield from self._watched_tls(seg, ident)
+            return
         guessed = seg.dport in self.dissection.guess or seg.sport in self.dissection.guess
-        if not guessed and not self.dissection.magic:
+        if not guessed and not self.dissection.magic and not self.keylog:
             return
         watch = self.watched.get(ident)
         if watch is None:
@@ -527,18 +534,22 @@ class Reader:
             if (held := side.framer.unfinished())
         }
         life.finish(ENDINGS.get(why), number, self.ts)
-        self.stats.lives[conn.number] = life
+        if conn.parked is None:  # a TLS connection whose protocol never showed is none of ours
+            self.stats.lives[conn.number] = life
         for side in (conn.to_server, conn.to_client):
             if side.stream.next is None:
                 continue
             events = side.stream.finish(number)
             if events:
                 yield from self._events(conn, side, events, None, number)
+            if conn.tls is not None:
+                yield from self._tls_finish(conn, side, number)
             yield from self._pieces(side, side.framer.finish(why), None, number, conn)
             if side.waiting is not None:
                 waiting, side.waiting = side.waiting, None
                 yield from self._passed_over(side, conn, *waiting)
         del self.connections[key]
+        self.tls_pending.discard(key)
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
             self.closed.popitem(last=False)
@@ -549,6 +560,11 @@ class Reader:
         self, conn: Connection, side: Side, events: list, seg: Segment | None, number: int = 0
     ) -> Iterator[Frame]:
         for event in events:
+            if conn.tls is None and side.framer.pos is None:
+                self._first_bytes(conn, side, event)
+            if conn.tls is not None or conn.parked is not None:
+                yield from self._tls_event(conn, side, event, seg, number)
+                continue
             if isinstance(event, Gap):
                 self._gap(side, event)
                 pieces = side.framer.gap(event)
@@ -646,6 +662,7 @@ class Reader:
         frame.seq = piece.pos % SEQ_MOD
         frame.conn, frame.from_client = conn.number, from_client
         frame.packets = side.packets(piece.pos, piece.pos + max(piece.length, len(piece.data)))
+        frame.tls = conn.tls.info if conn.tls is not None else None
         if piece.kind == "incomplete":
             if piece.islands:
                 self._recover_tail(side, frame, piece, conn.runtime)
@@ -811,19 +828,9 @@ class Reader:
         end: int | None = None,
         length: int | None = None,
     ) -> None:
-        self.stats.notices.append(
-            Notice(
-                severity,
-                message,
-                number,
-                kind,
-                side.src if side else None,
-                side.dst if side else None,
-                None if start is None else start % SEQ_MOD,
-                None if end is None else end % SEQ_MOD,
-                length,
-            )
-        )
+        where = (side.src, side.dst) if side else (None, None)
+        start, end = (None if at is None else at % SEQ_MOD for at in (start, end))
+        self.stats.notices.append(Notice(severity, message, number, kind, *where, start, end, length))
 
     def _gap(self, side: Side, gap: Gap) -> None:
         self.stats.lossy.add(side.conn)

@@ -41,6 +41,7 @@ from streamdump.wire.frame import SEVERITIES, Frame
 from streamdump.wire.lifecycle import Life
 from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 from streamdump.wire.packet import LINKS_READ, Segment, Skip, unknown_links_text
+from streamdump.wire.tls.keylog import KeyLog, KeyLogError
 from streamdump.wire.writer import PacketWriter, WriteError, WriteFormat
 
 # What may watch each pass over a source's frames (a progress bar): the frames, the pass's label
@@ -120,8 +121,23 @@ class Options:
             except FilterError as exc:
                 raise OptionError(f"--filter: {exc}") from None
         by = field_names(decoders.values(), self.by, "--by")
+        keylog = None
+        if self.keylogs:
+            keylog = KeyLog()
+            for path in self.keylogs:
+                try:
+                    keylog.load(path)
+                except KeyLogError as exc:
+                    raise OptionError(str(exc)) from None
         setup = Setup(
-            self, decoders, Dissection(decoders.values(), forced, guess), selection, by, forced, tuple(guess)
+            self,
+            decoders,
+            Dissection(decoders.values(), forced, guess),
+            selection,
+            by,
+            forced,
+            tuple(guess),
+            keylog,
         )
         # The registry and the compiled layouts live as long as the process: the collector need
         # not walk them again each time decoding's short-lived dicts and lists trigger it.
@@ -160,6 +176,7 @@ class Setup:
     by: tuple[str, ...] = ()
     forced: dict[int, str] = field(default_factory=dict)  # ports the options gave a protocol
     guessed: tuple[int, ...] = ()  # ports whose protocol each connection's first frame tells
+    keylog: KeyLog | None = None  # the TLS key logs given (--tls-keylog), read
 
     def hints(self) -> tuple[str, ...]:
         """How these options decode ports the specs do not name, as a capture file's comments
@@ -169,10 +186,13 @@ class Setup:
         ) + tuple(f"{HINT_PREFIX}--port {port}" for port in sorted(self.guessed))
 
     def describe_ports(self) -> str:
-        return "; ".join(
-            f"{self.decoders[name].protocol.title} on {', '.join(map(str, ports))}"
-            for name, ports in self.dissection.server_ports().items()
-        )
+        parts = []
+        for name, ports in self.dissection.server_ports().items():
+            protocol = self.decoders[name].protocol
+            tls = protocol.wiring.tls_ports
+            shown = [str(p) for p in ports if p not in tls] + [f"{p} (TLS)" for p in ports if p in tls]
+            parts.append(f"{protocol.title} on {', '.join(shown)}")
+        return "; ".join(parts)
 
     def session(self, **kwargs: Any) -> Session:
         return Session(self, **kwargs)
@@ -306,7 +326,7 @@ class Session:
             name: dissector_of(decoder.protocol).messages(decoder.protocol)
             for name, decoder in setup.decoders.items()
         }
-        self.reader = Reader(setup.dissection, None, self.stats, numbering)
+        self.reader = Reader(setup.dissection, None, self.stats, numbering, keylog=setup.keylog)
         self.error: str | None = None  # why the capture could not be read to its end
         self.hex_notes: list[str] = []  # what decoding hex assumed (a frame without its size)
         self.finished = False
@@ -476,7 +496,7 @@ class Session:
         tracker = Conversations(d.protocol for d in self.setup.decoders.values())
         tracker.first_pass()
         stats = ReadStats()
-        reader = Reader(self.setup.dissection, None, stats, self.numbering)
+        reader = Reader(self.setup.dissection, None, stats, self.numbering, keylog=self.setup.keylog)
         kept: list[tuple[int, Frame]] = []
         try:
             frames = frames_of(reader, source.segments(stats))
@@ -585,10 +605,13 @@ class Session:
         if stats.frames:
             return None
         what = "no" if stats.segments_matched == 0 else "no complete"
-        return (
-            f"{what} frames of {self.setup.describe_ports()} in {stats.packets} packets; "
-            "add ports with --port or --decode-as PORT=PROTOCOL"
-        )
+        undecrypted = len(self.reader.undecrypted)
+        if undecrypted:
+            plural = "s" * (undecrypted != 1)
+            hint = f"{undecrypted} TLS connection{plural} not decrypted: give the key log with --tls-keylog"
+        else:
+            hint = "add ports with --port or --decode-as PORT=PROTOCOL"
+        return f"{what} frames of {self.setup.describe_ports()} in {stats.packets} packets; {hint}"
 
     def server_name(self, conn: int) -> str:
         """What the server of a connection is called (its port's role, or its protocol's word)."""

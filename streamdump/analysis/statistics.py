@@ -147,6 +147,7 @@ class Statistics:
     grouping: Grouping | None = None  # stats --by: messages by a field's values
     # Frames and bytes counted per connection and side (client?), of the frames counted.
     sides: dict[tuple[int, bool], list[int]] = field(default_factory=dict)
+    tls: dict[int, str] = field(default_factory=dict)  # connection -> its TLS layer, in words
     # stats -Y: a filter chose the frames counted. Then the packets of frames counted and of
     # frames passed over are marked (a byte per packet), so that only findings about frames
     # counted, or about no frame at all (a FIN), are told, for connections with frames counted.
@@ -174,6 +175,8 @@ class Statistics:
             side = self.sides[frame.conn, frame.from_client is not False] = [0, 0]
         side[0] += 1
         side[1] += len(frame.data)
+        if frame.tls is not None and frame.conn not in self.tls:
+            self.tls[frame.conn] = frame.tls.summary()
         self.frames += 1
         self.commands[frame.name, frame.kind] += 1
         links = frame.links or {}
@@ -239,6 +242,9 @@ class Statistics:
             if number not in rows and not self.filtered:
                 bare = ConnState(number, life.protocol, life.client, life.server)
                 rows[number] = _connection(bare, life, tracker.spec.server, self.sides)
+        for number, row in rows.items():
+            if number in self.tls:  # a decrypted connection's TLS layer (plaintext ones have no key)
+                row["tls"] = self.tls[number]
         return [rows[n] for n in sorted(rows)]
 
     @property

@@ -220,6 +220,15 @@ DecodeAsOpt = Annotated[
         show_default=False,
     ),
 ]
+KeylogOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--tls-keylog",
+        help="An NSS key log (SSLKEYLOGFILE) to decrypt TLS with, as Wireshark's tls.keylog_file "
+        "(repeatable); a pcapng file's own secrets blocks are read too.",
+        show_default=False,
+    ),
+]
 FilterOpt = Annotated[
     str | None,
     typer.Option(
@@ -311,6 +320,7 @@ def prepare(
     by: list[str] | None = None,
     count: int | None = None,
     fail_on: Level | None = None,
+    keylogs: list[Path] | None = None,
 ) -> Setup:
     """The read's options, checked: a usage error or a spec that does not load ends the command."""
     from streamdump.analysis.session import OptionError, Options
@@ -326,6 +336,7 @@ def prepare(
         by=tuple(by or ()),
         count=count,
         expand_kept=fail_on is not None,
+        keylogs=tuple(keylogs or ()),
     )
     try:
         return options.prepare()

@@ -13,6 +13,7 @@ from streamdump.cli.base import (
     EXIT_INPUT,
     EXIT_USAGE,
     DecodeAsOpt,
+    KeylogOpt,
     LimitOpt,
     PortOpt,
     ProtocolOpt,
@@ -62,6 +63,7 @@ def spark_command(
     limit: LimitOpt = None,
     port: PortOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
 ) -> None:
     """Decode captures too big for one process on Spark, into Parquet tables (frames, messages,
     exchanges, expert, gaps) and the stats of each capture."""
@@ -77,7 +79,7 @@ def spark_command(
             f"--master {master}: Spark takes local, local[N], local[*], spark://HOST:PORT, yarn or k8s://URL",
             EXIT_USAGE,
         )
-    setup = prepare(protocol, port, decode_as, limit)
+    setup = prepare(protocol, port, decode_as, limit, keylogs=tls_keylog)
     out_dir = Path(out)
     if (
         "://" not in out

@@ -23,6 +23,7 @@ from streamdump.cli.base import (
     FilterOpt,
     FormatOpt,
     HexOpt,
+    KeylogOpt,
     LimitOpt,
     PortOpt,
     ProtocolOpt,
@@ -95,6 +96,7 @@ def read(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
     column: ColumnOpt = None,
     fail_on: FailOnOpt = None,
 ) -> None:
@@ -107,7 +109,15 @@ def read(
     if two_pass and not source.rereadable:
         raise fail("--two-pass reads the capture twice; standard input can be read only once", EXIT_USAGE)
     setup = prepare(
-        protocol, port, decode_as, limit, filter_text, two_pass=two_pass, count=count, fail_on=fail_on
+        protocol,
+        port,
+        decode_as,
+        limit,
+        filter_text,
+        two_pass=two_pass,
+        count=count,
+        fail_on=fail_on,
+        keylogs=tls_keylog,
     )
     shown = display(
         setup,
@@ -155,6 +165,7 @@ def stats(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
     by: Annotated[
         list[str] | None,
         typer.Option(
@@ -172,7 +183,9 @@ def stats(
     from streamdump.views.safe import json_text
 
     source = capture_source(file, read_file)
-    setup = prepare(protocol, port, decode_as, limit, filter_text, by=by, count=count, fail_on=fail_on)
+    setup = prepare(
+        protocol, port, decode_as, limit, filter_text, by=by, count=count, fail_on=fail_on, keylogs=tls_keylog
+    )
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     session = setup.session(statistics=True, follow=progress(source.size, show))
     for _ in session.frames(source):
@@ -204,6 +217,7 @@ def follow(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
     fail_on: FailOnOpt = None,
 ) -> None:
     """Each connection's dialogue: requests and their responses side by side, with the times between
@@ -215,7 +229,9 @@ def follow(
     if connection is not None and connection < 1:
         raise fail(f"--connection takes a connection number from 1, got {connection}", EXIT_USAGE)
     source = capture_source(file, read_file)
-    setup = prepare(protocol, port, decode_as, limit, filter_text, count=count, fail_on=fail_on)
+    setup = prepare(
+        protocol, port, decode_as, limit, filter_text, count=count, fail_on=fail_on, keylogs=tls_keylog
+    )
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
     session = setup.session(follow=progress(source.size, show))
     frames = (f for f in session.frames(source) if connection is None or f.conn == connection)

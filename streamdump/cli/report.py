@@ -11,6 +11,7 @@ from streamdump.cli.base import (
     EXIT_USAGE,
     DecodeAsOpt,
     FilterOpt,
+    KeylogOpt,
     LimitOpt,
     PortOpt,
     ProtocolOpt,
@@ -43,6 +44,7 @@ def report(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
 ) -> None:
     """One self-contained HTML report of captures: summary, throughput, latencies, consumers,
     connections and findings, with charts (offline, printable)."""
@@ -66,7 +68,7 @@ def report(
         except ReportError as exc:
             raise fail(str(exc)) from None
     else:
-        setup = prepare(protocol, port, decode_as, limit, filter_text)
+        setup = prepare(protocol, port, decode_as, limit, filter_text, keylogs=tls_keylog)
         captures = []
         for path in files or []:
             session = setup.session(statistics=True, timeline=True)

@@ -23,6 +23,7 @@ from streamdump.cli.base import (
     FilterOpt,
     FormatOpt,
     HexOpt,
+    KeylogOpt,
     LimitOpt,
     MessagesOpt,
     PortOpt,
@@ -74,6 +75,7 @@ def live(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
     column: ColumnOpt = None,
 ) -> None:
     """Capture live traffic on the protocols' ports and decode it as `read` does; Ctrl-C stops,
@@ -84,7 +86,7 @@ def live(
 
     if count < 0 or duration < 0:
         raise fail("--count and --duration take numbers of 0 or more", EXIT_USAGE)
-    setup = prepare(protocol, port, decode_as, limit, filter_text)
+    setup = prepare(protocol, port, decode_as, limit, filter_text, keylogs=tls_keylog)
     shown = display(
         setup,
         fmt,
@@ -164,6 +166,7 @@ def proxy(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
     column: ColumnOpt = None,
 ) -> None:
     """Pass clients' connections through to the real server unchanged and decode every frame on
@@ -179,7 +182,7 @@ def proxy(
     from streamdump.wire.writer import PacketWriter, WriteFormat
 
     here, there = _address(listen, "--listen"), _address(upstream, "--upstream")
-    setup = prepare(protocol, [there[1]], decode_as, limit, filter_text)
+    setup = prepare(protocol, [there[1]], decode_as, limit, filter_text, keylogs=tls_keylog)
     shown = display(
         setup,
         fmt,

@@ -15,6 +15,7 @@ from streamdump.cli.base import (
     DecodeAsOpt,
     FileArg,
     FilterOpt,
+    KeylogOpt,
     LimitOpt,
     PortOpt,
     ProtocolOpt,
@@ -55,6 +56,7 @@ def ui(
     protocol: ProtocolOpt = None,
     limit: LimitOpt = None,
     decode_as: DecodeAsOpt = None,
+    tls_keylog: KeylogOpt = None,
 ) -> None:
     """Look at a capture in a terminal UI: packet list, detail tree and bytes, display filter bar,
     follow, stats and findings (press ? in it for the keys)."""
@@ -68,7 +70,9 @@ def ui(
         raise fail("--live captures; give it no file", EXIT_USAGE)
     if count is not None and count < 1:
         raise fail(f"--count takes a number of packets from 1, got {count}", EXIT_USAGE)
-    setup = prepare(protocol, port, decode_as, limit, filter_text, two_pass=two_pass, count=count)
+    setup = prepare(
+        protocol, port, decode_as, limit, filter_text, two_pass=two_pass, count=count, keylogs=tls_keylog
+    )
     capture = None
     source: Source
     if live:

@@ -218,6 +218,8 @@ class Wiring:
     transport: str
     ports: tuple[int, ...]
     max_size: int  # a sanity cap on one PDU, in bytes
+    # Ports where the server speaks it inside TLS (decrypted with a key log; in Wireshark, tls.port).
+    tls_ports: tuple[int, ...] = ()
     # The header field holding the PDU's length, its offset and integer type, and what it
     # counts: "after" (the bytes after the field) or "whole" (the whole PDU). None: the
     # protocol package's framing rule says (text protocols).

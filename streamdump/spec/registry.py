@@ -323,6 +323,11 @@ class _Builder(FieldSyntax, ConversationSyntax):
             ports = list(ports)
         if not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
             raise self.fail("wiring.ports", f"ports must be TCP port numbers, got {ports!r}")
+        tls_ports = raw.get("tls_ports") or []
+        if not isinstance(tls_ports, list) or not all(
+            isinstance(p, int) and 0 < p < 65536 for p in tls_ports
+        ):
+            raise self.fail("wiring.tls_ports", f"tls_ports must be TCP port numbers, got {tls_ports!r}")
         kw: dict[str, Any] = {}
         length = framing.get("length")
         carried = raw.get("carried_by")
@@ -387,6 +392,7 @@ class _Builder(FieldSyntax, ConversationSyntax):
         return Wiring(
             transport=str(raw.get("transport", "tcp")),
             ports=tuple(ports),
+            tls_ports=tuple(tls_ports),
             max_size=int(framing.get("max_size", 64 << 20)),
             roles=roles,
             **kw,

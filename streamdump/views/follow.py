@@ -44,8 +44,11 @@ class Dialogue:
     rows: list[Row] = field(default_factory=list)
     # (request packet, correlation id) -> rows waiting for their response
     by_request: dict[tuple[int, Any], list[Row]] = field(default_factory=dict)
+    tls: str | None = None  # the TLS layer the frames were decrypted from
 
     def add(self, frame: Frame, text: str) -> None:
+        if frame.tls is not None and self.tls is None:
+            self.tls = frame.tls.summary()
         links = frame.links or {}
         request_in = links.get("request_in")
         corr = frame.fields.get(self.correlation) if self.correlation else None
@@ -91,6 +94,8 @@ class Dialogue:
         """The dialogue's lines; server is what the server is called (a broker, a name server),
         t0 what times count from (the capture's first packet; else the dialogue's first row)."""
         yield escape(_heading(self.number, conn))
+        if self.tls is not None:
+            yield escape(f"  decrypted from TLS: {self.tls}")
         if not self.rows:
             yield "  (no frames)"
             return

@@ -169,9 +169,12 @@ class Renderer:
         name = frame.name
         wire = self.decoder.wire_text(frame)
         said = f"{name} {frame.kind}" if wire.lower() == name.lower() else f"{name} {frame.kind} {wire}"
-        return (
+        line = (
             f"{frame.number:>6} {when} {where}{self.short:<{self.column}} {said} {self.info(frame)}".rstrip()
         )
+        if frame.tls is not None:  # decrypted: the layer it came through, as Wireshark's column says
+            line += f" [{frame.tls.version or 'TLS'}]"
+        return line
 
     # ------------------------------------------------------------ JSON
 
@@ -195,6 +198,8 @@ class Renderer:
             "links": frame.links or {},
             "expert": [e.as_dict() for e in frame.expert],
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
+        if frame.tls is not None:
+            data["tls"] = frame.tls.as_dict()
         if with_bytes:
             data["bytes"] = bytes(frame.data).hex()
             data["packets"] = sorted(set(frame.packets))
@@ -233,6 +238,20 @@ class Renderer:
         where = f" {frame.src} → {frame.dst}," if frame.src else ""
         at = f", t={when.strip()}" if frame.src else ""
         root = Branch(f"Frame {frame.number}:{where} {len(frame.data)} bytes{at}", "bold", 0, len(frame.data))
+        if frame.tls is not None:
+            info = frame.tls
+            layer = root.add(Branch(f"Transport Layer Security: {info.summary()}", "bold"))
+            for label, value in (
+                ("Version", info.version),
+                ("Cipher Suite", info.suite),
+                ("Server Name", info.sni),
+                ("ALPN", info.alpn),
+                ("Resumed", "yes" if info.resumed else None),
+                ("Keys", info.keys),
+                ("Client Random", info.client_random),
+            ):
+                if value is not None:
+                    layer.add(Branch(f"{label}: {value}"))
         proto = root.add(
             Branch(f"{self.protocol.title}, {frame.name} {frame.kind}", "bold cyan", 0, len(frame.data))
         )

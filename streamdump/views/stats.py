@@ -116,6 +116,8 @@ def _connection_text(conn: dict[str, Any]) -> str:
         f"  frames: {conn['client_frames']} from the client ({conn['client_bytes']} bytes), "
         f"{conn['server_frames']} from the server ({conn['server_bytes']} bytes)",
     ]
+    if conn.get("tls"):
+        lines.append(f"  decrypted from TLS: {conn['tls']}")
     if conn["frame_max"] is not None:
         lines.append(f"  tuned: frame_max {conn['frame_max']}, heartbeat {conn['heartbeat_s']} s")
     if conn["closed_by_server"] is not None:

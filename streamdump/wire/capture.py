@@ -87,6 +87,8 @@ class Tally:
     stop_after: int | None = None
     # The comments of a pcapng file's section headers.
     comments: list[str] = field(default_factory=list)
+    # The TLS key logs of a pcapng file's Decryption Secrets Blocks, as read.
+    secrets: list[bytes] = field(default_factory=list)
     # Shown every packet as read, (number, time, link type, bytes): a copy kept of a pipe.
     on_record: Callable[[int, float, int, bytes | memoryview], None] | None = None
 
@@ -162,6 +164,7 @@ def _packets(src: _Exact, name: str, tally: Tally) -> Iterator[tuple[float, int,
     if head == PCAPNG_MAGIC:
         section = Section()
         section.comments = tally.comments  # the section headers' comments land in the tally
+        section.secrets = tally.secrets  # and so do the key logs of its secrets blocks
         yield from read_pcapng(_Prefixed(head, src), section)  # type: ignore[arg-type]
         return
     if head not in PCAP_MAGICS:

@@ -79,6 +79,8 @@ class Frame:
     key_text: str = "?"  # the key as the protocol writes it (0x0006, 310)
     # The packets whose TCP payload held bytes of this frame, in stream order (-x, -w).
     packets: tuple[int, ...] = ()
+    # The TLS layer the frame came through (streamdump.wire.tls.connection.TlsInfo), if any.
+    tls: Any = None
 
     @property
     def name(self) -> str:

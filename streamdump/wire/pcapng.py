@@ -19,6 +19,8 @@ IDB = 0x00000001
 PB = 0x00000002  # obsolete Packet Block, still written by old tools
 SPB = 0x00000003
 EPB = 0x00000006
+DSB = 0x0000000A  # Decryption Secrets Block
+SECRETS_TLS_KEYLOG = 0x544C534B  # "TLSK": the secrets are an NSS key log
 BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 OPT_END = 0
@@ -81,14 +83,18 @@ class Section:
     started: bool = False  # a section header has been read
     # The comments of the section headers read so far (what wrote the file may say how to read it).
     comments: list[str] = field(default_factory=list)
+    # The TLS key logs of Decryption Secrets Blocks read so far (editcap --inject-secrets).
+    secrets: list[bytes] = field(default_factory=list)
 
     def copy(self) -> Section:
         """A section a reader may advance without changing this one."""
-        return Section(self.order, list(self.interfaces), self.started, list(self.comments))
+        return Section(
+            self.order, list(self.interfaces), self.started, list(self.comments), list(self.secrets)
+        )
 
 
 # Blocks that describe a section rather than carry packets; a reader starting mid-file needs them.
-DESCRIBING = frozenset({SHB, IDB})
+DESCRIBING = frozenset({SHB, IDB, DSB})
 
 
 def read_packets(
@@ -143,6 +149,12 @@ def read_packets(
             section.interfaces.append(_interface(body, order))
             if described is not None:
                 described(pos, head + block)
+        elif btype == DSB and len(body) >= 8:
+            kind, size = struct.unpack_from(order + "II", body, 0)
+            if kind == SECRETS_TLS_KEYLOG:
+                section.secrets.append(body[8 : 8 + size])
+            if described is not None:
+                described(pos, head + block)
         elif btype == EPB:
             iface_id, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "IIIII", body, 0)
             iface = _lookup(section.interfaces, iface_id)
@@ -156,7 +168,7 @@ def read_packets(
             iface_id, _drops, ts_hi, ts_lo, caplen, _origlen = struct.unpack_from(order + "HHIIII", body, 0)
             iface = _lookup(section.interfaces, iface_id)
             yield _time(iface, ts_hi, ts_lo), iface.linktype, body[20 : 20 + caplen]
-        # Name resolution, statistics, custom and decryption-secrets blocks carry no packets.
+        # Name resolution, statistics and custom blocks carry no packets.
         pos += length
 
 

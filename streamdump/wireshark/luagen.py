@@ -143,6 +143,7 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         "title": protocol.title,
         "short": protocol.short,
         "ports": list(wiring.ports),
+        "tls_ports": list(wiring.tls_ports),
         "roles": dict(wiring.roles),
         "order": protocol.order,
         "max_size": wiring.max_size,
