@@ -106,6 +106,8 @@ def test_a_small_read_loads_what_it_uses(tmp_path: Path) -> None:
         "crc32c",  # Liftbridge's CRC, when an envelope has one
         "google.protobuf",  # Liftbridge's API messages, when one is decoded
         "rich",  # trees, tables and bars draw with it; one line a frame does not
+        "cryptography",  # the first ClientHello loads it with the TLS record layer
+        "streamdump.wire.tls.connection",
     )
     assert unused == []
 
@@ -188,4 +190,5 @@ def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: 
     cache.kept("registry", key, lambda: compiled, Registry)
     again = cache.kept("registry", key, lambda: pytest.fail("the kept copy was not read"), Registry)
     assert again is not compiled
-    assert pickle.dumps(again) == pickle.dumps(compiled)
+    # Equal as values (sets compare by content: their order may differ once read back).
+    assert again == compiled

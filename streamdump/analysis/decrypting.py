@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from streamdump.spec.decoder import DecodeState
 from streamdump.wire.framing import Framer
 from streamdump.wire.reassembly import Gap
-from streamdump.wire.tls.connection import Resumption, TlsConnection
 from streamdump.wire.tls.keylog import KeyLog
 from streamdump.wire.tls.records import is_client_hello, plausible_header
 
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from streamdump.wire.capture import Segment
     from streamdump.wire.frame import Frame
     from streamdump.wire.framing import Piece
+    from streamdump.wire.tls.connection import Resumption
 
 # Decrypted bytes held while a TLS connection on no known port waits for its protocol to show.
 PARKED_LIMIT = 64 << 10
@@ -49,7 +49,7 @@ class Decrypting:
     """What the Reader does for TLS connections (its own state is set up by the Reader)."""
 
     keylog: KeyLog
-    sessions: Resumption
+    sessions: Resumption | None
     secrets_read: int
     junk_told: int
     stats: ReadStats
@@ -76,7 +76,7 @@ class Decrypting:
         self.keylog = keylog.copy() if keylog is not None else KeyLog()
         self.secrets_read = 0  # the capture's secrets blocks already in keylog
         self.junk_told = 0  # junk lines of the key logs already told
-        self.sessions = Resumption()  # TLS 1.2 sessions a later connection may resume
+        self.sessions = None  # TLS 1.2 sessions a later connection may resume, once one is TLS
         self.tls_pending: set[tuple[str, int, str, int]] = set()  # TLS on no known port
         self.undecrypted: set[int] = set()  # TLS connections whose keys were missing or wrong
 
@@ -156,7 +156,12 @@ class Decrypting:
 
     def _start_tls(self, conn: Connection) -> None:
         """The client's first bytes are a ClientHello: what follows in both directions is TLS."""
+        # The record layer and cryptography load here: a capture without TLS never needs them.
+        from streamdump.wire.tls.connection import Resumption, TlsConnection
+
         where = f"{conn.client} -> {conn.server}"
+        if self.sessions is None:
+            self.sessions = Resumption()
         conn.tls = TlsConnection(self.keylog, where, self.sessions)
         client, server = conn.to_server, conn.to_client
         client.cipher, client.spans = client.spans, deque(maxlen=SPANS_KEPT)

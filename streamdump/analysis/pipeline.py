@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamdump.analysis.decrypting import SPANS_KEPT, Decrypting, packets_of
 from streamdump.analysis.tail import HookTail, TailRule, last_value, recover, tail_rule
@@ -43,10 +43,12 @@ from streamdump.wire.reassembly import (
     Gap,
     Stream,
 )
-from streamdump.wire.tls.connection import TlsConnection
 from streamdump.wire.tls.keylog import KeyLog
 from streamdump.wire.tls.records import is_client_hello
 from streamdump.wire.wildcards import matches_any
+
+if TYPE_CHECKING:  # the TLS layer (and cryptography) loads with the first ClientHello
+    from streamdump.wire.tls.connection import TlsConnection
 
 # Connections that ended are remembered (bounded) so stray late packets do not open new ones.
 CLOSED_MEMORY = 4096
