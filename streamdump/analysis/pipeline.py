@@ -311,6 +311,9 @@ class Reader:
         self.assigned: dict[tuple[str, int, str, int], Runtime] = {}
         self.watched: OrderedDict[tuple[str, int, str, int], Watch] = OrderedDict()
         self.ignored: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
+        # Connections whose handshake put the server on a port no protocol is decoded on: their
+        # other segments are not placed by the client's port (bounded, like the closed ones).
+        self.foreign: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
         self.watching = bool(self.dissection.magic or self.dissection.guess)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
         # The buffered limit (every decoder has the same Limits), and bytes fed since it was checked.
@@ -328,31 +331,34 @@ class Reader:
 
     def feed(self, seg: Segment) -> Iterator[Frame]:
         self.ts = seg.ts
-        runtime = self.ports.get(seg.dport)
-        if runtime is not None:
-            key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
-        else:
-            runtime = self.ports.get(seg.sport)
-            if runtime is not None:
-                key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
-            elif not self.watching:
-                return
-            else:
-                placed = self._placed(seg)
-                if placed is None:
-                    yield from self._watch(seg)
-                    return
-                key, from_server, runtime = placed
-        self.stats.segments_matched += 1
-        conn = self.connections.get(key)
         syn = seg.flags & TCP_SYN
+        # A connection already open is found in either direction before any port is looked at:
+        # a client's port may be another protocol's server port.
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        conn = self.connections.get(key)
+        if conn is not None:
+            runtime, from_server = conn.runtime, False
+        elif (conn := self.connections.get(back := (seg.dst, seg.dport, seg.src, seg.sport))) is not None:
+            key, runtime, from_server = back, conn.runtime, True
+        else:
+            foreign = self.foreign and min(key, back) in self.foreign
+            placed = None if foreign else self._by_port(seg, syn)
+            if placed is None:
+                if self.watching:
+                    placed = self._placed(seg)
+                if placed is None:
+                    if self.watching:
+                        yield from self._watch(seg)
+                    return
+            key, from_server, runtime = placed
+        self.stats.segments_matched += 1
         if conn is not None and syn and not from_server and self._reused(conn, seg.seq):
             # A new client SYN on a known 4-tuple is port reuse: a new connection.
             yield from self._end(key, conn, seg.number, "the port was reused")
             conn = None
         if conn is None:
-            if key in self.closed and not syn:
-                return  # a straggler of a connection that ended
+            if not syn and (key in self.closed or (key[2], key[3], key[0], key[1]) in self.closed):
+                return  # a straggler of a connection that ended (its ports may name it the other way)
             if not syn and not seg.payload and seg.wire_len == 0:
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
@@ -388,6 +394,28 @@ class Reader:
         if self.fed >= HELD_CHECK_BYTES:
             self.fed = 0
             yield from self._bound(seg.number)
+
+    def _by_port(self, seg: Segment, syn: int) -> tuple[tuple[str, int, str, int], bool, Runtime] | None:
+        """A segment of no open connection placed by the server port it goes to or comes from:
+        its key (client first), direction and protocol. The side that sends the SYN is the
+        client, the side that answers it the server, whatever their ports."""
+        acked = seg.flags & TCP_ACK
+        if not syn or not acked:  # a SYN goes to the server; other segments, either way
+            runtime = self.ports.get(seg.dport)
+            if runtime is not None:
+                return (seg.src, seg.sport, seg.dst, seg.dport), False, runtime
+        if not syn or acked:  # a SYN-ACK comes from the server
+            runtime = self.ports.get(seg.sport)
+            if runtime is not None:
+                return (seg.dst, seg.dport, seg.src, seg.sport), True, runtime
+        if syn and (seg.sport in self.ports or seg.dport in self.ports):
+            # A client on a port that names a protocol, to a server on a port that names none.
+            self.foreign[
+                min((seg.src, seg.sport, seg.dst, seg.dport), (seg.dst, seg.dport, seg.src, seg.sport))
+            ] = None
+            if len(self.foreign) > CLOSED_MEMORY:
+                self.foreign.popitem(last=False)
+        return None
 
     def _bound(self, number: int) -> Iterator[Frame]:
         """Keep the bytes held across connections under the buffered limit: the directions
