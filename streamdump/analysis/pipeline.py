@@ -90,6 +90,9 @@ class ReadStats(Tally):
     # Every connection's opening and ending (SYN, FINs, reset), by its number, once it ended
     # or the capture did.
     lives: dict[int, Life] = field(default_factory=dict)
+    # When a list: the lives of connections that ended, each added once its last frame was
+    # handed on, for a session to retire them (analysis/session.py) before the read ends.
+    ended: list[Life] | None = None
 
 
 @dataclass(slots=True)
@@ -570,6 +573,8 @@ class Reader:
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
             self.closed.popitem(last=False)
+        if self.stats.ended is not None:
+            self.stats.ended.append(life)
 
     # ------------------------------------------------------------------ events
 
