@@ -7,14 +7,22 @@ at, and the side that sent the SYN is the client. Captures built with dpkt (test
 
 from __future__ import annotations
 
+import gc
 import json
+import socket
 import struct
+import subprocess
+import sys
+import tracemalloc
 from pathlib import Path
 
 import dpkt
+import pytest
 from pcap_writer import tcp_pcap
 from streamdump.dissectors.eventmesh.framing import MAGIC
 
+from streamdump.analysis import pipeline
+from streamdump.analysis import rows as rows_module
 from streamdump.analysis.session import CaptureFile, Options
 
 FIN_ACK = dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK
@@ -25,6 +33,12 @@ CONNECT = b'CONNECT {"verbose":false,"lang":"python3","version":"2.6.0"} \r\n'
 def eventmesh(header: dict, body: bytes = b"") -> bytes:
     text = json.dumps(header).encode()
     return MAGIC + struct.pack(">ii", 13 + len(text) + len(body), len(text)) + text + body
+
+
+def streamdump(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamdump", *args], capture_output=True, text=True, check=True
+    )
 
 
 def read(path: Path) -> tuple[list, object]:
@@ -106,3 +120,83 @@ def test_the_syn_sender_is_the_client_whatever_its_port(tmp_path: Path) -> None:
     assert [(f.protocol, f.kind, f.from_client, str(f.dst)) for f in got] == [
         ("eventmesh", "request", True, "10.0.0.1:7777")
     ]
+
+
+def sessions(path: Path, count: int, big: int = -1) -> None:
+    """count short NATS connections, each a client of its own (INFO, CONNECT, PUB, PING, PONG,
+    FINs); the one numbered big publishes 1000 bytes more than the others."""
+    with path.open("wb") as out:
+        writer = dpkt.pcap.Writer(out)
+        ts = 1_800_000_000.0
+        for n in range(count):
+            client, server = (
+                (socket.inet_aton(f"10.1.{n >> 8}.{n & 255}"), 40000 + n),
+                (socket.inet_aton("10.0.0.1"), 4222),
+            )
+            seq = {True: 1000, False: 5000}
+            body = b"x" * (1000 if n == big else 10)
+            packets = [
+                (True, dpkt.tcp.TH_SYN, b""),
+                (False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK, b""),
+                (True, dpkt.tcp.TH_ACK, b""),
+                (False, dpkt.tcp.TH_ACK, INFO),
+                (True, dpkt.tcp.TH_ACK, CONNECT),
+                (True, dpkt.tcp.TH_ACK, b"PUB a.b %d\r\n%s\r\n" % (len(body), body)),
+                (True, dpkt.tcp.TH_ACK, b"PING\r\n"),
+                (False, dpkt.tcp.TH_ACK, b"PONG\r\n"),
+                (True, FIN_ACK, b""),
+                (False, FIN_ACK, b""),
+            ]
+            for from_client, flags, payload in packets:
+                (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
+                tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
+                                   flags=flags, win=65535, data=payload)  # fmt: skip
+                ip = dpkt.ip.IP(src=src, dst=dst, p=dpkt.ip.IP_PROTO_TCP, data=tcp)
+                ip.len = 20 + len(bytes(tcp))
+                writer.writepkt(bytes(dpkt.ethernet.Ethernet(type=dpkt.ethernet.ETH_TYPE_IP, data=ip)), ts=ts)
+                ts += 0.0001
+                seq[from_client] += len(payload) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
+
+
+def test_stats_list_the_top_connections_by_bytes_and_total_the_rest(tmp_path: Path) -> None:
+    """One line per connection as tshark's conv,tcp: the most bytes first, --top of them, the
+    others totalled on one line; JSON lists every connection, in their order."""
+    path = tmp_path / "many.pcap"
+    sessions(path, 30, big=17)
+    out = streamdump("stats", str(path), "--top", "5").stdout
+    rows = [line.split() for line in out.splitlines()[2:8]]
+    assert out.splitlines()[0].startswith("Connections (30; the 5 that moved the most bytes)")
+    assert rows[0][:4] == ["18", "10.1.0.17:40017", "<->", "10.0.0.1:4222"]  # the big one first
+    assert [r[0] for r in rows[1:5]] == ["1", "2", "3", "4"]  # equal bytes: the earliest first
+    each = [int(v) for v in rows[1][4:10]]
+    assert each[0] == 3 and each[2] == 2 and each[4] == 5 and each[5] == each[1] + each[3]
+    assert rows[5][:3] == ["25", "more", "connections"]
+    assert [int(v) for v in rows[5][3:]] == [25 * v for v in each]  # the others, totalled
+    assert rows[1][10] == "0.000000" and rows[1][11] == "0.0009" and rows[1][12] == "closed"
+    every = json.loads(streamdump("stats", str(path), "-T", "json").stdout)["connections"]
+    assert [c["connection"] for c in every] == list(range(1, 31))
+    assert every[17]["client_bytes"] == each[1] + 990 + 2  # 990 bytes more, its size two digits longer
+
+
+def test_an_ended_connection_leaves_only_its_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a session keeps of connections that ended does not grow with their number: no
+    tracker state, no Life, no counters; summaries beyond a few are written out."""
+    monkeypatch.setattr(rows_module, "RUN", 50)
+    monkeypatch.setattr(pipeline, "CLOSED_MEMORY", 50)
+    held = []
+    for count in (200, 800):
+        path = tmp_path / f"many{count}.pcap"
+        sessions(path, count)
+        gc.collect()
+        tracemalloc.start()
+        session = Options().prepare().session(statistics=True)
+        for _ in session.frames(CaptureFile(path)):
+            pass
+        gc.collect()
+        held.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.stop()
+        assert not session.tracker.connections and not session.stats.lives and not session.reader.connections
+        assert all(not s.sides for s in session.statistics.values())
+        assert len(session.partials()["nats"].connections) == count
+        del session
+    assert (held[1] - held[0]) / 600 < 100, held  # bytes per connection that ended

@@ -127,8 +127,9 @@ def live(
 def _summary(session: Session) -> None:
     """The stats tables of the protocols that had connections, on stderr: how live and proxy end."""
     assert session.statistics is not None
-    partials = {name: s.partial() for name, s in session.statistics.items() if s.tracker.connections}
-    write_statistics(partials, session.setup.decoders, sys.stderr, titled=True)
+    partials = {name: s.partial() for name, s in session.statistics.items()}
+    partials = {name: p for name, p in partials.items() if p.connections}
+    write_statistics(partials, session.setup.decoders, sys.stderr, titled=True, origin=session.first_ts)
 
 
 def _address(text: str, what: str) -> tuple[str, int]:

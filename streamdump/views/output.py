@@ -25,7 +25,7 @@ from streamdump.views.fields import FieldRows, FieldsLayout
 from streamdump.views.messages import MessageLines
 from streamdump.views.render import Renderer
 from streamdump.views.safe import escape, escape_lines
-from streamdump.views.stats import render
+from streamdump.views.stats import TOP, render
 from streamdump.wire.frame import Frame
 
 
@@ -189,14 +189,21 @@ def _utf8(out: TextIO) -> bool:
 
 
 def write_statistics(
-    partials: Mapping[str, Partial], decoders: Mapping[str, Decoder], out: TextIO, titled: bool = False
+    partials: Mapping[str, Partial],
+    decoders: Mapping[str, Decoder],
+    out: TextIO,
+    titled: bool = False,
+    top: int = TOP,
+    origin: float | None = None,
 ) -> None:
     """Statistics as `streamdump stats` prints them: the protocols the capture holds (when it
-    holds none, the first asked for, with its empty tables), each titled when more than one is."""
+    holds none, the first asked for, with its empty tables), each titled when more than one is.
+    top: connections listed (the most bytes; 0: all); origin: the capture's first packet's time."""
     shown = [name for name, p in partials.items() if p.connections] or list(partials)[:1]
     console = PipeConsole(file=out, highlight=False, markup=False, width=None if out.isatty() else 200)
     for n, name in enumerate(shown):
         protocol = decoders[name].protocol
         if titled or len(shown) > 1:
             console.print(Text(("\n" if n else "") + f"== {protocol.title} ==", style="bold"))
-        render(partials[name].result(), console, partials[name].subject, partials[name].acked)
+        partial = partials[name]
+        render(partial.result(stream=True), console, partial.subject, partial.acked, top, origin)
