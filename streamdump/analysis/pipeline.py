@@ -345,7 +345,7 @@ class Reader:
             key, runtime, from_server = back, conn.runtime, True
         else:
             foreign = self.foreign and min(key, back) in self.foreign
-            placed = None if foreign else self._by_port(seg, syn)
+            placed = None if foreign else by_port(self.ports, self.foreign, seg, syn)
             if placed is None:
                 if self.watching:
                     placed = self._placed(seg)
@@ -397,28 +397,6 @@ class Reader:
         if self.fed >= HELD_CHECK_BYTES:
             self.fed = 0
             yield from self._bound(seg.number)
-
-    def _by_port(self, seg: Segment, syn: int) -> tuple[tuple[str, int, str, int], bool, Runtime] | None:
-        """A segment of no open connection placed by the server port it goes to or comes from:
-        its key (client first), direction and protocol. The side that sends the SYN is the
-        client, the side that answers it the server, whatever their ports."""
-        acked = seg.flags & TCP_ACK
-        if not syn or not acked:  # a SYN goes to the server; other segments, either way
-            runtime = self.ports.get(seg.dport)
-            if runtime is not None:
-                return (seg.src, seg.sport, seg.dst, seg.dport), False, runtime
-        if not syn or acked:  # a SYN-ACK comes from the server
-            runtime = self.ports.get(seg.sport)
-            if runtime is not None:
-                return (seg.dst, seg.dport, seg.src, seg.sport), True, runtime
-        if syn and (seg.sport in self.ports or seg.dport in self.ports):
-            # A client on a port that names a protocol, to a server on a port that names none.
-            self.foreign[
-                min((seg.src, seg.sport, seg.dst, seg.dport), (seg.dst, seg.dport, seg.src, seg.sport))
-            ] = None
-            if len(self.foreign) > CLOSED_MEMORY:
-                self.foreign.popitem(last=False)
-        return None
 
     def _bound(self, number: int) -> Iterator[Frame]:
         """Keep the bytes held across connections under the buffered limit: the directions
@@ -902,6 +880,35 @@ class Reader:
             end=gap.end,
             length=gap.length,
         )
+
+
+def by_port(
+    ports: Mapping[int, Runtime],
+    foreign: OrderedDict[tuple[str, int, str, int], None],
+    seg: Segment,
+    syn: int,
+) -> tuple[tuple[str, int, str, int], bool, Runtime] | None:
+    """A segment of no open connection placed by the server port it goes to or comes from: its
+    key (client first), direction and protocol. The side that sends the SYN is the client, the
+    side that answers it the server, whatever their ports; a handshake that puts the server on a
+    port no protocol names is remembered in foreign (bounded), whose later segments are not
+    placed by the client's port."""
+    acked = seg.flags & TCP_ACK
+    if not syn or not acked:  # a SYN goes to the server; other segments, either way
+        runtime = ports.get(seg.dport)
+        if runtime is not None:
+            return (seg.src, seg.sport, seg.dst, seg.dport), False, runtime
+    if not syn or acked:  # a SYN-ACK comes from the server
+        runtime = ports.get(seg.sport)
+        if runtime is not None:
+            return (seg.dst, seg.dport, seg.src, seg.sport), True, runtime
+    if syn and (seg.sport in ports or seg.dport in ports):
+        foreign[min((seg.src, seg.sport, seg.dst, seg.dport), (seg.dst, seg.dport, seg.src, seg.sport))] = (
+            None
+        )
+        if len(foreign) > CLOSED_MEMORY:
+            foreign.popitem(last=False)
+    return None
 
 
 def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator[Frame]:
