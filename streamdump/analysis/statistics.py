@@ -336,7 +336,9 @@ class Partial:
             self.codes.setdefault(name, Counter()).update(counts)
         for key, volume in other.volume.items():
             self.volume.setdefault(key, Volume()).merge(volume)
-        self.connections = self.connections.with_rows(other.connections)
+        merged = self.connections.with_rows(())
+        merged.extend(other.connections)  # written out past a few thousand, as they come
+        self.connections = merged
         # Findings past the cap stay counted, never listed: which are listed is the cap's to say.
         listed = sorted([*self.diagnoses, *other.diagnoses], key=finding_order)
         self.diagnoses = listed[:MAX_DIAGNOSES]
