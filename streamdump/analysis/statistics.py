@@ -408,7 +408,8 @@ class Partial:
             ],
             "connections": _listed(
                 (
-                    conn | {"expert": dict(sorted(severities[conn["connection"]].items()))}
+                    # .get: a defaultdict's [] would add a counter per connection (a million of them)
+                    conn | {"expert": dict(sorted(severities.get(conn["connection"], {}).items()))}
                     for conn in self.connections
                 ),
                 stream,
