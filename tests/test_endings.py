@@ -9,6 +9,7 @@ a frame, and a protocol whose connections simply end with TCP.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import dpkt
@@ -174,8 +175,13 @@ def test_stats_say_how_each_connection_ended() -> None:
     ended = {c["connection"]: c["ended"] for c in json.loads(result.stdout)["connections"]}
     assert ended[5]["how"] == "reset by the client (RST at packet 187)"
     assert {n: e["closed_by"] for n, e in ended.items()} == dict.fromkeys(range(1, 6), "client")
+    result = CliRunner().invoke(app, ["stats", str(CAPTURES / "heartbeat_timeout.pcap"), "--format", "json"])
+    assert (
+        json.loads(result.stdout)["connections"][0]["ended"]["how"]
+        == "closed by the broker first (FIN at packet 25)"
+    )
     text = CliRunner().invoke(app, ["stats", str(CAPTURES / "heartbeat_timeout.pcap")]).stdout
-    assert "  ended: closed by the broker first (FIN at packet 25)" in text
+    assert re.search(r"127\.0\.0\.1:5552 .* 3\.0067 +closed, 2 warn", text)
 
 
 def test_the_first_flag_names_the_closer() -> None:

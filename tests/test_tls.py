@@ -624,7 +624,8 @@ def test_nats_upgrade_on_a_port_of_no_protocol() -> None:
         ),
         (["read", "-c", "9"], "PeerProperties request 0x0011 corr=1 [TLSv1.3]"),
         (["follow", "--connection", "1"], "decrypted from TLS: TLSv1.3, TLS_AES_256_GCM_SHA384"),
-        (["stats"], "decrypted from TLS: TLSv1.3, TLS_AES_256_GCM_SHA384"),
+        (["stats"], "127.0.0.1:5551 (TLSv1.3)"),  # the connections table's server column
+        (["stats", "-T", "json"], '"tls": "TLSv1.3, TLS_AES_256_GCM_SHA384, keys found"'),
     ],
 )
 def test_every_view_shows_the_tls_layer(command: list[str], expected: str) -> None:

@@ -25,11 +25,26 @@ class Conversations:
     def __init__(self, protocols: Iterable[Protocol]) -> None:
         self.trackers = {protocol.name: Tracker(protocol) for protocol in protocols}
         self.first_ts: float | None = None
+        # Connections retired whose client left without the protocol's close (told as findings):
+        # their lives, for the hosts that ended several at once (no more than findings are listed).
+        self.abrupt: dict[int, Life] = {}
 
     def feed(self, frame: Frame) -> None:
         if self.first_ts is None:
             self.first_ts = frame.ts
         self.trackers[frame.protocol].feed(frame)
+
+    def retire(self, life: Life, lossy: bool = False) -> ConnState | None:
+        """A connection ended before the read did: its tracker finds what its end shows and lets
+        go of it (Tracker.retire); its state comes back for its summary."""
+        tracker = self.trackers.get(life.protocol)
+        if tracker is None:
+            return None
+        told = len(tracker.diagnoses)
+        conn = tracker.retire(life, lossy)
+        if len(tracker.diagnoses) > told and abruptly_left(tracker.diagnoses[told:]):
+            self.abrupt[life.conn] = life
+        return conn
 
     def first_pass(self) -> None:
         """The first of two passes: the rules keep what frames after a frame tell it."""
@@ -51,8 +66,9 @@ class Conversations:
             tracker.finish(lossy, lives)
         if not whole:
             return
-        for conn, found in ended_together(lives or {}, abruptly_left(self.diagnoses)):
-            tracker = self.trackers[(lives or {})[conn].protocol]
+        every = {**self.abrupt, **(lives or {})}
+        for conn, found in ended_together(every, abruptly_left(self.diagnoses)):
+            tracker = self.trackers[every[conn].protocol]
             tracker.add_ending(conn, found)
 
     @property

@@ -93,6 +93,9 @@ class ReadStats(Tally):
     # Every connection's opening and ending (SYN, FINs, reset), by its number, once it ended
     # or the capture did.
     lives: dict[int, Life] = field(default_factory=dict)
+    # When a list: the lives of connections that ended, each added once its last frame was
+    # handed on, for a session to retire them (analysis/session.py) before the read ends.
+    ended: list[Life] | None = None
 
 
 @dataclass(slots=True)
@@ -314,6 +317,9 @@ class Reader(Decrypting):
         self.assigned: dict[tuple[str, int, str, int], Runtime] = {}
         self.watched: OrderedDict[tuple[str, int, str, int], Watch] = OrderedDict()
         self.ignored: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
+        # Connections whose handshake put the server on a port no protocol is decoded on: their
+        # other segments are not placed by the client's port (bounded, like the closed ones).
+        self.foreign: OrderedDict[tuple[str, int, str, int], None] = OrderedDict()
         self.watching = bool(self.dissection.magic or self.dissection.guess)
         self.ts = 0.0  # time of the latest packet, for frames handed on at the end
         # The buffered limit (every decoder has the same Limits), and bytes fed since it was checked.
@@ -333,31 +339,36 @@ class Reader(Decrypting):
         self.ts = seg.ts
         if len(self.stats.secrets) != self.secrets_read or self.keylog.junk != self.junk_told:
             self._secrets(seg.number)
-        runtime = self.ports.get(seg.dport)
-        if runtime is not None:
-            key, from_server = (seg.src, seg.sport, seg.dst, seg.dport), False
-        else:
-            runtime = self.ports.get(seg.sport)
-            if runtime is not None:
-                key, from_server = (seg.dst, seg.dport, seg.src, seg.sport), True
-            elif not self.watching and not self.keylog:
-                return
-            else:
-                placed = self._placed(seg)
-                if placed is None:
-                    yield from self._watch(seg)
-                    return
-                key, from_server, runtime = placed
-        self.stats.segments_matched += 1
-        conn = self.connections.get(key)
         syn = seg.flags & TCP_SYN
+        # A connection already open is found in either direction before any port is looked at:
+        # a client's port may be another protocol's server port.
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        conn = self.connections.get(key)
+        if conn is not None:
+            runtime, from_server = conn.runtime, False
+        elif (conn := self.connections.get(back := (seg.dst, seg.dport, seg.src, seg.sport))) is not None:
+            key, runtime, from_server = back, conn.runtime, True
+        else:
+            foreign = self.foreign and min(key, back) in self.foreign
+            placed = None if foreign else by_port(self.ports, self.foreign, seg, syn)
+            if placed is None:
+                # On no known port: a protocol's magic or first frame, or (with keys) a ClientHello.
+                looking = self.watching or bool(self.keylog)
+                if looking:
+                    placed = self._placed(seg)
+                if placed is None:
+                    if looking:
+                        yield from self._watch(seg)
+                    return
+            key, from_server, runtime = placed
+        self.stats.segments_matched += 1
         if conn is not None and syn and not from_server and self._reused(conn, seg.seq):
             # A new client SYN on a known 4-tuple is port reuse: a new connection.
             yield from self._end(key, conn, seg.number, "the port was reused")
             conn = None
         if conn is None:
-            if key in self.closed and not syn:
-                return  # a straggler of a connection that ended
+            if not syn and (key in self.closed or (key[2], key[3], key[0], key[1]) in self.closed):
+                return  # a straggler of a connection that ended (its ports may name it the other way)
             if not syn and not seg.payload and seg.wire_len == 0:
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
@@ -555,6 +566,8 @@ class Reader(Decrypting):
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
             self.closed.popitem(last=False)
+        if self.stats.ended is not None:
+            self.stats.ended.append(life)
 
     # ------------------------------------------------------------------ events
 
@@ -882,6 +895,35 @@ class Reader(Decrypting):
             end=gap.end,
             length=gap.length,
         )
+
+
+def by_port(
+    ports: Mapping[int, Runtime],
+    foreign: OrderedDict[tuple[str, int, str, int], None],
+    seg: Segment,
+    syn: int,
+) -> tuple[tuple[str, int, str, int], bool, Runtime] | None:
+    """A segment of no open connection placed by the server port it goes to or comes from: its
+    key (client first), direction and protocol. The side that sends the SYN is the client, the
+    side that answers it the server, whatever their ports; a handshake that puts the server on a
+    port no protocol names is remembered in foreign (bounded), whose later segments are not
+    placed by the client's port."""
+    acked = seg.flags & TCP_ACK
+    if not syn or not acked:  # a SYN goes to the server; other segments, either way
+        runtime = ports.get(seg.dport)
+        if runtime is not None:
+            return (seg.src, seg.sport, seg.dst, seg.dport), False, runtime
+    if not syn or acked:  # a SYN-ACK comes from the server
+        runtime = ports.get(seg.sport)
+        if runtime is not None:
+            return (seg.dst, seg.dport, seg.src, seg.sport), True, runtime
+    if syn and (seg.sport in ports or seg.dport in ports):
+        foreign[min((seg.src, seg.sport, seg.dst, seg.dport), (seg.dst, seg.dport, seg.src, seg.sport))] = (
+            None
+        )
+        if len(foreign) > CLOSED_MEMORY:
+            foreign.popitem(last=False)
+    return None
 
 
 def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator[Frame]:

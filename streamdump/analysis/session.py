@@ -296,8 +296,12 @@ class Session:
         follow: Follow | None = None,
         on_frame: Callable[[Frame], None] | None = None,
         write: PacketWriter | None = None,
+        retire: bool = True,
     ) -> None:
-        """write: the packets of the frames the filter keeps go there once the read ends (-w)."""
+        """write: the packets of the frames the filter keeps go there once the read ends (-w).
+        retire: what a connection leaves behind once it ended is only its findings and summary
+        (its state, its Life, its counters let go), so memory holds the connections open, not
+        every one the read met; without, `lives` and the tracker keep every connection (follow)."""
         self.setup = setup
         self.write = write
         self.kept_packets: set[int] = set()  # with write: the packets of the frames kept
@@ -309,6 +313,8 @@ class Session:
         self.follow = follow
         self.on_frame = on_frame
         self.stats = ReadStats()
+        if retire:
+            self.stats.ended = []
         self.tracker = Conversations(d.protocol for d in setup.decoders.values())
         self.statistics: dict[str, Statistics] | None = None
         if statistics or setup.by:
@@ -383,6 +389,8 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        if self.stats.ended:
+            self._retire()
         self.tracker.finish(self.stats.lossy, self.stats.lives, whole=whole)
 
     def _analysed(self, frames: Iterable[Frame], first: _Pass | None = None) -> Iterator[tuple[Frame, bool]]:
@@ -402,6 +410,8 @@ class Session:
         for index, frame in enumerate(frames):
             if stats.notices and self.on_notice is not None:
                 self._tell()
+            if stats.ended:
+                self._retire()
             tracker.feed(frame)
             if later and index in later:
                 frame.links = (frame.links or {}) | later[index]
@@ -423,6 +433,27 @@ class Session:
             if self.on_frame is not None:
                 self.on_frame(frame)
             yield frame, kept
+
+    def _retire(self) -> None:
+        """Let go of the connections that ended, their frames all analysed: the tracker finds
+        what their end shows, the statistics summarise them, -w keeps their SYN, FINs and reset."""
+        stats = self.stats
+        assert stats.ended is not None
+        ended, stats.ended = stats.ended, []
+        for life in ended:
+            number = life.conn
+            lossy = number in stats.lossy
+            if lossy:
+                stats.lossy.discard(number)
+            stats.lives.pop(number, None)
+            conn = self.tracker.retire(life, lossy)
+            if self.statistics is not None:
+                counted = self.statistics.get(life.protocol)
+                if counted is not None:
+                    counted.retire(life, conn)
+            if self.write is not None and number in self.kept_connections:
+                marks = [life.syn, life.syn_ack, life.reset, *life.fins.values()]
+                self.kept_packets.update(mark.number for mark in marks if mark is not None)
 
     def _found(self, severity: str | None) -> None:
         if severity is not None and (

@@ -135,6 +135,8 @@ class ConnState:
     rules: dict[str, Any] = field(default_factory=dict)
     # What a summary of the connection says that a rule learned (FACTS).
     facts: dict[str, Any] = field(default_factory=dict)
+    # Findings about it that bytes the capture lost may explain (made notes if it turns out lossy).
+    doubtable: int = 0
 
     def side(self, from_client: bool | None) -> SideState:
         return self.client_side if from_client is not False else self.server_side

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamdump.analysis.grouping import Grouping
+from streamdump.analysis.rows import Rows
 from streamdump.analysis.state import FACTS, ConnState, Diagnosis
 from streamdump.analysis.tracker import MAX_DIAGNOSES, Tracker, summarise
 from streamdump.spec.dissector import MessageRules, dissector_of
@@ -157,6 +158,10 @@ class Statistics:
     # What the frames counted say of themselves (the decoder's notes, which read shows on each
     # frame), counted as the findings past the listed ones are: in the expert summary.
     noted: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # The summaries of the connections that ended before the read did (retire), and under -Y
+    # the numbers of those with frames counted.
+    rows: Rows = field(default_factory=Rows)
+    counted: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.rules is None:
@@ -218,7 +223,28 @@ class Statistics:
         return moved
 
     def _counted(self, number: int) -> bool:
-        return (number, True) in self.sides or (number, False) in self.sides
+        return (number, True) in self.sides or (number, False) in self.sides or number in self.counted
+
+    def retire(self, life: Life, conn: ConnState | None) -> None:
+        """A connection ended before the read did: its summary is made now, and only that kept
+        (written out past a few thousand), its counters let go."""
+        number = life.conn
+        if self.filtered:
+            if not self._counted(number):
+                return
+            self.counted.add(number)
+        if conn is None:
+            conn = ConnState(number, life.protocol, life.client, life.server)
+            server = self.tracker.spec.server
+        else:
+            server = self.tracker.server(conn)
+        row = _connection(conn, life, server, self.sides)
+        tls = self.tls.pop(number, None)  # its TLS layer goes with the row, not kept beside it
+        if tls is not None:
+            row["tls"] = tls
+        self.rows.add(row)
+        self.sides.pop((number, True), None)
+        self.sides.pop((number, False), None)
 
     def _told(self, d: Diagnosis) -> bool:
         """Whether stats tell a finding: always, or under -Y when it is about a frame counted or
@@ -229,9 +255,10 @@ class Statistics:
             return False
         return _marked(self.picked, d.number) or not _marked(self.framed, d.number)
 
-    def _connections(self) -> list[dict[str, Any]]:
+    def _connections(self) -> Rows:
         """One summary per connection: those with frames, and those whose packets carried none
-        (a refused connection, one closed before a byte); under -Y, those with frames counted."""
+        (a refused connection, one closed before a byte); under -Y, those with frames counted.
+        Those retired are summarised already."""
         tracker = self.tracker
         rows = {
             number: _connection(conn, tracker.lives.get(number), tracker.server(conn), self.sides)
@@ -245,7 +272,7 @@ class Statistics:
         for number, row in rows.items():
             if number in self.tls:  # a decrypted connection's TLS layer (plaintext ones have no key)
                 row["tls"] = self.tls[number]
-        return [rows[n] for n in sorted(rows)]
+        return self.rows.with_rows(rows[n] for n in sorted(rows))
 
     @property
     def subject(self) -> str:
@@ -292,7 +319,7 @@ class Partial:
     codes: dict[str, Counter[str]] = field(default_factory=dict)
     confirm: dict[str, Samples] = field(default_factory=dict)
     volume: dict[tuple[str, str], Volume] = field(default_factory=dict)
-    connections: list[dict[str, Any]] = field(default_factory=list)
+    connections: Rows = field(default_factory=Rows)
     diagnoses: list[Diagnosis] = field(default_factory=list)
     untold: dict[tuple[str, str, str, str, int], tuple[int, int]] = field(default_factory=dict)
     # The frames' own notes, counted (Statistics.noted).
@@ -319,7 +346,9 @@ class Partial:
             self.codes.setdefault(name, Counter()).update(counts)
         for key, volume in other.volume.items():
             self.volume.setdefault(key, Volume()).merge(volume)
-        self.connections += other.connections
+        merged = self.connections.with_rows(())
+        merged.extend(other.connections)  # written out past a few thousand, as they come
+        self.connections = merged
         # Findings past the cap stay counted, never listed: which are listed is the cap's to say.
         listed = sorted([*self.diagnoses, *other.diagnoses], key=finding_order)
         self.diagnoses = listed[:MAX_DIAGNOSES]
@@ -338,13 +367,18 @@ class Partial:
 
     def renumber(self, numbers: Mapping[int, int]) -> None:
         """Give connections the numbers a read of the whole capture gives them."""
+        renumbered = Rows()
         for conn in self.connections:
             conn["connection"] = numbers.get(conn["connection"], conn["connection"])
+            renumbered.add(conn)
+        self.connections = renumbered
         self.diagnoses = [replace(d, conn=numbers.get(d.conn, d.conn)) for d in self.diagnoses]
         self.untold = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.untold.items()}
         self.noted = {(*key[:4], numbers.get(key[4], key[4])): value for key, value in self.noted.items()}
 
-    def result(self) -> dict[str, Any]:
+    def result(self, stream: bool = False) -> dict[str, Any]:
+        """stream: the connections as an iterator, read once (a read of a million connections
+        writes them out one by one); else a list."""
         diagnoses = sorted(self.diagnoses, key=finding_order)
         severities: dict[int, Counter[str]] = defaultdict(Counter)
         for d in diagnoses:
@@ -382,10 +416,14 @@ class Partial:
                 | ({"latency": latency(v.latency)} if v.latency is not None else {})
                 for (stream, direction), v in sorted(self.volume.items())
             ],
-            "connections": [
-                conn | {"expert": dict(sorted(severities[conn["connection"]].items()))}
-                for conn in sorted(self.connections, key=lambda c: c["connection"])
-            ],
+            "connections": _listed(
+                (
+                    # .get: a defaultdict's [] would add a counter per connection (a million of them)
+                    conn | {"expert": dict(sorted(severities.get(conn["connection"], {}).items()))}
+                    for conn in self.connections
+                ),
+                stream,
+            ),
             "expert": summarise(diagnoses, {**self.untold, **self.noted}),
             "diagnoses": [d.as_dict() for d in diagnoses],
             # Findings past the listed ones: in the expert summary's counts, not listed one by one.
@@ -412,13 +450,18 @@ class Partial:
         )
 
 
-def document(results: Mapping[str, Partial]) -> dict[str, Any]:
+def document(results: Mapping[str, Partial], stream: bool = False) -> dict[str, Any]:
     """What `stats --format json` prints: the one protocol the capture holds, else each that it
-    holds by name (when it holds none, the first asked for, with its empty tables)."""
+    holds by name (when it holds none, the first asked for, with its empty tables). stream: the
+    connections as iterators (Partial.result)."""
     shown = [name for name, partial in results.items() if partial.connections] or list(results)[:1]
     if len(shown) == 1:
-        return results[shown[0]].result()
-    return {"protocols": {name: results[name].result() for name in shown}}
+        return results[shown[0]].result(stream)
+    return {"protocols": {name: results[name].result(stream) for name in shown}}
+
+
+def _listed(rows: Iterator[dict[str, Any]], stream: bool) -> Iterator[dict[str, Any]] | list[dict[str, Any]]:
+    return rows if stream else list(rows)
 
 
 def finding_order(d: Diagnosis) -> tuple[int, int]:

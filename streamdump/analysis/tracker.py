@@ -82,6 +82,12 @@ class Tracker:
             for cls in rule_classes(dissector_of(protocol))
             if cls.key in conv.rules
         )
+        ending = conv.ending
+        self.words = Words(
+            conv.server,
+            ending.close if ending is not None else None,
+            dict(ending.hints) if ending is not None else {},
+        )
         self.rules_before = tuple(r for r in self.rules if type(r).before is not Rule.before)
         # The rules each command's frames are fed to, in the package's order.
         every = tuple(r for r in self.rules if r.commands is None)
@@ -239,18 +245,45 @@ class Tracker:
         self._doubted(lossy_now)
         for conn in self.connections.values():
             conn.lossy = conn.number in lossy_now
-            told = len(self.diagnoses)
-            for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
-                self._unanswered(conn, request)
-            conn.pending.clear()
-            for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
-                self._orphan(conn, frame, corr)
-            conn.early.clear()
-            for rule in self.rules:
-                rule.finish(conn)
-            # What the end found of one connection comes in the order of the packets it names.
-            self.diagnoses[told:] = sorted(self.diagnoses[told:], key=lambda d: d.number)
+            self._conclude(conn)
         self._endings()
+
+    def retire(self, life: Life, lossy: bool = False) -> ConnState | None:
+        """A connection that ended before the read did: what only its end shows (requests never
+        answered, the rules' last word, how it ended) is found now, and the tracker lets go of
+        it, so that a read of any number of connections keeps only the open ones. Its state is
+        handed back for a summary of it (None: it carried no frame of this protocol)."""
+        number = life.conn
+        conn = self.connections.pop(number, None)
+        if conn is not None:
+            lossy = lossy or conn.lossy
+            conn.lossy = lossy
+        if lossy and conn is not None and conn.doubtable:
+            self._doubted({number})
+        self.lives[number] = life
+        try:
+            if conn is not None:
+                self._conclude(conn)
+            self._ending(number, life, conn)
+        finally:
+            del self.lives[number]
+        return conn
+
+    def _conclude(self, conn: ConnState) -> None:
+        """What the end of a connection (or of the read) shows of it: unanswered requests,
+        responses whose request never came, what the rules find."""
+        told = len(self.diagnoses)
+        for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
+            self._unanswered(conn, request)
+        conn.pending.clear()
+        for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
+            self._orphan(conn, frame, corr)
+        conn.early.clear()
+        for rule in self.rules:
+            rule.finish(conn)
+        # What the end found of one connection comes in the order of the packets it names.
+        if len(self.diagnoses) > told + 1:
+            self.diagnoses[told:] = sorted(self.diagnoses[told:], key=lambda d: d.number)
 
     def _doubted(self, lossy: Collection[int]) -> None:
         """Findings told as the frames went by that bytes the capture lost may explain (a
@@ -295,18 +328,15 @@ class Tracker:
         return f"; the capture ended {waited * 1000:.3f} ms after it"
 
     def _endings(self) -> None:
-        ending = self.spec.ending
-        words = Words(
-            self.spec.server,
-            ending.close if ending is not None else None,
-            dict(ending.hints) if ending is not None else {},
-        )
         for number, life in sorted(self.lives.items()):
-            conn = self.connections.get(number)
-            if conn is not None:
-                words = replace(words, server=self.server(conn))
-            for e in endings(life, conn, words):
-                self._add(Diagnosis(e.severity, e.kind, e.summary, e.message, e.number, number))
+            self._ending(number, life, self.connections.get(number))
+
+    def _ending(self, number: int, life: Life, conn: ConnState | None) -> None:
+        words = self.words
+        if conn is not None and (server := self.server(conn)) != words.server:
+            words = replace(words, server=server)
+        for e in endings(life, conn, words):
+            self._add(Diagnosis(e.severity, e.kind, e.summary, e.message, e.number, number))
 
     def add_ending(self, conn: int, found: Ending) -> None:
         """A finding about a connection's end made from more than this tracker's connections."""
@@ -568,6 +598,10 @@ class Tracker:
 
     def _add(self, diagnosis: Diagnosis) -> None:
         """Keep the finding, or past MAX_DIAGNOSES only count it: a capture of any length fits."""
+        if FINDINGS[diagnosis.kind].doubted_by_loss and diagnosis.severity != "note":
+            conn = self.connections.get(diagnosis.conn)
+            if conn is not None:
+                conn.doubtable += 1  # its end looks for it only if the capture lost bytes of it
         if len(self.diagnoses) < MAX_DIAGNOSES:
             self.diagnoses.append(diagnosis)
             return

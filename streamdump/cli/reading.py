@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import StrEnum
 from typing import Annotated
@@ -46,7 +45,7 @@ from streamdump.cli.base import (
     tell_notice,
     tell_notices,
 )
-from streamdump.views.choices import Format
+from streamdump.views.choices import TOP, Format
 from streamdump.views.clock import TimeFormat
 
 
@@ -175,12 +174,20 @@ def stats(
         ),
     ] = None,
     fail_on: FailOnOpt = None,
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top",
+            help="Connections the text lists, those that moved the most bytes; the others are totalled "
+            "on one line (0: all). JSON lists every one.",
+        ),
+    ] = TOP,
 ) -> None:
     """Response times, response codes, confirm latency, volumes per stream, connections and expert summary."""
     from streamdump.analysis.statistics import document
     from streamdump.views.output import write_statistics
     from streamdump.views.progress import wanted
-    from streamdump.views.safe import json_text
+    from streamdump.views.safe import write_json
 
     source = capture_source(file, read_file)
     setup = prepare(
@@ -195,9 +202,11 @@ def stats(
     partials = session.partials()
     with reader_may_leave():
         if fmt is StatsFormat.json:
-            sys.stdout.write(json_text(json.dumps(document(partials), ensure_ascii=False, indent=1)) + "\n")
+            # Streamed: every connection's summary, read back one at a time (analysis/rows.py).
+            write_json(document(partials, stream=True), sys.stdout)
+            sys.stdout.write("\n")
         else:
-            write_statistics(partials, setup.decoders, sys.stdout)
+            write_statistics(partials, setup.decoders, sys.stdout, top=top, origin=session.first_ts)
         sys.stdout.flush()
     tell_notices(session)
     tell_end(session, fail_on)
@@ -233,7 +242,8 @@ def follow(
         protocol, port, decode_as, limit, filter_text, count=count, fail_on=fail_on, keylogs=tls_keylog
     )
     show = wanted(sys.stdout, sys.stderr, frames_on_stdout=False)
-    session = setup.session(follow=progress(source.size, show))
+    # Follow shows every connection's dialogue at the end: it keeps each one whole.
+    session = setup.session(follow=progress(source.size, show), retire=False)
     frames = (f for f in session.frames(source) if connection is None or f.conn == connection)
     dialogues = write_dialogues(frames, Views(setup.decoders), session, connection)
     if connection is not None and not dialogues and session.error is None:

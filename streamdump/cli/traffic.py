@@ -132,8 +132,9 @@ def _summary(session: Session) -> None:
     from streamdump.views.output import write_statistics
 
     assert session.statistics is not None
-    partials = {name: s.partial() for name, s in session.statistics.items() if s.tracker.connections}
-    write_statistics(partials, session.setup.decoders, sys.stderr, titled=True)
+    partials = {name: s.partial() for name, s in session.statistics.items()}
+    partials = {name: p for name, p in partials.items() if p.connections}
+    write_statistics(partials, session.setup.decoders, sys.stderr, titled=True, origin=session.first_ts)
 
 
 def _address(text: str, what: str) -> tuple[str, int]:

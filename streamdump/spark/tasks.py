@@ -429,8 +429,10 @@ class Decoding:
         session = current.session
         stats = session.stats
         found.counts = {name: getattr(stats, name) for name in COUNTED}
-        found.lossy, found.lives = set(stats.lossy), dict(stats.lives)
         session.finish(whole=False)
+        # The connections open at the end, and those retired that a client left abruptly: the
+        # driver tells the hosts that ended several at once across tasks.
+        found.lossy, found.lives = set(stats.lossy), dict(stats.lives) | session.tracker.abrupt
         found.partials = session.partials()
         found.timeline = session.timeline
         self._flush()

@@ -162,9 +162,10 @@ class FrameIndex:
         # writing them out: a pcapng in a temporary file.
         self.packets_kept: tempfile._TemporaryFileWrapper[bytes] | None = None
         self._packet_writer: PacketWriter | None = None
-        # Every frame is indexed: the display filter is the UI's, applied to the rows.
+        # Every frame is indexed: the display filter is the UI's, applied to the rows. Ended
+        # connections keep their lives: writing frames' packets adds their SYNs, FINs and resets.
         self.session: Session = replace(setup, selection=None).session(
-            statistics=True, on_notice=self.notices.append
+            statistics=True, on_notice=self.notices.append, retire=False
         )
         if not source.rereadable:
             self.packets_kept = tempfile.NamedTemporaryFile(prefix="streamdump-ui-", suffix=".pcapng")  # noqa: SIM115

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# Connections `stats` lists by default (the most bytes first; the others totalled on one line).
+TOP = 20
+
 
 class Format(StrEnum):
     text = "text"

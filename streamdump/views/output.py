@@ -15,7 +15,7 @@ from streamdump.analysis.fieldnames import names_of
 from streamdump.analysis.statistics import Partial
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRules, dissector_of
-from streamdump.views.choices import Format
+from streamdump.views.choices import TOP, Format
 from streamdump.views.clock import Clock, TimeFormat
 from streamdump.views.dump import heading, hex_lines
 from streamdump.views.fields import FieldRows, FieldsLayout
@@ -186,10 +186,16 @@ def _utf8(out: TextIO) -> bool:
 
 
 def write_statistics(
-    partials: Mapping[str, Partial], decoders: Mapping[str, Decoder], out: TextIO, titled: bool = False
+    partials: Mapping[str, Partial],
+    decoders: Mapping[str, Decoder],
+    out: TextIO,
+    titled: bool = False,
+    top: int = TOP,
+    origin: float | None = None,
 ) -> None:
     """Statistics as `streamdump stats` prints them: the protocols the capture holds (when it
-    holds none, the first asked for, with its empty tables), each titled when more than one is."""
+    holds none, the first asked for, with its empty tables), each titled when more than one is.
+    top: connections listed (the most bytes; 0: all); origin: the capture's first packet's time."""
     from rich.text import Text
 
     from streamdump.views.stats import render
@@ -200,4 +206,5 @@ def write_statistics(
         protocol = decoders[name].protocol
         if titled or len(shown) > 1:
             console.print(Text(("\n" if n else "") + f"== {protocol.title} ==", style="bold"))
-        render(partials[name].result(), console, partials[name].subject, partials[name].acked)
+        partial = partials[name]
+        render(partial.result(stream=True), console, partial.subject, partial.acked, top, origin)

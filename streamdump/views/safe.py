@@ -14,9 +14,10 @@ JSON stays exact: `json_text` and `json_bytes` write the same characters as JSON
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # rich loads with the first tree or table drawn
     from rich.text import Text
@@ -113,3 +114,29 @@ def json_bytes(data: bytes) -> bytes:
     if _JSON_UNSAFE_BYTES.search(data) is None:
         return data
     return _JSON_UNSAFE_BYTES.sub(lambda m: f"\\u{ord(m.group().decode()):04x}".encode(), data)
+
+
+def write_json(value: Any, out: TextIO, level: int = 0) -> None:
+    """What json.dumps(value, indent=1, ensure_ascii=False) gives, through json_text, written as
+    it goes: an iterator inside (a million connections' summaries) is written as a list, an
+    item at a time, never held whole."""
+    pad = " " * level
+    if isinstance(value, dict) and any(isinstance(v, Iterator | dict) for v in value.values()):
+        if not value:
+            out.write("{}")
+            return
+        out.write("{")
+        for n, (key, item) in enumerate(value.items()):
+            out.write(("," if n else "") + f"\n{pad} {json_text(json.dumps(key, ensure_ascii=False))}: ")
+            write_json(item, out, level + 1)
+        out.write(f"\n{pad}}}")
+    elif isinstance(value, Iterator):
+        first = True
+        for item in value:
+            out.write(("[" if first else ",") + f"\n{pad} ")
+            write_json(item, out, level + 1)
+            first = False
+        out.write("[]" if first else f"\n{pad}]")
+    else:
+        text = json.dumps(value, ensure_ascii=False, indent=1)
+        out.write(json_text(text.replace("\n", "\n" + pad) if pad else text))
