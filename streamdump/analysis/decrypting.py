@@ -207,12 +207,7 @@ class Decrypting:
             pos, data = out[0], out[1]
             for packet in packets:
                 side.spans.append((pos, pos + len(data), packet))
-            if side.framer.pos is None:
-                if side.stream.syn_seen:
-                    side.framer.synced = True
-                else:
-                    side.framer.start_hunting("at the start of the capture")
-            pieces = side.framer.feed(pos, data)
+            pieces = side.feed(pos, data)
         if pieces:
             yield from self._pieces(side, pieces, seg, number, conn)
 

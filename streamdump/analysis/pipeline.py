@@ -126,6 +126,16 @@ class Side:
         framer hands on pieces in stream order)."""
         return packets_of(self.spans, start, end)
 
+    def feed(self, pos: int, data: bytes | memoryview) -> list[Piece]:
+        """Plain bytes to the framer; the first decide whether it starts in step with the frames
+        (the SYN was seen) or hunts for a frame boundary (the capture began mid-stream)."""
+        if self.framer.pos is None:
+            if self.stream.syn_seen:
+                self.framer.synced = True
+            else:
+                self.framer.start_hunting("at the start of the capture")
+        return self.framer.feed(pos, data)
+
     @property
     def where(self) -> str:
         return f"{self.src} -> {self.dst}"
@@ -584,12 +594,7 @@ class Reader(Decrypting):
                 self._gap(side, event)
                 pieces = side.framer.gap(event)
             else:
-                pos, data = event
-                if side.framer.pos is None and side.stream.syn_seen:
-                    side.framer.synced = True
-                elif side.framer.pos is None:
-                    side.framer.start_hunting("at the start of the capture")
-                pieces = side.framer.feed(pos, data)
+                pieces = side.feed(*event)
             if pieces:
                 yield from self._pieces(side, pieces, seg, number, conn)
 
