@@ -21,8 +21,10 @@ function P.init()
   conns, memo, tls_from = {}, {}, {}
 end
 
+-- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
+-- registration; a carried protocol has no ports of its own.
 function P.prefs_changed()
-  if registered ~= P.prefs.ports then register_ports() end
+  if not SPEC.carried_by and registered ~= P.prefs.ports then register_ports() end
 end
 
 local function in_ports(port)
