@@ -69,14 +69,14 @@ local EXPERTS = {
     name = "digest",
     kind = "digest",
     severity = "warn",
-    group = "protocol",
+    group = "checksum",
     title = "Content that does not match its digest",
   },
   {
     name = "duplicate",
     kind = "duplicate",
     severity = "note",
-    group = "protocol",
+    group = "sequence",
     title = "Message the server already had (not stored again)",
   },
   {
@@ -549,6 +549,12 @@ local SPECS = {
         title = "Command Copy",
         doc = "The command again (Java's getCommand())",
       },
+      {
+        name = "connection",
+        ftype = "string",
+        title = "Connection",
+        doc = "The connection: client address:port \226\134\146 server address:port",
+      },
       { name = "content", ftype = "string", title = "Content", doc = "The message's content, where it is JSON" },
       {
         name = "content_bytes",
@@ -958,6 +964,12 @@ local SPECS = {
         ftype = "int64",
         title = "Commit Timestamp",
         doc = "When it was committed, in ns since 1970",
+      },
+      {
+        name = "connection",
+        ftype = "string",
+        title = "Connection",
+        doc = "The connection: client address:port \226\134\146 server address:port",
       },
       { name = "correlation_id", ftype = "string", title = "Correlation ID", doc = "The id the Ack carries back" },
       {
@@ -1386,6 +1398,12 @@ local SPECS = {
       { name = "connect_other.key", ftype = "string", title = "Connect Other Key" },
       { name = "connect_other.value", ftype = "string", title = "Connect Other Value" },
       { name = "connect_urls", ftype = "string", title = "Connect Urls", doc = "Other servers of the cluster" },
+      {
+        name = "connection",
+        ftype = "string",
+        title = "Connection",
+        doc = "The connection: client address:port \226\134\146 server address:port",
+      },
       { name = "data", ftype = "bytes", title = "Data", doc = "The payload" },
       { name = "data_end", ftype = "bytes", title = "Data End", doc = "The CRLF after the payload" },
       { name = "data_json", ftype = "string", title = "Data Json", doc = "The payload, where it is JSON" },
@@ -2592,6 +2610,12 @@ local SPECS = {
         ftype = "double",
         title = "Confirm Time",
         doc = "Per confirmed or refused id, seconds since it was published",
+      },
+      {
+        name = "connection",
+        ftype = "string",
+        title = "Connection",
+        doc = "The connection: client address:port \226\134\146 server address:port",
       },
       { name = "connection_properties", ftype = "none", title = "Connection Properties" },
       { name = "connection_properties.key", ftype = "string", title = "Connection Properties Key" },
@@ -5184,6 +5208,12 @@ local SPECS = {
         doc = "The codec the body was compressed with",
         enum = "compression",
       },
+      {
+        name = "connection",
+        ftype = "string",
+        title = "Connection",
+        doc = "The connection: client address:port \226\134\146 server address:port",
+      },
       { name = "consume_from_where", ftype = "string", title = "Consume From Where" },
       { name = "consume_start_time", ftype = "int64", title = "Consume Start Time" },
       { name = "consume_type", ftype = "string", title = "Consume Type" },
@@ -5598,10 +5628,12 @@ for _, entry in ipairs(SPEC.names) do
 end
 P.fields = all_fields
 
+-- The registry's groups are Wireshark's (core/findings.py), so Expert Info files a note under
+-- the group Wireshark's own dissectors would.
 local GROUPS = {
   malformed = expert.group.MALFORMED, response_code = expert.group.RESPONSE_CODE,
   sequence = expert.group.SEQUENCE, protocol = expert.group.PROTOCOL,
-  undecoded = expert.group.UNDECODED,
+  undecoded = expert.group.UNDECODED, checksum = expert.group.CHECKSUM,
 }
 local SEVERITIES = {
   chat = expert.severity.CHAT, note = expert.severity.NOTE,
@@ -10441,6 +10473,19 @@ local function to_server(pinfo)
   return int(pinfo.dst_port) < int(pinfo.src_port)
 end
 
+-- The connection as `streamdump stats` names it, client first: "10.0.0.1:50000 → 10.0.0.2:5552".
+local function endpoint(address, port)
+  local text = tostring(address)
+  if text:find(":", 1, true) then text = "[" .. text .. "]" end
+  return text .. ":" .. int(port)
+end
+
+local function connection_text(pinfo, from_client)
+  local src, dst = endpoint(pinfo.src, pinfo.src_port), endpoint(pinfo.dst, pinfo.dst_port)
+  if from_client then return src .. " \226\134\146 " .. dst end
+  return dst .. " \226\134\146 " .. src
+end
+
 local function conn_key(pinfo)
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
@@ -10549,6 +10594,7 @@ local function dissect_pdu(tvb, pinfo, root)
     end
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
+    tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.

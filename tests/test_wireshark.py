@@ -279,7 +279,12 @@ class Flat:
 
 # Each expert entry's abbreviation tail -> (group, severity), and Wireshark's codes of them.
 EXPERTS = {name: (finding.group, severity) for name, _, finding, severity in expert_entries()}
-WS_GROUPS = {0x02000000: "sequence", 0x03000000: "response_code", 0x05000000: "undecoded"}
+WS_GROUPS = {
+    0x01000000: "checksum",
+    0x02000000: "sequence",
+    0x03000000: "response_code",
+    0x05000000: "undecoded",
+}
 WS_GROUPS |= {0x07000000: "malformed", 0x09000000: "protocol"}
 WS_SEVERITIES = {0x00200000: "chat", 0x00400000: "note", 0x00600000: "warn", 0x00800000: "error"}
 
@@ -305,6 +310,8 @@ def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
             elif key == "_ws.lua.text":
                 if isinstance(value, list):
                     walk(value, into)
+            elif key == prefix + "connection":
+                continue  # the connection's name, which streamdump's frames do not repeat
             elif key == prefix + "links":
                 walk(value, flat.links)
             elif key.startswith(prefix):

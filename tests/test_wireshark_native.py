@@ -1,14 +1,19 @@
-"""The plugin as Wireshark's own dissectors behave: ports as a preference, Decode As, in tshark
-4.0 and 4.4 with the plugin installed in the personal plugins folder."""
+"""The plugin as Wireshark's own dissectors behave: ports as a preference, Decode As, a filter
+for "this connection", in tshark 4.0 and 4.4 with the plugin installed in the personal plugins
+folder."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import dpkt
 import pytest
 
-from tests.conftest import CAPTURES
+from tests.conftest import CAPTURE_ROOT, CAPTURES
 from tests.test_wireshark import FLAVOURS, LUA_ERRORS, PLUGIN, tshark_run
 
 # A RabbitMQ Streams capture on its usual port, 5552, and the same bytes moved to another.
@@ -59,3 +64,42 @@ def test_ports_preference_and_decode_as(flavour: str, tmp_path: Path) -> None:
     assert summary(flavour, elsewhere, tmp_path, "-o", f"rabbitmq_stream.ports:{MOVED_TO}") == usual
     assert summary(flavour, elsewhere, tmp_path, "-d", f"tcp.port=={MOVED_TO},rabbitmq_stream") == usual
     assert summary(flavour, CAPTURE, tmp_path, "-o", f"rabbitmq_stream.ports:{MOVED_TO}") == []
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(
+    ("name", "capture"),
+    [
+        ("rabbitmq_stream", CAPTURE_ROOT / "rabbitmq_stream" / "client_crash.pcap"),
+        ("nats", CAPTURE_ROOT / "nats" / "trouble.pcap"),
+        ("rocketmq", CAPTURE_ROOT / "rocketmq" / "alions.pcap"),
+    ],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_this_connection_is_a_filter(flavour: str, name: str, capture: Path, tmp_path: Path) -> None:
+    """Every frame names its connection as `streamdump stats` does (client → server), so "Apply as
+    Filter" on it keeps that connection's frames: as many as stats counts for it."""
+    stats = subprocess.run(
+        [sys.executable, "-m", "streamdump", "stats", str(capture), "--format", "json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert stats.returncode == 0, stats.stderr
+    counts = {
+        f"{c['client']} \u2192 {c['server']}": c["client_frames"] + c["server_frames"]
+        for c in json.loads(stats.stdout)["connections"]
+    }
+    assert len(counts) > 1
+    fields = ["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", "-e", f"{name}.connection"]
+    result = tshark_run(flavour, [PLUGIN, capture], lambda p: ["-r", p[-1], *fields], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = Counter(text for line in result.stdout.splitlines() if line for text in line.split("|"))
+    # The same connections; as many frames each, but for a frame the connection's end cut short,
+    # which streamdump reports incomplete and Wireshark's TCP never hands over.
+    assert set(seen) == set(counts)
+    assert all(counts[text] - 1 <= seen[text] <= counts[text] for text in counts)
+    assert sum(counts.values()) - sum(seen.values()) <= 1
+    first = next(iter(counts))
+    kept = tshark_run(
+        flavour, [PLUGIN, capture], lambda p: ["-r", p[-1], "-Y", f'{name}.connection == "{first}"'], tmp_path
+    )
+    assert kept.returncode == 0 and len(kept.stdout.splitlines()) > 0, kept.stderr[-2000:]

@@ -36,6 +36,9 @@ FRAME_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("payload", "bytes", "Body of a frame with no layout in the registry"),
     ("trailing", "bytes", "Bytes after the last field of the layout"),
     ("links", "none", "What the conversation tracker links to this frame"),
+    # "This connection" as a filter a user applies from any frame: the same text `streamdump
+    # stats` names the connection by.
+    ("connection", "string", "The connection: client address:port \u2192 server address:port"),
 )
 
 

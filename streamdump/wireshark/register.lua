@@ -52,6 +52,19 @@ local function to_server(pinfo)
   return int(pinfo.dst_port) < int(pinfo.src_port)
 end
 
+-- The connection as `streamdump stats` names it, client first: "10.0.0.1:50000 → 10.0.0.2:5552".
+local function endpoint(address, port)
+  local text = tostring(address)
+  if text:find(":", 1, true) then text = "[" .. text .. "]" end
+  return text .. ":" .. int(port)
+end
+
+local function connection_text(pinfo, from_client)
+  local src, dst = endpoint(pinfo.src, pinfo.src_port), endpoint(pinfo.dst, pinfo.dst_port)
+  if from_client then return src .. " \226\134\146 " .. dst end
+  return dst .. " \226\134\146 " .. src
+end
+
 local function conn_key(pinfo)
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
@@ -160,6 +173,7 @@ local function dissect_pdu(tvb, pinfo, root)
     end
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
+    tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
