@@ -1,6 +1,6 @@
 """The plugin as Wireshark's own dissectors behave: ports as a preference, Decode As, a filter
 for "this connection", in tshark 4.0 and 4.4 with the plugin installed in the personal plugins
-folder."""
+folder; the statistics `tshark -z <protocol>,stat` prints against `streamdump stats`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import dpkt
 import pytest
 
+from streamdump.spec.registry import default_registry
 from tests.conftest import CAPTURE_ROOT, CAPTURES
-from tests.test_wireshark import FLAVOURS, LUA_ERRORS, PLUGIN, tshark_run
+from tests.test_wireshark import FLAVOURS, LUA_ERRORS, PLUGIN, related, tshark_run
 
 # A RabbitMQ Streams capture on its usual port, 5552, and the same bytes moved to another.
 CAPTURE = CAPTURES / "auth_failure.pcap"
@@ -103,3 +104,63 @@ def test_this_connection_is_a_filter(flavour: str, name: str, capture: Path, tmp
         flavour, [PLUGIN, capture], lambda p: ["-r", p[-1], "-Y", f'{name}.connection == "{first}"'], tmp_path
     )
     assert kept.returncode == 0 and len(kept.stdout.splitlines()) > 0, kept.stderr[-2000:]
+
+
+# Every protocol's shipped captures (its folder's, not the generated pathologies).
+STAT_CAPTURES = [
+    path
+    for name in sorted(default_registry().protocols)
+    for path in sorted((CAPTURE_ROOT / name).glob("*.pcap"))
+]
+LATENCY_KEYS = ("count", "min_ms", "median_ms", "p95_ms", "p99_ms", "max_ms")
+
+
+def _z_tables(text: str) -> dict[str, dict[str, tuple[float, ...]]]:
+    """The -z report's two tables: section -> command -> (count, min, median, p95, p99, max)."""
+    tables: dict[str, dict[str, tuple[float, ...]]] = {}
+    section = None
+    for line in text.splitlines():
+        if line.endswith("(ms):"):
+            section = "response_times" if line.startswith("Request") else "confirm_latency"
+            tables[section] = {}
+        elif section and line.startswith("  ") and line.split()[0] != "Command":
+            parts = line.split()
+            tables[section][" ".join(parts[:-6])] = tuple(float(v) for v in parts[-6:])
+        elif not line.strip():
+            section = None
+    return tables
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("capture", STAT_CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_z_statistics_equal_streamdump_stats(flavour: str, capture: Path, tmp_path: Path) -> None:
+    """`tshark -z <protocol>,stat` gives the request latency per command and the publish-to-confirm
+    latency that `streamdump stats --format json` gives, figure for figure."""
+    stats = subprocess.run(
+        [sys.executable, "-m", "streamdump", "stats", str(capture), "--format", "json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert stats.returncode == 0, stats.stderr
+    ours = json.loads(stats.stdout)
+    protocol = capture.parent.name
+    names = related(protocol)
+    # One protocol's figures, or each protocol's under "protocols" when the capture holds several.
+    per_protocol = ours.get("protocols", {protocol: ours})
+    zs = [arg for name in names for arg in ("-z", f"{name},stat")]
+    result = tshark_run(flavour, [PLUGIN, capture], lambda p: ["-r", p[-1], "-q", *zs], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not any(marker in (result.stdout + result.stderr).lower() for marker in LUA_ERRORS)
+    titles = {default_registry().protocols[name].title: name for name in names}
+    reports: dict[str, str] = {}
+    for report in result.stdout.split("=" * 100 + "\n"):
+        head = report.split("\n", 1)[0]
+        if head.endswith(" statistics (streamdump)"):
+            reports[titles[head.removesuffix(" statistics (streamdump)")]] = report
+    assert sorted(reports) == sorted(names)
+    for name, figures in per_protocol.items():
+        theirs = {"response_times": {}, "confirm_latency": {}} | _z_tables(reports[name])
+        for section in ("response_times", "confirm_latency"):
+            rows = figures.get(section, [])
+            expected = {row["command"]: tuple(float(row[k]) for k in LATENCY_KEYS) for row in rows}
+            assert theirs[section] == expected, f"{name} {section}"
+    assert any(figures.get("response_times") for figures in per_protocol.values()) or protocol == "liftbridge"

@@ -108,6 +108,7 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         parts.extend(_template(package, file) for package, file in block)
         parts.append("end\n")
     parts.append(_template(__package__, "register.lua"))
+    parts.append(_template(__package__, "stats.lua"))
     parts.append("end\n\nfor _, spec in ipairs(SPECS) do runtime(complete(spec)) end\n")
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
 

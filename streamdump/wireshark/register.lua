@@ -18,7 +18,7 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo, tls_from = {}, {}, {}
+  conns, memo, tls_from, TIMED = {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -111,6 +111,17 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
+-- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
+local TIMED = {}
+
+local function timed(f)
+  local links = f.links
+  if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
+  local list = TIMED[f.number]
+  if list == nil then list = {}; TIMED[f.number] = list end
+  list[#list + 1] = f
+end
+
 local function conn_of(pinfo, key)
   local conn = conns[key]
   if conn == nil then
@@ -158,7 +169,10 @@ local function dissect_pdu(tvb, pinfo, root)
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
-    if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
+    if frame.wire_key ~= nil then
+      track(conn_of(pinfo, ckey), f)
+      timed(f)
+    end
     if not f.pending then f.fields = nil end
     memo[pdu] = f
   end
