@@ -235,7 +235,7 @@ local function client_hello(tvb)
 end
 
 local function through_tls(tvb, pinfo)
-  if pinfo.private.sd_tls == "1" then return false end  -- the plaintext TLS hands back
+  if pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
   local key = conn_key(pinfo)
   local from = tls_from[key]
   if from == nil and not pinfo.visited and to_server(pinfo) then
@@ -262,7 +262,7 @@ function P.dissector(tvb, pinfo, tree)
     return int(tvb:len())
   end
   if tls_handle and through_tls(tvb, pinfo) then
-    pinfo.private.sd_tls = "1"
+    pinfo.private.sd_tls = SPEC.name  -- which protocol: every one has a TLS heuristic
     local used = tls_handle:call(tvb, pinfo, tree)
     pinfo.private.sd_tls = nil
     return used
@@ -282,7 +282,7 @@ if not SPEC.carried_by and tls_handle then
   end
   -- The plaintext of TLS this dissector handed to Wireshark's (an upgraded connection), any port.
   local function decrypted(tvb, pinfo, tree)
-    if pinfo.private.sd_tls ~= "1" then return false end
+    if pinfo.private.sd_tls ~= SPEC.name then return false end
     P.dissector(tvb, pinfo, tree)
     return true
   end
