@@ -164,3 +164,22 @@ def test_z_statistics_equal_streamdump_stats(flavour: str, capture: Path, tmp_pa
             expected = {row["command"]: tuple(float(row[k]) for k in LATENCY_KEYS) for row in rows}
             assert theirs[section] == expected, f"{name} {section}"
     assert any(figures.get("response_times") for figures in per_protocol.values()) or protocol == "liftbridge"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_one_protocol_can_be_turned_off(flavour: str, tmp_path: Path) -> None:
+    """Each protocol of the one plugin is its own Wireshark protocol: Enabled Protocols (here
+    --disable-protocol) turns Liftbridge off and leaves NATS, which carries it, on."""
+    capture = CAPTURE_ROOT / "liftbridge" / "session.pcap"
+
+    def columns(*extra: str) -> Counter[str]:
+        args = ["-T", "fields", "-e", "_ws.col.Protocol", *extra]
+        result = tshark_run(flavour, [PLUGIN, capture], lambda p: ["-r", p[-1], *args], tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return Counter(result.stdout.split())
+
+    both = columns()
+    assert both["Liftbridge"] > 0 and both["NATS"] > 0
+    off = columns("--disable-protocol", "liftbridge")
+    assert off["Liftbridge"] == 0 and off["NATS"] == both["NATS"] + both["Liftbridge"]
+    assert columns("--disable-protocol", "nats")["NATS"] == 0
