@@ -203,7 +203,7 @@ def test_json_of_odd_shapes_never_breaks_a_view(tmp_path: Path) -> None:
     tshark = _tshark()
     env = dict(os.environ, HOME=str(tmp_path))
     shown = subprocess.run(
-        [tshark, "-X", f"lua_script:{ROOT / 'lua' / 'eventmesh.lua'}", "-r", str(path), "-V"],
+        [tshark, "-X", f"lua_script:{ROOT / 'lua' / 'streamdump.lua'}", "-r", str(path), "-V"],
         capture_output=True, env=env,
     )  # fmt: skip
     assert shown.returncode == 0 and b"Lua" not in shown.stdout + shown.stderr
@@ -463,7 +463,7 @@ def test_the_plugin_masks_passwords_and_survives_garbage(tmp_path: Path) -> None
     from test_wireshark import tcp_pcap
 
     tshark = _tshark()
-    plugin = ROOT / "lua" / "eventmesh.lua"
+    plugin = ROOT / "lua" / "streamdump.lua"
     env = dict(os.environ, HOME=str(tmp_path))
     shown = subprocess.run(
         [tshark, "-X", f"lua_script:{plugin}", "-r", str(CAPTURES / "session.pcap"), "-V"],

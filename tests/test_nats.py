@@ -517,7 +517,7 @@ def test_the_plugins_agree_on_odd_shapes_and_mask_secrets(tmp_path: Path) -> Non
         found = list(differences(path, tmp_path, REGISTRY.get(name)))
         assert not found, "\n\n".join(found[:5])
     shown = subprocess.run(
-        [_tshark(), "-X", f"lua_script:{ROOT / 'lua' / 'nats.lua'}", "-r", str(path), "-V"],
+        [_tshark(), "-X", f"lua_script:{ROOT / 'lua' / 'streamdump.lua'}", "-r", str(path), "-V"],
         capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert shown.returncode == 0 and "Connect" in shown.stdout

@@ -60,5 +60,5 @@ def test_wheel_contains_specs_and_works_installed(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert plugin.returncode == 0, plugin.stderr
-    generated = (tmp_path / "lua" / "rabbitmq_stream.lua").read_bytes()
-    assert generated == (ROOT / "lua" / "rabbitmq_stream.lua").read_bytes()
+    generated = (tmp_path / "lua" / "streamdump.lua").read_bytes()
+    assert generated == (ROOT / "lua" / "streamdump.lua").read_bytes()

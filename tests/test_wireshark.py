@@ -52,7 +52,7 @@ from streamdump.wireshark import luagen
 from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
 from tests.pcap_writer import tcp_pcap
 
-PLUGIN = ROOT / "lua" / "rabbitmq_stream.lua"
+PLUGIN = ROOT / "lua" / luagen.PLUGIN_NAME  # every protocol, on one runtime
 TOP = ("size", "key", "version")
 # Every protocol's plugin, checked over the captures of its folder.
 PROTOCOLS = sorted(default_registry().protocols)
@@ -80,7 +80,25 @@ def every_capture() -> list[tuple[str, Path]]:
 
 
 def plugin_of(name: str) -> Path:
-    return ROOT / "lua" / f"{name}.lua"
+    """The plugin a protocol is in: the one plugin, whichever the protocol."""
+    return PLUGIN
+
+
+# Where Wireshark looks for a user's Lua plugins, under their home folder (Linux).
+PERSONAL_PLUGINS = Path(".local") / "lib" / "wireshark" / "plugins"
+
+
+def _install(plugins: list[Path], home: Path) -> None:
+    """Install the plugins as `streamdump lua install` does: into the personal plugins folder."""
+    folder = home / PERSONAL_PLUGINS
+    folder.mkdir(parents=True, exist_ok=True)
+    for plugin in dict.fromkeys(plugins):
+        shutil.copyfile(plugin, folder / plugin.name)
+        (folder / plugin.name).chmod(0o644)
+    for part in [folder, *folder.parents]:
+        if part == home:
+            break
+        part.chmod(0o755)
 
 
 def _tshark() -> str:
@@ -118,16 +136,18 @@ def _tshark44() -> list[str]:
 
 
 def tshark44(files: list[Path], args: Callable[[list[str]], list[str]]) -> subprocess.CompletedProcess[str]:
-    """tshark 4.4 over copies of the files (plugins, capture) put in the chroot's /tmp; args are
-    its arguments given the copies' paths there."""
+    """tshark 4.4 over copies of the files put in the chroot's /tmp, the Lua plugins among them
+    installed in its user's personal plugins folder; args are its arguments given the other
+    copies' paths there."""
     command = _tshark44()
     stage = Path(tempfile.mkdtemp(prefix="streamdump-", dir=TSHARK44_ROOT / "tmp"))
     try:
         stage.chmod(0o755)
         (stage / "home").mkdir(mode=0o777)  # empty: no personal plugins or preferences
         (stage / "home").chmod(0o777)
+        _install([path for path in files if path.suffix == ".lua"], stage / "home")
         inside = []
-        for path in files:
+        for path in (path for path in files if path.suffix != ".lua"):
             shutil.copyfile(path, stage / path.name)
             inside.append(f"/tmp/{stage.name}/{path.name}")
         env = ["PATH=/usr/bin:/bin", f"HOME=/tmp/{stage.name}/home"]
@@ -181,11 +201,16 @@ def run_tshark(
 def tshark_run(
     flavour: str, files: list[Path], args: Callable[[list[str]], list[str]], tmp: Path
 ) -> subprocess.CompletedProcess[str]:
-    """The flavour's tshark over the files; args are its arguments given the files' paths there."""
+    """The flavour's tshark over the files: the Lua plugins among them installed as a user installs
+    them (in the personal plugins folder of an empty home), args its arguments given the paths of
+    the others there."""
     if flavour == "4.4":
         return tshark44(files, args)
-    env = dict(os.environ, HOME=str(tmp))  # no personal plugins or preferences of the machine
-    command = [_tshark(), *args([str(f) for f in files])]
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    _install([path for path in files if path.suffix == ".lua"], home)
+    env = dict(os.environ, HOME=str(home))  # no personal plugins or preferences of the machine
+    command = [_tshark(), *args([str(f) for f in files if f.suffix != ".lua"])]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -254,7 +279,12 @@ class Flat:
 
 # Each expert entry's abbreviation tail -> (group, severity), and Wireshark's codes of them.
 EXPERTS = {name: (finding.group, severity) for name, _, finding, severity in expert_entries()}
-WS_GROUPS = {0x02000000: "sequence", 0x03000000: "response_code", 0x05000000: "undecoded"}
+WS_GROUPS = {
+    0x01000000: "checksum",
+    0x02000000: "sequence",
+    0x03000000: "response_code",
+    0x05000000: "undecoded",
+}
 WS_GROUPS |= {0x07000000: "malformed", 0x09000000: "protocol"}
 WS_SEVERITIES = {0x00200000: "chat", 0x00400000: "note", 0x00600000: "warn", 0x00800000: "error"}
 
@@ -280,6 +310,8 @@ def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
             elif key == "_ws.lua.text":
                 if isinstance(value, list):
                     walk(value, into)
+            elif key == prefix + "connection":
+                continue  # the connection's name, which streamdump's frames do not repeat
             elif key == prefix + "links":
                 walk(value, flat.links)
             elif key.startswith(prefix):
@@ -657,9 +689,7 @@ def test_tshark_and_streamdump_agree_on_damage(flavour: str, tmp_path: Path, pro
     shared = [n for n in {f["frame"] for f in frames} if sum(f["frame"] == n for f in frames) == 2]
     assert len(shared) == 1, "one segment carries two frames"
     shown = f"frame.number == {shared[0]}"
-    lines = tshark_run(
-        flavour, [PLUGIN, path], lambda p: ["-X", f"lua_script:{p[0]}", "-r", p[1], "-Y", shown], tmp_path
-    ).stdout
+    lines = tshark_run(flavour, [PLUGIN, path], lambda p: ["-r", p[-1], "-Y", shown], tmp_path).stdout
     # Both frames in Info, their notes in Expert Info only (Info repeats no expert text).
     assert "RMQS 74 Unknown(0x0077); Publish response\n" in lines
     assert len(tracking) == 2 and any(f["fields"]["chunk"].get("trailer_tracking") for f in frames[:1])
@@ -701,39 +731,45 @@ def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
     assert [("uncompressed_body" in m) for m in pulled["fields"]["messages"]] == [False, True, True, False]
 
 
-@pytest.mark.parametrize("name", PROTOCOLS)
-def test_plugin_is_current(name: str) -> None:
-    """The committed plugin is what `streamdump lua generate` writes today."""
+def test_plugin_is_current() -> None:
+    """The committed plugin is what `streamdump lua generate` writes today, and it is all lua/ holds."""
     registry = default_registry()
-    current = luagen.generate(registry.get(name), registry.protocols.values())
-    assert plugin_of(name).read_text(encoding="utf-8") == current, (
+    assert PLUGIN.read_text(encoding="utf-8") == luagen.bundle(registry.protocols.values()), (
         "lua/ is stale: run `streamdump lua generate`"
     )
+    assert sorted(p.name for p in PLUGIN.parent.iterdir()) == [PLUGIN.name]
 
 
-@pytest.mark.parametrize("name", PROTOCOLS)
-def test_plugin_says_it_is_generated(name: str) -> None:
-    first = plugin_of(name).read_text(encoding="utf-8").splitlines()[0]
-    source = f"dissectors/{name}/spec.yaml"
-    assert first.startswith(f"-- Generated by `streamdump lua generate` from {source}")
+def test_plugin_says_it_is_generated() -> None:
+    first = PLUGIN.read_text(encoding="utf-8").splitlines()[0]
+    sources = ", ".join(f"dissectors/{name}/spec.yaml" for name in PROTOCOLS)
+    assert first == f"-- Generated by `streamdump lua generate` from {sources}; do not edit."
 
 
-@pytest.mark.parametrize("name", PROTOCOLS)
+def test_the_runtime_is_in_the_plugin_once() -> None:
+    """The interpreter, the wiring and each package's Lua twins appear once, whatever the number
+    of protocols; the protocols are data handed to it. lua/ stays under 12,000 lines."""
+    text = PLUGIN.read_text(encoding="utf-8")
+    assert text.count("local P = Proto(SPEC.name, SPEC.title)") == 1
+    assert text.count("local function inflate(") == 2  # zlib.lua, in RabbitMQ Streams' and RocketMQ's twins
+    assert text.count("function P.dissector(") == 1
+    assert len(text.splitlines()) <= 12_000
+
+
 @pytest.mark.parametrize("luac", ["luac5.2", "luac5.4"])
-def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str, name: str) -> None:
+def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str) -> None:
     """Wireshark 4.0 embeds Lua 5.2, 4.4 and later 5.4: the plugin must parse under both (5.2 has
     no integer division or bit operators, so parsing there refuses them)."""
     path = shutil.which(luac)
     need(path is not None, f"{luac} is not installed (apt-get install lua5.2 lua5.4)")
     assert path is not None
-    result = subprocess.run([path, "-p", str(plugin_of(name))], capture_output=True, text=True)
+    result = subprocess.run([path, "-p", str(PLUGIN)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("name", PROTOCOLS)
-def test_plugin_relies_on_no_bit32(name: str) -> None:
+def test_plugin_relies_on_no_bit32() -> None:
     """bit32 is gone from Lua 5.4 (FACTS.md): arithmetic stands in for bit operations."""
-    text = plugin_of(name).read_text(encoding="utf-8")
+    text = PLUGIN.read_text(encoding="utf-8")
     code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     assert "bit32" not in code and "bit." not in code
 
@@ -794,11 +830,17 @@ def test_lua_install_says_where(tmp_path: Path) -> None:
     result = subprocess.run(run, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    names = sorted(luagen.plugin_name(p) for p in default_registry().protocols.values())
-    assert [line for line in lines if line.startswith("installed ")] == [
-        f"installed {target / n}" for n in names
-    ]
+    assert [line for line in lines if line.startswith("installed ")] == [f"installed {target / PLUGIN.name}"]
     assert (target / PLUGIN.name).read_bytes() == PLUGIN.read_bytes()
+    # The plugins an earlier streamdump installed, one per protocol, would register each
+    # protocol twice: installing removes them (and nothing it did not write).
+    old = "-- Generated by `streamdump lua generate` from dissectors/nats/spec.yaml; do not edit.\n"
+    (target / "nats.lua").write_text(old)
+    (target / "mine.lua").write_text("-- a user's own plugin\n")
+    again = subprocess.run(run, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert f"removed {target / 'nats.lua'} (its protocol is in {PLUGIN.name} now)" in again.stdout
+    assert sorted(p.name for p in target.iterdir()) == ["mine.lua", PLUGIN.name]
     blocked = tmp_path / "file"
     blocked.write_text("")
     bad = subprocess.run([*run[:-1], str(blocked / "sub")], capture_output=True, text=True)

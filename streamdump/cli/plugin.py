@@ -24,24 +24,28 @@ def lua_generate(
         bool, typer.Option("--check", help="Write nothing; exit 1 when a plugin there is not current.")
     ] = False,
 ) -> None:
-    """Write one Wireshark Lua dissector per spec in the registry (lua/ in the repository)."""
+    """Write the Wireshark Lua plugin: every spec in the registry on one runtime (lua/ in the repository)."""
     from streamdump.spec.registry import default_registry
     from streamdump.wireshark import luagen
 
     protocols = list(default_registry().protocols.values())
     if check:
-        stale = [
-            luagen.plugin_name(p)
-            for p in protocols
-            if not (out / luagen.plugin_name(p)).is_file()
-            or (out / luagen.plugin_name(p)).read_text(encoding="utf-8") != luagen.generate(p, protocols)
-        ]
+        path = out / luagen.PLUGIN_NAME
+        stale = (
+            [path.name]
+            if not path.is_file() or path.read_text(encoding="utf-8") != luagen.bundle(protocols)
+            else []
+        )
+        stale += [p.name for p in luagen.superseded(out, protocols)]
         if stale:
             raise fail(f"stale in {out}: {', '.join(stale)} (run `streamdump lua generate`)")
         print(f"{out}: current")
         return
     try:
         written = luagen.write(protocols, out)
+        for old in luagen.superseded(out, protocols):
+            old.unlink()
+            print(f"removed {old} (its protocol is in {luagen.PLUGIN_NAME} now)")
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc.strerror or exc}") from None
     for path in written:
@@ -55,18 +59,25 @@ def lua_install(
         typer.Option("--dir", help="Plugins folder (default: Wireshark's personal Lua plugins folder)."),
     ] = None,
 ) -> None:
-    """Install the plugins into Wireshark's personal plugins folder and say where."""
+    """Install the plugin into Wireshark's personal plugins folder and say where."""
     from streamdump.spec.registry import default_registry
     from streamdump.wireshark import luagen
 
     target = folder or luagen.personal_plugins_folder()
     try:
-        written = luagen.write(default_registry().protocols.values(), target)
+        protocols = list(default_registry().protocols.values())
+        written = luagen.write(protocols, target)
+        # An earlier streamdump's one plugin per protocol would register each protocol twice.
+        removed = luagen.superseded(target, protocols)
+        for old in removed:
+            old.unlink()
     except OSError as exc:
         raise fail(f"cannot write {target}: {exc.strerror or exc}") from None
     for path in written:
         print(f"installed {path}")
-    print("Wireshark loads them when it starts (Analyze > Reload Lua Plugins in a running one).")
+    for old in removed:
+        print(f"removed {old} (its protocol is in {luagen.PLUGIN_NAME} now)")
+    print("Wireshark loads it when it starts (Analyze > Reload Lua Plugins in a running one).")
 
 
 @lua_app.command("fields")

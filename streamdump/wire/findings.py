@@ -21,7 +21,10 @@ from dataclasses import dataclass
 class Finding:
     """One kind of finding."""
 
-    group: str  # Wireshark's expert group: malformed, undecoded, response_code, sequence, protocol
+    # Wireshark's expert group, as its own dissectors use them: malformed, undecoded,
+    # response_code, sequence (a duplicate, a gap, an answer out of turn), checksum (content that
+    # does not match its digest), protocol (anything else the protocol's rules forbid).
+    group: str
     title: str  # what Expert Info calls the kind
     severities: tuple[str, ...]  # every severity it takes, its usual one first
     # Told on a frame as it goes by, so the plugin tells it too; else only the end of a read
@@ -39,8 +42,8 @@ FINDINGS: dict[str, Finding] = {
     "content": Finding("protocol", "Message content that points at a client bug", ("note",)),
     "api_error": Finding("response_code", "Error answer in a message body", ("warn",)),
     "header_error": Finding("response_code", "Error answer in a message's headers", ("warn",)),
-    "digest": Finding("protocol", "Content that does not match its digest", ("warn",)),
-    "duplicate": Finding("protocol", "Message the server already had (not stored again)", ("note",)),
+    "digest": Finding("checksum", "Content that does not match its digest", ("warn",)),
+    "duplicate": Finding("sequence", "Message the server already had (not stored again)", ("note",)),
     # The conversation tracker's findings.
     "error_response": Finding("response_code", "Request failed", ("warn",)),
     "setup_refused": Finding("response_code", "Connection setup refused", ("error",)),

@@ -70,10 +70,12 @@ for _, entry in ipairs(SPEC.names) do
 end
 P.fields = all_fields
 
+-- The registry's groups are Wireshark's (core/findings.py), so Expert Info files a note under
+-- the group Wireshark's own dissectors would.
 local GROUPS = {
   malformed = expert.group.MALFORMED, response_code = expert.group.RESPONSE_CODE,
   sequence = expert.group.SEQUENCE, protocol = expert.group.PROTOCOL,
-  undecoded = expert.group.UNDECODED,
+  undecoded = expert.group.UNDECODED, checksum = expert.group.CHECKSUM,
 }
 local SEVERITIES = {
   chat = expert.severity.CHAT, note = expert.severity.NOTE,

@@ -18,11 +18,13 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo, tls_from = {}, {}, {}
+  conns, memo, tls_from, TIMED = {}, {}, {}, {}
 end
 
+-- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
+-- registration; a carried protocol has no ports of its own.
 function P.prefs_changed()
-  if registered ~= P.prefs.ports then register_ports() end
+  if not SPEC.carried_by and registered ~= P.prefs.ports then register_ports() end
 end
 
 local function in_ports(port)
@@ -48,6 +50,19 @@ local function to_server(pinfo)
   if in_ports(pinfo.dst_port) then return true end
   if in_ports(pinfo.src_port) then return false end
   return int(pinfo.dst_port) < int(pinfo.src_port)
+end
+
+-- The connection as `streamdump stats` names it, client first: "10.0.0.1:50000 → 10.0.0.2:5552".
+local function endpoint(address, port)
+  local text = tostring(address)
+  if text:find(":", 1, true) then text = "[" .. text .. "]" end
+  return text .. ":" .. int(port)
+end
+
+local function connection_text(pinfo, from_client)
+  local src, dst = endpoint(pinfo.src, pinfo.src_port), endpoint(pinfo.dst, pinfo.dst_port)
+  if from_client then return src .. " \226\134\146 " .. dst end
+  return dst .. " \226\134\146 " .. src
 end
 
 local function conn_key(pinfo)
@@ -96,6 +111,17 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
+-- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
+local TIMED = {}
+
+local function timed(f)
+  local links = f.links
+  if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
+  local list = TIMED[f.number]
+  if list == nil then list = {}; TIMED[f.number] = list end
+  list[#list + 1] = f
+end
+
 local function conn_of(pinfo, key)
   local conn = conns[key]
   if conn == nil then
@@ -143,7 +169,10 @@ local function dissect_pdu(tvb, pinfo, root)
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
-    if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
+    if frame.wire_key ~= nil then
+      track(conn_of(pinfo, ckey), f)
+      timed(f)
+    end
     if not f.pending then f.fields = nil end
     memo[pdu] = f
   end
@@ -158,6 +187,7 @@ local function dissect_pdu(tvb, pinfo, root)
     end
     tree:add(F.command, tvb(0, 0), name):set_generated()
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
+    tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
@@ -205,7 +235,7 @@ local function client_hello(tvb)
 end
 
 local function through_tls(tvb, pinfo)
-  if pinfo.private.sd_tls == "1" then return false end  -- the plaintext TLS hands back
+  if pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
   local key = conn_key(pinfo)
   local from = tls_from[key]
   if from == nil and not pinfo.visited and to_server(pinfo) then
@@ -232,7 +262,7 @@ function P.dissector(tvb, pinfo, tree)
     return int(tvb:len())
   end
   if tls_handle and through_tls(tvb, pinfo) then
-    pinfo.private.sd_tls = "1"
+    pinfo.private.sd_tls = SPEC.name  -- which protocol: every one has a TLS heuristic
     local used = tls_handle:call(tvb, pinfo, tree)
     pinfo.private.sd_tls = nil
     return used
@@ -252,7 +282,7 @@ if not SPEC.carried_by and tls_handle then
   end
   -- The plaintext of TLS this dissector handed to Wireshark's (an upgraded connection), any port.
   local function decrypted(tvb, pinfo, tree)
-    if pinfo.private.sd_tls ~= "1" then return false end
+    if pinfo.private.sd_tls ~= SPEC.name then return false end
     P.dissector(tvb, pinfo, tree)
     return true
   end
