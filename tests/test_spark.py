@@ -24,6 +24,9 @@ from streamdump.cli import app
 from tests.conftest import CAPTURE_ROOT, ROOT, need
 
 CAPTURE_FILES = sorted(str(p.relative_to(ROOT)) for p in CAPTURE_ROOT.rglob("*.pcap*"))
+# The TLS captures' key logs, given to every run on both sides: the TLS captures decode through
+# Spark's tasks as through the CLI (without them, neither decodes a frame of them).
+KEYLOGS = sorted(str(p.relative_to(ROOT)) for p in (CAPTURE_ROOT / "tls").glob("*.keys"))
 SMALL_SPLITS = [
     "captures/rabbitmq_stream/bulk.pcap",
     "captures/rabbitmq_stream/session.pcapng",
@@ -57,7 +60,9 @@ class Run:
 def spark_run(spark: Any, inputs: list[str], out: Path, split_bytes: int) -> Run:
     from streamdump.spark.job import find_inputs, run, write_stats
 
-    outcome = run(spark, find_inputs(inputs), str(out), Options(), 4, split_bytes)
+    outcome = run(
+        spark, find_inputs(inputs), str(out), Options(keylogs=tuple(map(Path, KEYLOGS))), 4, split_bytes
+    )
     write_stats(outcome)
     return Run(out, outcome)
 
@@ -85,10 +90,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def cli_answers(capture: str) -> dict[str, Any]:
-    read = runner.invoke(app, ["read", capture, "-T", "jsonl"])
+    keys = [arg for keylog in KEYLOGS for arg in ("--tls-keylog", keylog)]
+    read = runner.invoke(app, ["read", capture, "-T", "jsonl", *keys])
     frames = [json.loads(line) for line in read.stdout.splitlines() if line.startswith("{")]
-    messages = runner.invoke(app, ["read", capture, "--messages"]).stdout
-    stats = runner.invoke(app, ["stats", capture, "-T", "json"]).stdout
+    messages = runner.invoke(app, ["read", capture, "--messages", *keys]).stdout
+    stats = runner.invoke(app, ["stats", capture, "-T", "json", *keys]).stdout
     # The capture's own error (not the conversation's findings, which are errors too).
     error = re.findall(rf"^streamdump: error: ({re.escape(capture)}: .*)$", read.stderr, re.M)
     return {
@@ -154,7 +160,10 @@ def test_connection_numbers_come_from_the_scan_or_are_renumbered_after(runs: dic
     assert runs["small"].outcome.renumbered == [
         "captures/rabbitmq_stream/pathological/session.pcapng_sections.pcapng"
     ]
-    assert runs["all"].outcome.renumbered == ["captures/eventmesh/legacy.pcap"]
+    assert runs["all"].outcome.renumbered == [
+        "captures/eventmesh/legacy.pcap",
+        "captures/tls/nats_tls.pcap",  # NATS on 4443, a port of no protocol: known once decrypted
+    ]
 
 
 def test_a_damaged_file_gives_what_precedes_the_damage_and_the_cli_error(runs: dict[str, Any]) -> None:
