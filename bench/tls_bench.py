@@ -15,9 +15,7 @@ away); its CPU time (user and system) is measured, the best of --repeat kept. Th
 from __future__ import annotations
 
 import argparse
-import io
 import resource
-import socket
 import ssl
 import subprocess
 import sys
@@ -29,6 +27,7 @@ import dpkt
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from pcap_writer import tcp_pcap  # noqa: E402
 from tls_pairs import converse  # noqa: E402
 
 PORT = 4222
@@ -54,35 +53,9 @@ def traffic(messages: int, payload: int) -> list[tuple[bool, bytes]]:
 
 
 def pcap(chunks: list[tuple[bool, bytes]], segment: int) -> bytes:
-    out = io.BytesIO()
-    writer = dpkt.pcap.Writer(out)
-    client, server = ("127.0.0.1", 40000), ("127.0.0.1", PORT)
-    seq = {True: 1000, False: 5000}
-    ts = 1_800_000_000.0
-
-    def send(from_client: bool, flags: int, data: bytes = b"") -> None:
-        nonlocal ts
-        (src, sport), (dst, dport) = (client, server) if from_client else (server, client)
-        tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq[from_client], ack=seq[not from_client],
-                           flags=flags, win=65535, data=data)  # fmt: skip
-        ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP)
-        ip.data = tcp
-        ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP)
-        eth.data = ip
-        writer.writepkt(bytes(eth), ts=ts)
-        ts += 0.00001
-        seq[from_client] += len(data) + (1 if flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN) else 0)
-
-    send(True, dpkt.tcp.TH_SYN)
-    send(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
-    send(True, dpkt.tcp.TH_ACK)
-    for from_client, data in chunks:
-        for at in range(0, len(data), segment):
-            send(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, data[at : at + segment])
-    send(True, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK)
-    send(False, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK)
-    return out.getvalue()
+    """One connection carrying chunks, cut into segments of at most `segment` bytes, then closed."""
+    closing = ((True, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK), (False, dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK))
+    return tcp_pcap(chunks, server=("127.0.0.1", PORT), ending=closing, segment=segment)
 
 
 def timed(args: list[str], repeat: int) -> float:

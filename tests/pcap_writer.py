@@ -18,9 +18,10 @@ def tcp_pcap(
     client: tuple[str, int] = ("127.0.0.1", 40000),
     ending: Sequence[tuple[bool, int]] = (),
     refused: bool = False,
+    segment: int = MAX_SEGMENT,
 ) -> bytes:
     """A pcap of one TCP connection (handshake, then a segment per frame, or a few for a frame
-    longer than MAX_SEGMENT), (from_client, bytes) each, built with dpkt; then the segments of
+    longer than `segment`), (from_client, bytes) each, built with dpkt; then the segments of
     ending, (from_client, TCP flags) each. refused: the server answers the SYN with a reset,
     and nothing follows."""
     out = io.BytesIO()
@@ -49,8 +50,8 @@ def tcp_pcap(
     packet(False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK)
     packet(True, dpkt.tcp.TH_ACK)
     for from_client, payload in frames:
-        for at in range(0, max(len(payload), 1), MAX_SEGMENT):
-            packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload[at : at + MAX_SEGMENT])
+        for at in range(0, max(len(payload), 1), segment):
+            packet(from_client, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, payload[at : at + segment])
     for from_client, flags in ending:
         packet(from_client, flags)
     return out.getvalue()
