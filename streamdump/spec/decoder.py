@@ -103,6 +103,14 @@ class _Specialised(Mapping[tuple[Any, bool, int], Specialised]):
             made = self.made[ident] = specialise(ops, f"{layout.command} {layout.kind} v{ident[2]}")
         return made
 
+    def get(self, ident: tuple[Any, bool, int], default: Any = None) -> Specialised | None:  # type: ignore[override]
+        # Asked once per frame: the made function straight from its dict, without Mapping's
+        # get and __getitem__ (two Python calls).
+        made = self.made.get(ident)
+        if made is not None:
+            return made
+        return self[ident] if ident in self.compiled else default
+
     def __iter__(self) -> Iterator[tuple[Any, bool, int]]:
         return iter(self.compiled)
 
@@ -144,6 +152,7 @@ class DecodeState:
 class Decoder:
     def __init__(self, protocol: Protocol, *, fast: bool = True, limits: Limits = DEFAULT_LIMITS) -> None:
         self.protocol = protocol
+        self.name = protocol.name
         self.limits = limits
         # The largest frame this decoder takes: the spec's sanity cap, unless the user set one.
         self.max_frame = limits.frame_for(protocol.wiring.max_size)
@@ -185,6 +194,12 @@ class Decoder:
         self.by_request = frame.response_key == "request"
         self.fold_key = frame.key_case == "any"
         self.correlation = protocol.conversation.correlation
+        self.layout_versions = frame.layout_versions
+        self.entries_name = frame.entries
+        # (command key, response?) -> (its command, its layout), as the registry says: asked per frame.
+        self._routes: dict[tuple[Any, bool], tuple[Any, Layout | None]] = {}
+        # The key as the one-line view and notes write it, by key: asked per frame.
+        self._key_texts: dict[Any, str] = {}
         # (command key, response?, version) -> (layout, ops); every version of every layout, compiled once.
         self.compiled: dict[tuple[Any, bool, int], tuple[Layout, tuple[Op, ...]]] = {}
         for command in protocol.commands.values():
@@ -261,21 +276,29 @@ class Decoder:
     def _direction(self, header: dict[str, Any]) -> tuple[bool, bool, Any]:
         """Whether a decoded header marks a response, or a one-way request, and its command key
         (without the response bit, where the key carries it)."""
-        response = self._marked(header, self.response)
+        response = self._marked(header, self.response) if self.response is not None else False
         key = header.get(self.key_field)
-        if (
-            not isinstance(key, int | str)
-            or isinstance(key, bool)
-            or (self.key_struct is not None and isinstance(key, str))
-        ):
-            key = None  # a keyed header's value that did not convert (a list, an unknown name)
-        elif self.fold_key and isinstance(key, str):
-            key = key.upper()
+        kind = type(key)
+        if kind is str:  # asked per frame: the two usual types first, without isinstance's unions
+            if self.key_struct is not None:
+                key = None  # a keyed header's value that did not convert (an unknown name)
+            elif self.fold_key:
+                key = key.upper()
+        elif kind is not int:
+            if (
+                not isinstance(key, int | str)
+                or isinstance(key, bool)
+                or (self.key_struct is not None and isinstance(key, str))
+            ):
+                key = None  # a keyed header's value that did not convert (a list)
+            elif self.fold_key and isinstance(key, str):
+                key = key.upper()
         if self.response_in_key and isinstance(key, int):
             key &= ~self.response[1]  # type: ignore[index]
         elif key in self.answers:
             return True, False, self.answers[key]
-        return response, not response and self._marked(header, self.oneway), key
+        oneway = self.oneway is not None and not response and self._marked(header, self.oneway)
+        return response, oneway, key
 
     @staticmethod
     def _marked(header: dict[str, Any], mark: tuple[str, int] | None) -> bool:
@@ -367,8 +390,13 @@ class Decoder:
             elif state is not None and not oneway:
                 state.ask(from_client, corr, command_key)
         proto = self.protocol
-        command = proto.by_key.get(command_key) if command_key is not None else None
-        layout = proto.layout(command_key, response)
+        route = self._routes.get((command_key, response))
+        if route is None:
+            route = self._routes[command_key, response] = (
+                proto.by_key.get(command_key) if command_key is not None else None,
+                proto.layout(command_key, response),
+            )
+        command, layout = route
         if layout is None:
             kind = "response" if response else "command" if oneway and command is not None else "unknown"
             if command_key is None and response:
@@ -409,7 +437,7 @@ class Decoder:
         assert command is not None
         kind = "command" if oneway and layout.kind == "request" else layout.kind
         layout_version = version
-        if not proto.frame.layout_versions:
+        if not self.layout_versions:
             layout_version = command.versions[0]
         elif version not in command.versions:
             layout_version = max((v for v in command.versions if v <= version), default=command.versions[0])
@@ -424,7 +452,7 @@ class Decoder:
             )
         ident = (command_key, response, layout_version)
         _, ops = self.compiled[ident]
-        entries_name = proto.frame.entries
+        entries_name = self.entries_name
         if entries_name is not None:
             found = fields.get(entries_name)
             ctx.entries = dict(found) if isinstance(found, dict) else None
@@ -627,18 +655,17 @@ class Decoder:
         expert: list[Expert],
         data: bytes,
     ) -> Frame:
+        if key is None and isinstance(wire_key, str):
+            text = wire_key
+        elif type(key) is int or type(key) is str:
+            text = self._key_texts.get(key)  # type: ignore[assignment]
+            if text is None:
+                text = self._key_texts[key] = self.key_text(key)
+        else:
+            text = self.key_text(key)
+        # Positional, in Frame's order: a frame is made per frame the capture holds.
         return Frame(
-            protocol=self.protocol.name,
-            wire_key=wire_key,
-            key=key,
-            kind=kind,
-            command=command,
-            version=version,
-            size=size,
-            fields=fields,
-            expert=expert,
-            data=data,
-            key_text=self.key_text(key) if key is not None or not isinstance(wire_key, str) else wire_key,
+            self.name, wire_key, key, kind, command, version, size, fields, expert, data, key_text=text
         )
 
     # ------------------------------------------------------------------ encode

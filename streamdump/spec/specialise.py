@@ -23,7 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from streamdump.spec.hooks import Hook
+from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import (
+    WORD_AT,
+    WORDS_OF,
     ArrayCodec,
     Ctx,
     FieldOp,
@@ -34,8 +37,11 @@ from streamdump.spec.layout import (
     RawCodec,
     StructCodec,
     SwitchCodec,
+    TextCodec,
+    WordsCodec,
     run_hook,
 )
+from streamdump.spec.registry import INT_TYPES
 
 Specialised = Callable[[memoryview, int, int, dict[str, Any], Ctx], int]
 
@@ -52,8 +58,14 @@ class _Source:
         self.env: dict[str, Any] = {
             "Fallback": Fallback,
             "run_hook": run_hook,
+            "word_at": WORD_AT.match,
+            "words_of": WORDS_OF,
+            "MASKED": MASKED,
         }
         self.count = 0
+        # Text fields read the frame's bytes object itself (find, a regular expression), which
+        # the function takes from the memoryview once, at its start.
+        self.needs_buf = False
 
     def name(self, prefix: str, obj: Any = None) -> str:
         self.count += 1
@@ -72,6 +84,14 @@ def specialise(ops: tuple[Op, ...], label: str) -> Specialised:
     src.add(0, "def decode(mv, pos, end, out, ctx):")
     _emit_ops(src, ops, "out", 1)
     src.add(1, "return pos")
+    if src.needs_buf:
+        # The bytes a text field is found in are the whole frame's, ending where the frame does
+        # (as delimited() reads them); anything else is the general decoder's.
+        src.lines[1:1] = [
+            "    buf = mv.obj",
+            "    if type(buf) is not bytes or mv.nbytes != len(buf) or end != len(buf):",
+            "        raise Fallback",
+        ]
     code = compile("\n".join(src.lines) + "\n", f"<specialised {label}>", "exec")
     exec(code, src.env)  # the source is generated above from the compiled spec, never from input
     decode: Specialised = src.env["decode"]
@@ -82,6 +102,8 @@ def _emit_ops(src: _Source, ops: tuple[Op, ...], out: str, depth: int) -> None:
     for op in ops:
         if isinstance(op, FixedRun) and not op.checks:
             _emit_run(src, op, out, depth)
+        elif isinstance(op, FieldOp) and _text(op):
+            _emit_text(src, op, out, depth)
         elif isinstance(op, FieldOp) and _plain(op):
             _emit_field(src, op, out, depth)
         else:  # no straight-line form: the op decodes itself, as in the general decoder
@@ -89,13 +111,136 @@ def _emit_ops(src: _Source, ops: tuple[Op, ...], out: str, depth: int) -> None:
 
 
 def _plain(op: FieldOp) -> bool:
-    """Whether a field has a straight-line form: no parts, constants, inlining or chosen layout."""
+    """Whether a field has a straight-line form: no parts, inlining or chosen layout, and no
+    constant but a fixed run of bytes' (_constant)."""
     codec = op.codec
-    if op.checks is not None or op.spec.inline or isinstance(codec, JsonCodec | SwitchCodec):
+    if (
+        (op.checks is not None and not _constant(op))
+        or op.spec.inline
+        or isinstance(codec, JsonCodec | SwitchCodec)
+    ):
         return False
     if isinstance(codec, StructCodec):
         return codec.length_of is None
     return not isinstance(codec, ArrayCodec) or codec.prefix is not None
+
+
+def _constant(op: FieldOp) -> bool:
+    """Whether a field is raw bytes of a fixed size whose one check is their constant value (a
+    text protocol's CRLF after a payload)."""
+    checks = op.checks
+    return (
+        checks is not None
+        and checks.const is not None
+        and not checks.parts
+        and type(op.codec) is RawCodec
+        and op.codec.fixed is not None
+    )
+
+
+def _text(op: FieldOp) -> bool:
+    """Whether a field is a text protocol's word or line, read straight from the frame's bytes:
+    text, raw bytes, or words named by a struct (those may stand inline among their siblings)."""
+    kind = type(op.codec)
+    if kind not in (TextCodec, WordsCodec, RawCodec) or op.codec.delim is None or op.checks is not None:
+        return False
+    if kind is WordsCodec:
+        return op.hook is None  # its members may stand inline: no one value for a hook
+    return not op.spec.inline
+
+
+def _emit_text(src: _Source, op: FieldOp, out: str, depth: int) -> None:
+    """A word or a line: found as delimited() finds it, then read as its codec reads it. What the
+    general decoder would warn about (bytes that are not UTF-8, too few or too many words, a
+    number that is not one) falls back to it."""
+    src.needs_buf = True
+    codec = op.codec
+    if op.when is not None or op.optional:
+        src.add(depth, f"if {src.name('op', op)}.present({out}, pos, end):")
+        depth += 1
+    start, stop, after = src.name("start"), src.name("stop"), src.name("after")
+    src.add(depth, f"{start} = pos")
+    if codec.delim == "word":
+        found = src.name("found")
+        src.add(depth, f"{found} = word_at(buf, pos, end)")
+        src.add(depth, f"if {found} is None:")
+        src.add(depth + 1, "raise Fallback")
+        src.add(depth, f"{stop} = {found}.start(1)")
+        src.add(depth, f"ctx.line_done = {found}.end(2) != -1")
+        src.add(depth, f"{after} = {found}.end()")
+    else:
+        src.add(depth, "if ctx.line_done:")
+        src.add(depth + 1, "ctx.line_done = False")
+        src.add(depth + 1, f"{stop} = {after} = pos")
+        src.add(depth, "else:")
+        nl = src.name("nl")
+        src.add(depth + 1, f'{nl} = buf.find(b"\\n", pos, end)')
+        src.add(depth + 1, f"if {nl} < 0:")
+        src.add(depth + 2, "raise Fallback")
+        src.add(depth + 1, f"{stop} = {nl} - 1 if {nl} > pos and buf[{nl} - 1] == 13 else {nl}")
+        src.add(depth + 1, f"{after} = {nl} + 1")
+    value = src.name("value")
+    if type(codec) is RawCodec:
+        src.add(depth, f"{value} = mv[pos:{stop}]")
+        src.add(depth, f"{out}[{op.name!r}] = {value}")
+    elif type(codec) is TextCodec:
+        src.add(depth, "try:")
+        src.add(depth + 1, f"{value} = buf[pos:{stop}].decode()")
+        src.add(depth, "except UnicodeDecodeError:")
+        src.add(depth + 1, "raise Fallback from None")
+        if codec.spec.secret:
+            src.add(depth, f"if {value}:")
+            src.add(depth + 1, f"{value} = MASKED")
+        src.add(depth, f"{out}[{op.name!r}] = {value}")
+    else:
+        target = out if op.spec.inline else value
+        if not op.spec.inline:
+            src.add(depth, f"{value} = {{}}")
+        _emit_words(src, codec, stop, target, depth)
+        if not op.spec.inline:
+            src.add(depth, f"{out}[{op.name!r}] = {value}")
+    src.add(depth, f"pos = {after}")
+    if op.hook is not None:
+        hook = src.name("hook", op.hook)
+        guard = "ctx.expand and " if type(op.hook).check is Hook.check else ""
+        src.add(depth, f"if {guard}{value} is not None:")
+        src.add(depth + 1, f"run_hook({hook}, {value}, {out}, {start}, ctx, None)")
+
+
+def _emit_words(src: _Source, codec: WordsCodec, stop: str, target: str, depth: int) -> None:
+    """A line's words into its struct's members, in order, the optional ones taken while words
+    spare, as WordsCodec.parse names them."""
+    members = codec.spec.fields
+    words, spare = src.name("words"), src.name("spare")
+    src.add(depth, f"{words} = words_of(buf, pos, {stop})")
+    src.add(depth, f"if not {codec.required} <= len({words}) <= {len(members)}:")
+    src.add(depth + 1, "raise Fallback")
+    if any(m.optional for m in members):
+        src.add(depth, f"{spare} = len({words}) - {codec.required}")
+    index = src.name("index")
+    src.add(depth, f"{index} = 0")
+    src.add(depth, "try:")
+    for member in members:
+        at = depth + 1
+        if member.optional:
+            src.add(at, f"if {spare} > 0:")
+            at += 1
+            src.add(at, f"{spare} -= 1")
+        word = src.name("word")
+        src.add(at, f"{word} = {words}[{index}]")
+        src.add(at, f"{index} += 1")
+        if member.type in INT_TYPES:
+            src.add(at, f"if not {word}.isdigit():")
+            src.add(at + 1, "raise Fallback")
+            number = src.name("number")
+            src.add(at, f"{number} = int({word})")
+            src.add(at, f"if {number} >= {1 << (8 * INT_TYPES[member.type][1])}:")
+            src.add(at + 1, "raise Fallback")
+            src.add(at, f"{target}[{member.name!r}] = {number}")
+        else:
+            src.add(at, f"{target}[{member.name!r}] = {word}.decode()")
+    src.add(depth, "except UnicodeDecodeError:")
+    src.add(depth + 1, "raise Fallback from None")
 
 
 def _emit_run(src: _Source, run: FixedRun, out: str, depth: int) -> None:
@@ -122,6 +267,25 @@ def _emit_field(src: _Source, op: FieldOp, out: str, depth: int) -> None:
         src.add(depth + 1, "raise Fallback")
         src.add(depth, f"{value} = {src.name('st', codec.st)}.unpack_from(mv, pos)[0]")
         src.add(depth, f"pos += {codec.st.size}")
+    elif type(codec) is RawCodec and codec.delim is None:
+        # Bytes of a size the spec gives, or an earlier field's value gives, or to the end.
+        if codec.fixed is not None:
+            size = str(codec.fixed)
+            src.add(depth, f"if end - pos < {size}:")
+            src.add(depth + 1, "raise Fallback")
+        elif codec.ref is not None:
+            size = src.name("size")
+            src.add(depth, f"{size} = {out}.get({codec.ref!r})")
+            src.add(depth, f"if type({size}) is not int or {size} < 0 or end - pos < {size}:")
+            src.add(depth + 1, "raise Fallback")
+        else:
+            size = src.name("size")
+            src.add(depth, f"{size} = end - pos")
+        src.add(depth, f"{value} = mv[pos : pos + {size}]")
+        src.add(depth, f"pos += {size}")
+        if op.checks is not None:  # a constant (_constant): anything else is the general decoder's to tell
+            src.add(depth, f"if {value} != {src.name('const', op.checks.const)}:")
+            src.add(depth + 1, "raise Fallback")
     elif isinstance(codec, RawCodec):
         src.add(depth, f"{value}, pos = {src.name('op', op)}._read_sized(mv, pos, end, {out}, ctx, None)")
     elif isinstance(codec, StructCodec):
