@@ -8,7 +8,6 @@ known port, the decrypted bytes are held until one side's first bytes show the p
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamdump.spec.decoder import DecodeState
@@ -58,7 +57,7 @@ class Decrypting:
     watched: OrderedDict[tuple[str, int, str, int], Watch]
     assigned: dict[tuple[str, int, str, int], Runtime]
 
-    def feed(self, seg: Segment) -> Iterator[Frame]:
+    def _feed(self, seg: Segment, out: list[Frame]) -> None:
         raise NotImplementedError
 
     def _notice(self, severity: str, number: int, message: str, kind: str, side: Side | None = None) -> None:
@@ -68,8 +67,14 @@ class Decrypting:
         raise NotImplementedError
 
     def _pieces(
-        self, side: Side, pieces: list[Piece], seg: Segment | None, number: int, conn: Connection
-    ) -> Iterator[Frame]:
+        self,
+        side: Side,
+        pieces: list[Piece],
+        seg: Segment | None,
+        number: int,
+        conn: Connection,
+        out: list[Frame],
+    ) -> None:
         raise NotImplementedError
 
     def _init_tls(self, keylog: KeyLog | None) -> None:
@@ -80,7 +85,7 @@ class Decrypting:
         self.tls_pending: set[tuple[str, int, str, int]] = set()  # TLS on no known port
         self.undecrypted: set[int] = set()  # TLS connections whose keys were missing or wrong
 
-    def _watched_tls(self, seg: Segment, ident: tuple[str, int, str, int]) -> Iterator[Frame]:
+    def _watched_tls(self, seg: Segment, ident: tuple[str, int, str, int], out: list[Frame]) -> None:
         """A ClientHello on no known port, when the user gave keys: its sender is the client;
         which protocol the connection carries, the decrypted bytes tell."""
         earlier = self.watched.pop(ident, None)
@@ -88,8 +93,8 @@ class Decrypting:
         self.assigned[forward] = next(iter(self.dissection.runtimes.values()))
         self.tls_pending.add(forward)
         for before in earlier.segments if earlier is not None else ():
-            yield from self.feed(before)
-        yield from self.feed(seg)
+            self._feed(before, out)
+        self._feed(seg, out)
 
     def _first_bytes(self, conn: Connection, side: Side, event: Any) -> None:
         """A direction's first bytes: the client's ClientHello makes the connection TLS; so does
@@ -114,13 +119,13 @@ class Decrypting:
             conn.tls.midstream(number)
 
     def _tls_event(
-        self, conn: Connection, side: Side, event: Any, seg: Segment | None, number: int
-    ) -> Iterator[Frame]:
+        self, conn: Connection, side: Side, event: Any, seg: Segment | None, number: int, out: list[Frame]
+    ) -> None:
         """Bytes of a TLS connection's stream, or a gap in it, through its TLS layer."""
         if isinstance(event, Gap):
             self._gap(side, event)
             if conn.tls is None:  # the plaintext before TLS, waiting for its protocol to show
-                yield from self._park(conn, side is conn.to_server, event, (), seg, number)
+                self._park(conn, side is conn.to_server, event, (), seg, number, out)
                 return
             conn.tls.gap(side is conn.to_server, event)
             self._tls_notes(conn, side)
@@ -128,21 +133,21 @@ class Decrypting:
         pos, data = event
         if conn.tls is None:
             packets = side.packets(pos, pos + len(data))
-            yield from self._park(
-                conn, side is conn.to_server, (pos, data, pos, pos + len(data)), packets, seg, number
+            self._park(
+                conn, side is conn.to_server, (pos, data, pos, pos + len(data)), packets, seg, number, out
             )
             return
         outputs = conn.tls.data(side is conn.to_server, pos, data, seg.number if seg else number)
         self._tls_notes(conn, side)
         if outputs:
-            yield from self._plain(conn, side, outputs, seg, number)
+            self._plain(conn, side, outputs, seg, number, out)
 
-    def _tls_finish(self, conn: Connection, side: Side, number: int) -> Iterator[Frame]:
+    def _tls_finish(self, conn: Connection, side: Side, number: int, out: list[Frame]) -> None:
         assert conn.tls is not None
         outputs = conn.tls.finish(side is conn.to_server, number)
         self._tls_notes(conn, side)
         if outputs:
-            yield from self._plain(conn, side, outputs, None, number)
+            self._plain(conn, side, outputs, None, number, out)
 
     def _secrets(self, number: int) -> None:
         """Take in the key logs of the capture's secrets blocks read so far; tell junk lines once."""
@@ -178,48 +183,50 @@ class Decrypting:
             self.undecrypted.add(conn.number)
 
     def _plain(
-        self, conn: Connection, side: Side, outputs: list, seg: Segment | None, number: int
-    ) -> Iterator[Frame]:
+        self, conn: Connection, side: Side, outputs: list, seg: Segment | None, number: int, out: list[Frame]
+    ) -> None:
         """Decrypted bytes (and what losses took of them) to the direction's framer."""
         from_client = side is conn.to_server
-        for out in outputs:
+        for plain in outputs:
             packets: tuple[int, ...] = ()
-            if not isinstance(out, Gap):
+            if not isinstance(plain, Gap):
                 assert side.cipher is not None
-                packets = packets_of(side.cipher, out[2], out[3])
+                packets = packets_of(side.cipher, plain[2], plain[3])
             if conn.parked is not None:
-                yield from self._park(conn, from_client, out, packets, seg, number)
+                self._park(conn, from_client, plain, packets, seg, number, out)
                 continue
-            yield from self._to_framer(conn, side, out, packets, seg, number)
+            self._to_framer(conn, side, plain, packets, seg, number, out)
 
     def _to_framer(
         self,
         conn: Connection,
         side: Side,
-        out: Any,
+        plain: Any,
         packets: tuple[int, ...],
         seg: Segment | None,
         number: int,
-    ) -> Iterator[Frame]:
-        if isinstance(out, Gap):
-            pieces = side.framer.gap(out)
+        out: list[Frame],
+    ) -> None:
+        if isinstance(plain, Gap):
+            pieces = side.framer.gap(plain)
         else:
-            pos, data = out[0], out[1]
+            pos, data = plain[0], plain[1]
             for packet in packets:
                 side.spans.append((pos, pos + len(data), packet))
             pieces = side.feed(pos, data)
         if pieces:
-            yield from self._pieces(side, pieces, seg, number, conn)
+            self._pieces(side, pieces, seg, number, conn, out)
 
     def _park(
         self,
         conn: Connection,
         from_client: bool,
-        out: Any,
+        plain: Any,
         packets: tuple[int, ...],
         seg: Segment | None,
         number: int,
-    ) -> Iterator[Frame]:
+        out: list[Frame],
+    ) -> None:
         """A TLS connection on no known port: hold its plaintext until one side's first bytes
         show a protocol (by magic, or by a first frame that decodes cleanly), then decode all."""
         parked = conn.parked
@@ -229,7 +236,7 @@ class Decrypting:
             or sum(len(o[1]) for _, o, _ in parked if not isinstance(o, Gap)) > PARKED_LIMIT
         ):
             return  # told once when it went over
-        parked.append((from_client, out, packets))
+        parked.append((from_client, plain, packets))
         mine = b"".join(o[1] for side, o, _ in parked if side == from_client and not isinstance(o, Gap))
         runtime = self.dissection.recognise(mine[:PARKED_LIMIT], True) if mine else None
         if runtime is None:
@@ -250,4 +257,4 @@ class Decrypting:
         conn.to_client.framer = Framer(runtime.rule, from_client=False)
         for client_side, held, held_packets in parked:
             side = conn.to_server if client_side else conn.to_client
-            yield from self._to_framer(conn, side, held, held_packets, seg, number)
+            self._to_framer(conn, side, held, held_packets, seg, number, out)

@@ -336,6 +336,8 @@ class Reader(Decrypting):
         runtimes = list(self.dissection.runtimes.values())
         self.held_limit = runtimes[0].decoder.limits.buffered if runtimes else DEFAULT_LIMITS.buffered
         self.fed = 0
+        # Connections that ended in the last call, whose frames the caller has not taken yet.
+        self.ended_pending: list[Life] = []
 
     def adopt(self, dissection: Dissection) -> None:
         """Decode with this dissection from now on (one that names more ports)."""
@@ -345,7 +347,24 @@ class Reader(Decrypting):
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, seg: Segment) -> Iterator[Frame]:
+    def feed(self, seg: Segment) -> list[Frame]:
+        """The frames this segment completes, in order (most segments complete none or one)."""
+        if self.ended_pending:
+            self.hand_over_ended()
+        out: list[Frame] = []
+        self._feed(seg, out)
+        return out
+
+    def hand_over_ended(self) -> None:
+        """The connections that ended, to stats.ended, once the caller has taken the frames their
+        ending handed on (the next feed, or the end of a read): a session then retires them."""
+        assert self.stats.ended is not None
+        self.stats.ended.extend(self.ended_pending)
+        self.ended_pending.clear()
+
+    def _feed(self, seg: Segment, out: list[Frame]) -> None:
+        # Frames are handed back in a list, not yielded: a generator made per segment, and one
+        # per step below, cost more than the work itself on a capture of small frames.
         self.ts = seg.ts
         if len(self.stats.secrets) != self.secrets_read or self.keylog.junk != self.junk_told:
             self._secrets(seg.number)
@@ -368,13 +387,13 @@ class Reader(Decrypting):
                     placed = self._placed(seg)
                 if placed is None:
                     if looking:
-                        yield from self._watch(seg)
+                        self._watch(seg, out)
                     return
             key, from_server, runtime = placed
         self.stats.segments_matched += 1
         if conn is not None and syn and not from_server and self._reused(conn, seg.seq):
             # A new client SYN on a known 4-tuple is port reuse: a new connection.
-            yield from self._end(key, conn, seg.number, "the port was reused")
+            self._end(key, conn, seg.number, "the port was reused", out)
             conn = None
         if conn is None:
             if not syn and (key in self.closed or (key[2], key[3], key[0], key[1]) in self.closed):
@@ -388,7 +407,7 @@ class Reader(Decrypting):
         if seg.flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
             if events:
-                yield from self._events(conn, other, events, seg)
+                self._events(conn, other, events, seg, 0, out)
         was_new = side.stream.next is None
         events = side.stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number)
         if seg.payload and side.stream.next is not None:
@@ -406,17 +425,17 @@ class Reader(Decrypting):
                 start=seg.seq,
             )
         if events:
-            yield from self._events(conn, side, events, seg)
+            self._events(conn, side, events, seg, 0, out)
         if seg.flags & TCP_RST:
-            yield from self._end(key, conn, seg.number, "the connection was reset")
+            self._end(key, conn, seg.number, "the connection was reset", out)
         elif conn.to_server.stream.closed and conn.to_client.stream.closed:
-            yield from self._end(key, conn, seg.number, "the connection closed")
+            self._end(key, conn, seg.number, "the connection closed", out)
         self.fed += len(seg.payload)
         if self.fed >= HELD_CHECK_BYTES:
             self.fed = 0
-            yield from self._bound(seg.number)
+            self._bound(seg.number, out)
 
-    def _bound(self, number: int) -> Iterator[Frame]:
+    def _bound(self, number: int, out: list[Frame]) -> None:
         """Keep the bytes held across connections under the buffered limit: the directions
         holding most hand on what they hold (gaps declared, frames handed on incomplete)."""
         held = [
@@ -441,14 +460,16 @@ class Reader(Decrypting):
             )
             events = side.stream.release(number, BUFFERED_FULL)
             if events:
-                yield from self._events(conn, side, events, None, number)
-            yield from self._pieces(side, side.framer.release(BUFFERED_FULL), None, number, conn)
+                self._events(conn, side, events, None, number, out)
+            self._pieces(side, side.framer.release(BUFFERED_FULL), None, number, conn, out)
             total -= amount
 
-    def finish(self) -> Iterator[Frame]:
+    def finish(self) -> list[Frame]:
         """Flush every connection still open when the capture ends."""
+        out: list[Frame] = []
         for key, conn in list(self.connections.items()):
-            yield from self._end(key, conn, self.stats.packets, "the capture ended")
+            self._end(key, conn, self.stats.packets, "the capture ended", out)
+        return out
 
     # ------------------------------------------------------------------ other ports
 
@@ -464,14 +485,14 @@ class Reader(Decrypting):
             return backward, True, runtime
         return None
 
-    def _watch(self, seg: Segment) -> Iterator[Frame]:
+    def _watch(self, seg: Segment, out: list[Frame]) -> None:
         """Look at the first bytes of a connection on no known port for a protocol they show."""
         forward = (seg.src, seg.sport, seg.dst, seg.dport)
         ident = min(forward, (seg.dst, seg.dport, seg.src, seg.sport))
         if ident in self.ignored:
             return
         if self.keylog and seg.payload and is_client_hello(seg.payload):
-            yield from self._watched_tls(seg, ident)
+            self._watched_tls(seg, ident, out)
             return
         guessed = seg.dport in self.dissection.guess or seg.sport in self.dissection.guess
         if not guessed and not self.dissection.magic and not self.keylog:
@@ -504,7 +525,7 @@ class Reader(Decrypting):
         server = (seg.dst, seg.dport) if client == (seg.src, seg.sport) else (seg.src, seg.sport)
         self.assigned[(*client, *server)] = runtime
         for earlier in watch.segments:
-            yield from self.feed(earlier)
+            self._feed(earlier, out)
 
     def _ignore(self, ident: tuple[str, int, str, int]) -> None:
         self.watched.pop(ident, None)
@@ -545,8 +566,8 @@ class Reader(Decrypting):
         return side
 
     def _end(
-        self, key: tuple[str, int, str, int], conn: Connection, number: int, why: str
-    ) -> Iterator[Frame]:
+        self, key: tuple[str, int, str, int], conn: Connection, number: int, why: str, out: list[Frame]
+    ) -> None:
         if conn.finished:
             return
         conn.finished = True
@@ -564,31 +585,31 @@ class Reader(Decrypting):
                 continue
             events = side.stream.finish(number)
             if events:
-                yield from self._events(conn, side, events, None, number)
+                self._events(conn, side, events, None, number, out)
             if conn.tls is not None:
-                yield from self._tls_finish(conn, side, number)
-            yield from self._pieces(side, side.framer.finish(why), None, number, conn)
+                self._tls_finish(conn, side, number, out)
+            self._pieces(side, side.framer.finish(why), None, number, conn, out)
             if side.waiting is not None:
                 waiting, side.waiting = side.waiting, None
-                yield from self._passed_over(side, conn, *waiting)
+                self._passed_over(side, conn, *waiting, out)
         del self.connections[key]
         self.tls_pending.discard(key)
         self.closed[key] = None
         if len(self.closed) > CLOSED_MEMORY:
             self.closed.popitem(last=False)
         if self.stats.ended is not None:
-            self.stats.ended.append(life)
+            self.ended_pending.append(life)
 
     # ------------------------------------------------------------------ events
 
     def _events(
-        self, conn: Connection, side: Side, events: list, seg: Segment | None, number: int = 0
-    ) -> Iterator[Frame]:
+        self, conn: Connection, side: Side, events: list, seg: Segment | None, number: int, out: list[Frame]
+    ) -> None:
         for event in events:
             if conn.tls is None and side.framer.pos is None:
                 self._first_bytes(conn, side, event)
             if conn.tls is not None or conn.parked is not None:
-                yield from self._tls_event(conn, side, event, seg, number)
+                self._tls_event(conn, side, event, seg, number, out)
                 continue
             if isinstance(event, Gap):
                 self._gap(side, event)
@@ -596,7 +617,7 @@ class Reader(Decrypting):
             else:
                 pieces = side.feed(*event)
             if pieces:
-                yield from self._pieces(side, pieces, seg, number, conn)
+                self._pieces(side, pieces, seg, number, conn, out)
 
     def _pieces(
         self,
@@ -605,7 +626,8 @@ class Reader(Decrypting):
         seg: Segment | None,
         number: int,
         conn: Connection,
-    ) -> Iterator[Frame]:
+        out: list[Frame],
+    ) -> None:
         number = seg.number if seg is not None else number
         ts = seg.ts if seg is not None else self.ts
         from_client = side is conn.to_server
@@ -617,14 +639,14 @@ class Reader(Decrypting):
                 if piece.kind != "skipped":
                     frame = self._frame(side, piece, seg, number, conn, from_client)
                 waiting, side.waiting = side.waiting, None
-                yield from self._passed_over(side, conn, *waiting, after=frame)
+                self._passed_over(side, conn, *waiting, out, after=frame)
             if piece.kind == "skipped":
                 carried_by = side.packets(piece.pos, piece.pos + piece.length)
                 if piece.islands:  # the tail of a frame may be in them: it came in these packets
                     side.passed_packets = carried_by
                     side.waiting = (piece, number, ts)
                 else:
-                    yield from self._passed_over(side, conn, piece, number, ts)
+                    self._passed_over(side, conn, piece, number, ts, out)
                 continue
             if frame is None:
                 frame = self._frame(side, piece, seg, number, conn, from_client)
@@ -633,16 +655,23 @@ class Reader(Decrypting):
             else:
                 self.stats.frames += 1
             self._note_floor(side, frame, conn.runtime)
-            yield frame
+            out.append(frame)
             carried = self.dissection.carried.get(frame.protocol)
             if carried and frame.incomplete is None:
                 for inner in carried_frames(frame, carried):
                     inner.packets = frame.packets
-                    yield inner
+                    out.append(inner)
 
     def _passed_over(
-        self, side: Side, conn: Connection, piece: Piece, number: int, ts: float, after: Frame | None = None
-    ) -> Iterator[Frame]:
+        self,
+        side: Side,
+        conn: Connection,
+        piece: Piece,
+        number: int,
+        ts: float,
+        out: list[Frame],
+        after: Frame | None = None,
+    ) -> None:
         """Bytes the framer passed over: a notice, and the whole elements they hold, if any."""
         self.stats.skipped_bytes += piece.length
         self.stats.lossy.add(conn.number)
@@ -666,7 +695,7 @@ class Reader(Decrypting):
             orphan.conn, orphan.from_client = conn.number, side is conn.to_server
             orphan.ts = ts
             self.stats.incomplete += 1
-            yield orphan
+            out.append(orphan)
 
     def _frame(
         self, side: Side, piece: Piece, seg: Segment | None, number: int, conn: Connection, from_client: bool
@@ -971,13 +1000,22 @@ def frames_of(reader: Reader, segments: Iterable[Segment]) -> Iterator[Frame]:
             stats.packets = max(stats.packets, seg.number)
             if stats.first_ts is None:  # segments without a capture file around them (a proxy's)
                 stats.first_ts = seg.ts
-            yield from reader.feed(seg)
+            frames = reader.feed(seg)
+            if frames:
+                yield from frames
     except CaptureError:
         yield from reader.finish()
+        _ended(reader)
         report_skips(stats)
         raise
     yield from reader.finish()
+    _ended(reader)
     report_skips(stats)
+
+
+def _ended(reader: Reader) -> None:
+    if reader.ended_pending:
+        reader.hand_over_ended()
 
 
 def read_frames(

@@ -382,6 +382,8 @@ class Session:
             self.reader.ts = ts
         for frame, _ in self._analysed(self.reader.finish()):
             yield frame
+        if self.reader.ended_pending:
+            self.reader.hand_over_ended()
 
     def finish(self, whole: bool = True) -> None:
         """What only the end shows: unanswered requests, silences, how connections ended. whole:

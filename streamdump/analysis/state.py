@@ -49,7 +49,8 @@ class Diagnosis:
         }
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is made per frame (see wire/framing.py's Piece).
+@dataclass(slots=True)
 class Seen:
     """What the tracker remembers of a connection's latest frame: enough to name it, not its bytes."""
 

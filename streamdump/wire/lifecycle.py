@@ -23,7 +23,8 @@ REFUSED = "refused"  # the client's SYN was answered by a reset
 REUSED = "reused"  # a new SYN on the same ports began another connection
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: several are made per connection (see wire/framing.py's Piece).
+@dataclass(slots=True)
 class Mark:
     """One flag seen: which packet, when, and who sent it."""
 
