@@ -64,11 +64,20 @@ class Limits(Rule):
     def _check(
         self, conn: ConnState, frame: Frame, limits: dict[tuple[str, ...], tuple[int, int, str]]
     ) -> None:
+        if frame.from_client is False:
+            return  # the limits bound what the client sends
+        fields = frame.fields
         for choices in self.bounded:
-            bounds = next((name for name in choices if name in frame.fields), choices[0])
-            value = frame.fields.get(bounds)
             found = limits.get(choices)
-            if found is None or not isinstance(value, int) or frame.from_client is False:
+            if found is None:
+                continue
+            for bounds in choices:
+                if bounds in fields:
+                    break
+            else:
+                continue  # a frame without any of the bounded fields
+            value = fields[bounds]
+            if not isinstance(value, int):
                 continue
             limit, number, announced = found
             if value > limit:

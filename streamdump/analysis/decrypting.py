@@ -31,6 +31,16 @@ SPANS_KEPT = 1 << 16
 
 
 def packets_of(spans: deque[tuple[int, int, int]], start: int, end: int) -> tuple[int, ...]:
+    if len(spans) == 1:  # a frame in one segment, the commonest: the loops below, unrolled
+        first, last, number = spans[0]
+        if last <= start:
+            spans.popleft()
+            return ()
+        if first >= end:
+            return ()
+        if last <= end:
+            spans.popleft()
+        return (number,)
     while spans and spans[0][1] <= start:
         spans.popleft()
     found: list[int] = []

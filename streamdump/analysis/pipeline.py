@@ -408,13 +408,15 @@ class Reader(Decrypting):
             events = other.stream.acked(seg.ack, seg.number)
             if events:
                 self._events(conn, other, events, seg, 0, out)
-        was_new = side.stream.next is None
-        events = side.stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number)
-        if seg.payload and side.stream.next is not None:
-            start = side.stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
+        stream = side.stream
+        was_new = stream.next is None
+        payload = seg.payload
+        events = stream.accept(seg.seq, seg.flags, payload, seg.wire_len, seg.number)
+        if payload and stream.next is not None:
+            start = stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
             spans = side.spans if side.cipher is None else side.cipher
-            spans.append((start, start + len(seg.payload), seg.number))
-        if was_new and not side.stream.syn_seen and side.stream.next is not None:
+            spans.append((start, start + len(payload), seg.number))
+        if was_new and not stream.syn_seen and stream.next is not None:
             self._notice(
                 "note",
                 seg.number,
@@ -654,7 +656,8 @@ class Reader(Decrypting):
                 self.stats.incomplete += 1
             else:
                 self.stats.frames += 1
-            self._note_floor(side, frame, conn.runtime)
+            if conn.runtime.tail_rules:
+                self._note_floor(side, frame, conn.runtime)
             out.append(frame)
             carried = self.dissection.carried.get(frame.protocol)
             if carried and frame.incomplete is None:
@@ -708,10 +711,14 @@ class Reader(Decrypting):
         frame.ts = seg.ts if seg is not None else self.ts
         frame.src = side.src
         frame.dst = side.dst
-        frame.seq = piece.pos % SEQ_MOD
-        frame.conn, frame.from_client = conn.number, from_client
-        frame.packets = side.packets(piece.pos, piece.pos + max(piece.length, len(piece.data)))
-        frame.tls = conn.tls.info if conn.tls is not None else None
+        pos = piece.pos
+        frame.seq = pos % SEQ_MOD
+        frame.conn = conn.number
+        frame.from_client = from_client
+        length, have = piece.length, len(piece.data)
+        frame.packets = packets_of(side.spans, pos, pos + (length if length > have else have))
+        if conn.tls is not None:
+            frame.tls = conn.tls.info
         if piece.kind == "incomplete":
             if piece.islands:
                 self._recover_tail(side, frame, piece, conn.runtime)
@@ -967,14 +974,15 @@ def carried_frames(frame: Frame, carried: list[tuple[str, Decoder]]) -> Iterator
     for field_name, decoder in carried:
         value = frame.fields.get(field_name)
         wiring = decoder.protocol.wiring
+        magic = wiring.magic or b""
+        # The magic first: one comparison rules out most frames before any subject is matched.
+        if not isinstance(value, bytes | bytearray | memoryview) or value[: len(magic)] != magic:
+            continue
         if wiring.carried_where is not None:
             by, patterns = wiring.carried_where
             name = frame.fields.get(by)
             if not isinstance(name, str) or not matches_any(patterns, name):
                 continue
-        magic = wiring.magic or b""
-        if not isinstance(value, bytes | bytearray | memoryview) or value[: len(magic)] != magic:
-            continue
         inner = decoder.decode(bytes(value))
         inner.number, inner.ts, inner.src, inner.dst = frame.number, frame.ts, frame.src, frame.dst
         inner.seq, inner.conn, inner.from_client = frame.seq, frame.conn, frame.from_client

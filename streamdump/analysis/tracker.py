@@ -66,6 +66,7 @@ class Tracker:
         self.closes = {close.command: close for close in conv.closes}
         self._statuses(protocol)
         self.roles = protocol.wiring.roles
+        self.versioned = protocol.versioned  # asked per frame: the registry's walk made once
         self.close_enums = {
             close.command: dict(protocol.enums.get(close.enum or "", {})) for close in conv.closes
         }
@@ -151,26 +152,28 @@ class Tracker:
         """Link one frame to what came before it; add what it reveals to its notes."""
         if self.first_ts is None:
             self.first_ts = frame.ts
+        from_client = frame.from_client
         conn = self.connections.get(frame.conn)
         if conn is None:
             conn = self.connections[frame.conn] = ConnState(frame.conn, self.protocol.name, first_ts=frame.ts)
         if conn.client is None and frame.src is not None:
             conn.client, conn.server = (
-                (frame.src, frame.dst) if frame.from_client is not False else (frame.dst, frame.src)
+                (frame.src, frame.dst) if from_client is not False else (frame.dst, frame.src)
             )
-        side = conn.side(frame.from_client)
+        side = conn.client_side if from_client is not False else conn.server_side
         if self.identity and side.properties is None:
             side.properties = self._identity(frame)
-        if frame.incomplete is not None and frame.incomplete not in ENDED_MID_FRAME:
+        incomplete = frame.incomplete
+        if incomplete is not None and incomplete not in ENDED_MID_FRAME:
             conn.lossy = True  # the capture lost bytes (a frame the connection's end cut lost none)
         for rule in self.rules_before:
             rule.before(conn, side, frame)
         command = frame.command
         if command in self.spec.setup:
             conn.setup_seen = True
+        kind = frame.kind
         # A response whose command is its request's is tracked even when the request is missing.
-        orphan = frame.kind == "response" and self.by_request
-        if (command is not None or orphan) and frame.kind != "unknown":
+        if (command is not None or (kind == "response" and self.by_request)) and kind != "unknown":
             self._correlate(conn, frame)
             self._negotiation(conn, side, frame)
             if command in self.sessions.commands:
@@ -180,16 +183,16 @@ class Tracker:
         last = Seen(
             frame.number,
             frame.ts,
-            frame.name,
+            command or f"Unknown({frame.key_text})",  # frame.name, without the property's call
             frame.wire_key,
             frame.version,
             len(frame.data),
-            frame.from_client,
-            frame.incomplete is None,
-            self._records(frame) if self.message_rules is not None and frame.from_client is False else None,
+            from_client,
+            incomplete is None,
+            self._records(frame) if self.message_rules is not None and from_client is False else None,
         )
         side.last = last
-        if frame.from_client is not False and self._unregistered(frame):
+        if from_client is not False and self._unregistered(frame):
             conn.suspects["unknown"] = last
         conn.last = last
 
@@ -198,7 +201,7 @@ class Tracker:
         if frame.command is None:
             return frame.kind != "response"  # a response's command may only be unknown to us
         command = self.protocol.commands.get(frame.command)
-        return command is not None and self.protocol.versioned and frame.version not in command.versions
+        return command is not None and self.versioned and frame.version not in command.versions
 
     def _identity(self, frame: Frame) -> dict[str, Any] | None:
         """A peer's product and version, from a frame's header fields (its language, its version)."""

@@ -334,7 +334,7 @@ class Decoder:
         ctx = Ctx(expert, nodes, expand=expand, partial=partial, limits=self.limits)
         fields: dict[str, Any] = {}
         have = len(data)
-        total = self.frame_length(data)
+        total = self.frame_length(data) if self.framed_by_length else have
         if total is None or have < self.header_size:
             expert.append(Expert("error", f"frame too short for a header: {have} bytes", 0))
             return self._frame(None, None, "unknown", None, 0, 0, fields, expert, data)
@@ -463,8 +463,10 @@ class Decoder:
             line_done = ctx.line_done  # where the header left a text line, for a second try
             try:
                 after = fast(mv, pos, end, fields, ctx)
-                self._entries_left(ctx, fields, nodes)
-                self._trailing(mv, after, end, fields, expert, nodes, "trailing")
+                if ctx.entries is not None:
+                    self._entries_left(ctx, fields, nodes)
+                if after < end:
+                    self._trailing(mv, after, end, fields, expert, nodes, "trailing")
                 return self._frame(
                     wire_key, command_key, kind, command.name, version, size, fields, expert, data
                 )

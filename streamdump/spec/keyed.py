@@ -20,6 +20,9 @@ from streamdump.wire.frame import Node
 # What a secret (a password, a token) shows instead of itself; an empty one stays empty.
 MASKED = "********"
 
+# A struct's specs, its members as (key, spec), and its rest map's spec (Keyed.fields).
+_Plan = tuple[tuple[FieldSpec, ...], tuple[tuple[str, FieldSpec], ...], FieldSpec | None]
+
 _ACRONYMS = {"id": "ID", "ids": "IDs", "crc": "CRC", "sasl": "SASL"}
 
 
@@ -55,6 +58,9 @@ class Keyed:
         self.by_name = {
             name: {label: value for value, label in values.items()} for name, values in enums.items()
         }
+        # Per struct (by its specs' identity, kept beside): its members as (key, spec) and its
+        # rest map's spec, found once; an INFO or CONNECT frame's object is read member by member.
+        self._plans: dict[int, _Plan] = {}
 
     # ------------------------------------------------------------------ decoding
 
@@ -62,18 +68,19 @@ class Keyed:
         self, specs: tuple[FieldSpec, ...], obj: Mapping[Any, Any], notes: list[str]
     ) -> dict[str, Any]:
         """The declared members found in obj, converted; the rest in the rest map (if any)."""
+        plan = self._plans.get(id(specs))
+        if plan is None or plan[0] is not specs:
+            members = tuple((key_of(spec), spec) for spec in specs if not spec.rest)
+            rest = next((spec for spec in reversed(specs) if spec.rest), None)
+            plan = self._plans[id(specs)] = (specs, members, rest)
+        _, members, rest_spec = plan
         out: dict[str, Any] = {}
         taken: set[Any] = set()
-        rest_spec = None
-        for spec in specs:
-            if spec.rest:
-                rest_spec = spec
-                continue
-            key = key_of(spec)
+        for key, spec in members:
             if key in obj:
                 taken.add(key)
                 out[spec.name] = self.value(spec, obj[key], notes)
-        left = {k: v for k, v in obj.items() if k not in taken}
+        left = {k: v for k, v in obj.items() if k not in taken} if len(taken) < len(obj) else None
         if left:
             if rest_spec is not None:
                 out[rest_spec.name] = self.value(rest_spec, left, notes)
@@ -86,6 +93,8 @@ class Keyed:
         kind = spec.type
         if raw is None:
             return None
+        if type(raw) is str and kind == "string":  # the commonest: a string that is one
+            return MASKED if spec.secret and raw != "" else raw
         if kind in INT_TYPES:
             return self._int(spec, raw, notes)
         if kind == "string":

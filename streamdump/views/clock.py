@@ -64,7 +64,8 @@ class Clock:
         """The time column of a frame at ts (frames are asked for in the order they are shown)."""
         fmt = self.fmt
         if fmt is TimeFormat.r:
-            return f"{ts - self.start(ts):>11.6f}"
+            zero = self.zero
+            return f"{ts - (zero if zero is not None else self.start(ts)):>11.6f}"
         if fmt in (TimeFormat.d, TimeFormat.dd):
             self.start(ts)
             before, self.previous = self.previous, ts

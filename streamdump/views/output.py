@@ -127,9 +127,10 @@ def write_frames(
         # A pipe or file gets no terminal width: never crop a value there.
         width = None if out.isatty() else 1000
         console = pipe_console(out, width)
+    renderers = views.renderers
     for frame in frames:
         count += 1
-        renderer = views[frame]
+        renderer = renderers[frame.protocol]
         if json_kind:
             if fmt is Format.json and count > 1:
                 _put(out, binary, ",\n")

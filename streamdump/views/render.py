@@ -72,6 +72,8 @@ class Renderer:
         self.short = self.protocol.short
         self.column = len(self.short)
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
+        # The fields of each (command key, response?)'s layout, looked up once: asked per line.
+        self._info_specs: dict[tuple[Any, bool], tuple[FieldSpec, ...]] = {}
         # Links that name other frames by their packet (Request In, Response In, Opened In...).
         self.packet_links = frozenset(
             spec.name
@@ -99,15 +101,22 @@ class Renderer:
     def info(self, frame: Frame) -> str:
         parts: list[str] = []
         response = frame.kind == "response"
-        layout = self.protocol.layout(frame.key, response)
+        try:
+            specs = self._info_specs[frame.key, response]
+        except KeyError:
+            layout = self.protocol.layout(frame.key, response)
+            specs = self._info_specs[frame.key, response] = layout.fields if layout else ()
+        except TypeError:  # a key that is no dict's (a keyed header's list)
+            layout = self.protocol.layout(frame.key, response)
+            specs = layout.fields if layout else ()
         for spec in self.header_info:
             value = frame.fields.get(spec.name)
             # The key field of a request is its command (shown already); empty header text says nothing.
             if value is None or value == "" or (spec.name == self.protocol.frame.key and not response):
                 continue
             parts.append(f"{spec.info}={self.short_value(spec, value, response)}")
-        self._info_parts(layout.fields if layout else (), frame.fields, parts, response)
-        worst = frame.worst_severity
+        self._info_parts(specs, frame.fields, parts, response)
+        worst = frame.worst_severity if frame.expert else None
         if worst in ("warn", "error"):
             first = next(e for e in frame.expert if e.severity == worst)
             parts.append(f"[{worst}: {first.message}]")

@@ -246,16 +246,16 @@ def read_segments(path: Path | str, tally: Tally | None = None) -> Iterator[Segm
     path "-" is standard input: a capture being written (`tcpdump -w - | ...`), read record by
     record so that each packet is handed on as soon as it has arrived.
     """
+    # The reading generator itself, not one around it: a layer less per packet.
     if str(path) == STDIN:
-        yield from read_stream(sys.stdin.buffer, STDIN_NAME, tally)
-        return
-    yield from _read(path, tally, None)
+        return read_stream(sys.stdin.buffer, STDIN_NAME, tally)
+    return _read(path, tally, None)
 
 
 def read_stream(fh: BinaryIO, name: str, tally: Tally | None = None) -> Iterator[Segment]:
     """Every TCP segment of a capture arriving on a stream that cannot seek (a pipe): each
     packet is handed on as soon as its record has arrived."""
-    yield from _read(name, tally, fh)
+    return _read(name, tally, fh)
 
 
 def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Iterator[Segment]:
@@ -264,9 +264,11 @@ def _read(path: Path | str, tally: Tally | None, stream: BinaryIO | None) -> Ite
     for number, ts, linktype, buf in _records(path, tally, stream):
         if keep is not None:
             keep(number, ts, linktype, buf)
-        got = segment_of(linktype, buf, number, ts, tally)
-        if got is not None:
+        got = parse(linktype, buf, number, ts)  # type: ignore[arg-type]
+        if type(got) is Segment:  # segment_of's test, without its call: once per packet
             yield got
+        else:
+            _skipped(got, linktype, number, tally)  # type: ignore[arg-type]
 
 
 def read_records(
@@ -329,12 +331,16 @@ def segment_of(
     """The packet's TCP segment; a packet with none is counted in the tally instead, by why."""
     got = parse(linktype, buf, number, ts)  # type: ignore[arg-type]
     if isinstance(got, Skip):
-        tally.skipped[got] += 1
-        tally.first_skipped.setdefault(got, number)
-        if got is Skip.UNKNOWN_LINK:
-            tally.unknown_links[linktype] += 1
+        _skipped(got, linktype, number, tally)
         return None
     return got
+
+
+def _skipped(skip: Skip, linktype: int, number: int, tally: Tally) -> None:
+    tally.skipped[skip] += 1
+    tally.first_skipped.setdefault(skip, number)
+    if skip is Skip.UNKNOWN_LINK:
+        tally.unknown_links[linktype] += 1
 
 
 def _reason(exc: BaseException) -> str:

@@ -45,9 +45,14 @@ class Node:
 class Endpoint:
     ip: str
     port: int
+    # Its text, made the first time it is shown: a connection's endpoints are shown on every line.
+    text: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __str__(self) -> str:
-        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+        text = self.text
+        if text is None:
+            text = self.text = f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+        return text
 
 
 @dataclass(slots=True)

@@ -326,7 +326,8 @@ class Framer:
             out.append(Piece("frame", pos + start, data[start : start + total], total))
             start += total
             total = None
-        self.buf = bytearray(data[start:])
+        if start < n:  # else buf stays empty, as every caller hands it over (a new one costs)
+            self.buf = bytearray(data[start:])
         self.pos = pos + start
         # What the buffer must hold before the next frame can be cut: its length once known,
         # else a byte more than now (the rule could not tell yet).

@@ -49,7 +49,7 @@ class Skip(Enum):
     UNKNOWN_LINK = "unknown link type"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Segment:
     """One TCP segment as reassembly sees it."""
 
@@ -63,11 +63,34 @@ class Segment:
     ack: int
     flags: int
     payload: bytes  # the captured part of the payload
-    wire_len: int = -1  # payload length on the wire; -1 means "as captured"
+    wire_len: int  # payload length on the wire
 
-    def __post_init__(self) -> None:
-        if self.wire_len < 0:
-            self.wire_len = len(self.payload)
+    # Written out (not a generated __init__ and a __post_init__): one is made per packet.
+    def __init__(
+        self,
+        number: int,
+        ts: float,
+        src: str,
+        dst: str,
+        sport: int,
+        dport: int,
+        seq: int,
+        ack: int,
+        flags: int,
+        payload: bytes,
+        wire_len: int = -1,  # -1: as captured
+    ) -> None:
+        self.number = number
+        self.ts = ts
+        self.src = src
+        self.dst = dst
+        self.sport = sport
+        self.dport = dport
+        self.seq = seq
+        self.ack = ack
+        self.flags = flags
+        self.payload = payload
+        self.wire_len = wire_len if wire_len >= 0 else len(payload)
 
 
 # A link parser returns (ethertype-like IP version selector, offset of the IP header) or None.
