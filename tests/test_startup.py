@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from streamdump.spec import cache
-from streamdump.spec.registry import Registry, load_registry, registry_key, spec_dir
+from streamdump.spec.registry import FieldSpec, Registry, load_registry, registry_key, spec_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 NATS = ROOT / "captures/nats/pubsub.pcap"
@@ -192,3 +192,18 @@ def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: 
     assert again is not compiled
     # Equal as values (sets compare by content: their order may differ once read back).
     assert again == compiled
+    # And whole: a field kept as its default only (spec/model.py's Compact) is read back as the
+    # instance's own value, as the compiled one has it, not looked up on its class.
+    for name, protocol in compiled.protocols.items():
+        kept_fields = list(again.protocols[name].all_fields())
+        assert [vars(spec) for spec in kept_fields] == [vars(spec) for spec in protocol.all_fields()]
+        assert len(kept_fields) > 10
+
+
+def test_a_kept_spec_holds_only_what_differs_from_its_defaults() -> None:
+    spec = FieldSpec(name="count", type="uint32")
+    # cases is made by a factory, a new dict each time: kept as it is.
+    assert spec.__getstate__() == {"name": "count", "type": "uint32", "cases": {}}
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec
+    assert vars(again) == vars(spec)

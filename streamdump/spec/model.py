@@ -3,7 +3,7 @@ the spec syntax (types, attributes, the frame's own names).
 
 Protocol, Command, Layout, FieldSpec and the conversation's generic parts are plain frozen
 dataclasses; registry.py builds them from YAML and refuses a bad spec. Nothing here reads a
-file or decodes bytes.
+file or decodes bytes. They pickle compactly (Compact), as the registry's cache keeps them.
 """
 
 from __future__ import annotations
@@ -116,8 +116,43 @@ class SpecError(ValueError):
     """A spec file is malformed; the message names the file and the entry."""
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
+# Each class's defaults, by class: what a Compact instance read back starts from.
+_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+class Compact:
+    """Pickled as the values that differ from the class's defaults, and read back in one step.
+
+    The registry's cache (spec/cache.py) holds about two thousand of these. As slotted frozen
+    dataclasses they were read back by dataclasses' __setstate__, field by field through
+    object.__setattr__: a FieldSpec has 34 fields, nearly all defaults, and that was most of
+    a cached start's unpickling. Without slots a read-back instance's __dict__ is filled
+    directly, defaults first, so it is equal to, and has the same attributes as, one the specs made.
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        defaults = _defaults(type(self))
+        return {k: v for k, v in self.__dict__.items() if k not in defaults or defaults[k] is not v}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        values = self.__dict__
+        values.update(_defaults(type(self)))
+        values.update(state)
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        # A dataclass keeps a plain default as a class attribute (not one made by a factory).
+        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        found = _DEFAULTS[cls] = {name: vars(cls)[name] for name in fields if name in vars(cls)}
+    return found
+
+
+@dataclass(frozen=True)
+class FieldSpec(Compact):
+    """One field of a header, layout, struct or hook's output, as its spec declares it."""
+
     name: str
     type: str  # an INT_TYPES name, another type of the spec syntax (string, map, switch...), or "struct"
     enum: str | None = None
@@ -175,8 +210,8 @@ class FieldSpec:
     tag: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HookSpec:
+@dataclass(frozen=True)
+class HookSpec(Compact):
     """A piece of decoding the grammar cannot say, and the fields it adds beside its field."""
 
     name: str
@@ -188,8 +223,8 @@ class HookSpec:
     names: tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+@dataclass(frozen=True)
+class Layout(Compact):
     """The fields of one command in one direction (kind), for every version."""
 
     command: str
@@ -201,8 +236,10 @@ class Layout:
     wire: int | str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
+@dataclass(frozen=True)
+class Command(Compact):
+    """One command: its key, who sends it, its versions and its layout in each direction."""
+
     name: str
     key: int | str
     sender: str
@@ -211,8 +248,8 @@ class Command:
     layouts: Mapping[str, Layout]  # kind -> layout
 
 
-@dataclass(frozen=True, slots=True)
-class Wiring:
+@dataclass(frozen=True)
+class Wiring(Compact):
     """Where the protocol runs and how its PDUs are delimited on the byte stream."""
 
     transport: str
@@ -246,8 +283,8 @@ class Wiring:
         return self.length_offset + INT_TYPES[self.length_type][1]
 
 
-@dataclass(frozen=True, slots=True)
-class FrameSpec:
+@dataclass(frozen=True)
+class FrameSpec(Compact):
     """How a frame's header says which command it is, and in which direction."""
 
     key: str  # the header field holding the command key
@@ -265,8 +302,8 @@ class FrameSpec:
     key_case: str = "exact"
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+@dataclass(frozen=True)
+class Ref(Compact):
     """A field named as Command.field or Command.array.field (each element's field)."""
 
     command: str
@@ -276,8 +313,8 @@ class Ref:
         return ".".join((self.command, *self.path))
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSpec:
+@dataclass(frozen=True)
+class SessionSpec(Compact):
     """An id a request opens (e.g. a publisher id) that later frames refer to."""
 
     name: str
@@ -296,8 +333,8 @@ class SessionSpec:
     unknown: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class CloseSpec:
+@dataclass(frozen=True)
+class CloseSpec(Compact):
     """A command by which the server ends a client's connection or sends it elsewhere."""
 
     command: str
@@ -309,8 +346,8 @@ class CloseSpec:
     severity: str = "note"
 
 
-@dataclass(frozen=True, slots=True)
-class AdvertiseSpec:
+@dataclass(frozen=True)
+class AdvertiseSpec(Compact):
     """An answer telling the client where to connect: host and port fields (paths through arrays),
     an "host:port" text (a path; a map's values), or a map's two entries (entries: the map)."""
 
@@ -335,8 +372,8 @@ def _about_hint(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class EndingSpec:
+@dataclass(frozen=True)
+class EndingSpec(Compact):
     """How a connection ends in order: the command a peer sends before it closes TCP, and what
     an end without it suggests, by the command the server had sent just before."""
 
@@ -344,8 +381,8 @@ class EndingSpec:
     hints: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Conversation:
+@dataclass(frozen=True)
+class Conversation(Compact):
     """How frames of one connection relate: the spec's conversation section."""
 
     correlation: str | None = None
@@ -377,8 +414,10 @@ class Conversation:
     rules: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Protocol:
+@dataclass(frozen=True)
+class Protocol(Compact):
+    """One protocol's spec, compiled: what the decoder, the tracker and the generators read."""
+
     name: str
     title: str
     source: str
