@@ -108,8 +108,31 @@ def test_a_small_read_loads_what_it_uses(tmp_path: Path) -> None:
         "rich",  # trees, tables and bars draw with it; one line a frame does not
         "cryptography",  # the first ClientHello loads it with the TLS record layer
         "streamdump.wire.tls.connection",
+        # the other commands' modules: a command line imports its own command's only
+        "streamdump.cli.traffic",
+        "streamdump.cli.ui",
+        "streamdump.cli.pipeline",
+        "streamdump.cli.report",
+        "streamdump.cli.plugin",
+        "streamdump.cli.docs",
     )
     assert unused == []
+
+
+def test_commands_names_every_command_in_the_order_help_lists_them() -> None:
+    import typer
+
+    from streamdump.cli import COMMANDS, app_for, whole_app
+
+    app_for(["docs", "generate"])  # its module first: the whole app keeps COMMANDS' order all the same
+    assert list(typer.main.get_command(whole_app()).commands) == list(COMMANDS)
+    for name in COMMANDS:
+        # A line naming a command builds that command alone, with the top level's options.
+        group = typer.main.get_command(app_for([name, "--help"]))
+        assert list(group.commands) == [name]
+        assert [p.name for p in group.params] == [p.name for p in typer.main.get_command(whole_app()).params]
+    for line in ([], ["--help"], ["--version"], ["raed", "x.pcap"]):
+        assert app_for(line) is whole_app()
 
 
 def run_read(capture: str, env: dict[str, str], *options: str) -> str:

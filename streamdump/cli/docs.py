@@ -161,7 +161,9 @@ def man_pages() -> dict[str, str]:
     typer's own contexts) and handed to click-man, which writes the roff."""
     from click_man.man import ManPage
 
-    command = typer.main.get_command(app)
+    from streamdump.cli import whole_app
+
+    command = typer.main.get_command(whole_app())
     pages: dict[str, str] = {}
 
     def walk(cmd: Any, path: str, parent: Any) -> None:
