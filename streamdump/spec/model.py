@@ -2,16 +2,19 @@
 the spec syntax (types, attributes, the frame's own names).
 
 Protocol, Command, Layout, FieldSpec and the conversation's generic parts are plain frozen
-dataclasses; registry.py builds them from YAML and refuses a bad spec. Nothing here reads a
-file or decodes bytes. They pickle compactly (Compact), as the registry's cache keeps them.
+dataclasses (frozen records, spec/frozen.py: cheap to define at every start, compact in the
+registry's cache); registry.py builds them from YAML and refuses a bad spec. Nothing here reads
+a file or decodes bytes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from streamdump.spec.frozen import Record, frozen
 
 INT_TYPES: dict[str, tuple[str, int, bool]] = {
     # name: (struct code, width, signed)
@@ -116,41 +119,8 @@ class SpecError(ValueError):
     """A spec file is malformed; the message names the file and the entry."""
 
 
-# Each class's defaults, by class: what a Compact instance read back starts from.
-_DEFAULTS: dict[type, dict[str, Any]] = {}
-
-
-class Compact:
-    """Pickled as the values that differ from the class's defaults, and read back in one step.
-
-    The registry's cache (spec/cache.py) holds about two thousand of these. As slotted frozen
-    dataclasses they were read back by dataclasses' __setstate__, field by field through
-    object.__setattr__: a FieldSpec has 34 fields, nearly all defaults, and that was most of
-    a cached start's unpickling. Without slots a read-back instance's __dict__ is filled
-    directly, defaults first, so it is equal to, and has the same attributes as, one the specs made.
-    """
-
-    def __getstate__(self) -> dict[str, Any]:
-        defaults = _defaults(type(self))
-        return {k: v for k, v in self.__dict__.items() if k not in defaults or defaults[k] is not v}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        values = self.__dict__
-        values.update(_defaults(type(self)))
-        values.update(state)
-
-
-def _defaults(cls: type) -> dict[str, Any]:
-    found = _DEFAULTS.get(cls)
-    if found is None:
-        # A dataclass keeps a plain default as a class attribute (not one made by a factory).
-        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
-        found = _DEFAULTS[cls] = {name: vars(cls)[name] for name in fields if name in vars(cls)}
-    return found
-
-
-@dataclass(frozen=True)
-class FieldSpec(Compact):
+@frozen
+class FieldSpec(Record):
     """One field of a header, layout, struct or hook's output, as its spec declares it."""
 
     name: str
@@ -210,8 +180,8 @@ class FieldSpec(Compact):
     tag: int | None = None
 
 
-@dataclass(frozen=True)
-class HookSpec(Compact):
+@frozen
+class HookSpec(Record):
     """A piece of decoding the grammar cannot say, and the fields it adds beside its field."""
 
     name: str
@@ -223,8 +193,8 @@ class HookSpec(Compact):
     names: tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] | None = None
 
 
-@dataclass(frozen=True)
-class Layout(Compact):
+@frozen
+class Layout(Record):
     """The fields of one command in one direction (kind), for every version."""
 
     command: str
@@ -236,8 +206,8 @@ class Layout(Compact):
     wire: int | str | None = None
 
 
-@dataclass(frozen=True)
-class Command(Compact):
+@frozen
+class Command(Record):
     """One command: its key, who sends it, its versions and its layout in each direction."""
 
     name: str
@@ -248,8 +218,8 @@ class Command(Compact):
     layouts: Mapping[str, Layout]  # kind -> layout
 
 
-@dataclass(frozen=True)
-class Wiring(Compact):
+@frozen
+class Wiring(Record):
     """Where the protocol runs and how its PDUs are delimited on the byte stream."""
 
     transport: str
@@ -283,8 +253,8 @@ class Wiring(Compact):
         return self.length_offset + INT_TYPES[self.length_type][1]
 
 
-@dataclass(frozen=True)
-class FrameSpec(Compact):
+@frozen
+class FrameSpec(Record):
     """How a frame's header says which command it is, and in which direction."""
 
     key: str  # the header field holding the command key
@@ -302,8 +272,8 @@ class FrameSpec(Compact):
     key_case: str = "exact"
 
 
-@dataclass(frozen=True)
-class Ref(Compact):
+@frozen
+class Ref(Record):
     """A field named as Command.field or Command.array.field (each element's field)."""
 
     command: str
@@ -313,8 +283,8 @@ class Ref(Compact):
         return ".".join((self.command, *self.path))
 
 
-@dataclass(frozen=True)
-class SessionSpec(Compact):
+@frozen
+class SessionSpec(Record):
     """An id a request opens (e.g. a publisher id) that later frames refer to."""
 
     name: str
@@ -333,8 +303,8 @@ class SessionSpec(Compact):
     unknown: bool = False
 
 
-@dataclass(frozen=True)
-class CloseSpec(Compact):
+@frozen
+class CloseSpec(Record):
     """A command by which the server ends a client's connection or sends it elsewhere."""
 
     command: str
@@ -346,8 +316,8 @@ class CloseSpec(Compact):
     severity: str = "note"
 
 
-@dataclass(frozen=True)
-class AdvertiseSpec(Compact):
+@frozen
+class AdvertiseSpec(Record):
     """An answer telling the client where to connect: host and port fields (paths through arrays),
     an "host:port" text (a path; a map's values), or a map's two entries (entries: the map)."""
 
@@ -372,8 +342,8 @@ def _about_hint(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class EndingSpec(Compact):
+@frozen
+class EndingSpec(Record):
     """How a connection ends in order: the command a peer sends before it closes TCP, and what
     an end without it suggests, by the command the server had sent just before."""
 
@@ -381,8 +351,8 @@ class EndingSpec(Compact):
     hints: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Conversation(Compact):
+@frozen
+class Conversation(Record):
     """How frames of one connection relate: the spec's conversation section."""
 
     correlation: str | None = None
@@ -414,8 +384,8 @@ class Conversation(Compact):
     rules: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Protocol(Compact):
+@frozen
+class Protocol(Record):
     """One protocol's spec, compiled: what the decoder, the tracker and the generators read."""
 
     name: str

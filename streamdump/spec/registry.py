@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from streamdump.spec.conversation_syntax import ConversationSyntax
 from streamdump.spec.field_syntax import FieldSyntax
+from streamdump.spec.frozen import Record, frozen
 from streamdump.spec.model import (  # noqa: F401  (the registry's names, read from here too)
     BYTE_ORDERS,
     COMMAND_ATTRS,
@@ -545,8 +545,10 @@ def spec_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "dissectors"
 
 
-@dataclass(frozen=True, slots=True)
-class Registry:
+@frozen
+class Registry(Record):
+    """Every protocol of the registry, by name."""
+
     protocols: Mapping[str, Protocol]
 
     def get(self, name: str) -> Protocol:
