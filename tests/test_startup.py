@@ -206,6 +206,20 @@ def test_kept_keeps_one_copy_per_kind(tmp_path: Path, monkeypatch: pytest.Monkey
     assert cache.kept("thing", "b", make, dict) == {"n": 3}
 
 
+def test_two_places_keep_their_own_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two checkouts (or installs) on one machine: each start of one must not drop the other's copy.
+    monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
+    here, there = (f"registry-{cache.place(tmp_path / name)}" for name in ("here", "there"))
+    assert here != there
+    cache.kept(here, "a", lambda: {"n": 1}, dict)
+    cache.kept(there, "b", lambda: {"n": 2}, dict)
+    assert cache.kept(here, "a", lambda: pytest.fail("dropped"), dict) == {"n": 1}
+    cache.kept(here, "c", lambda: {"n": 3}, dict)  # here's newer copy replaces here's only
+    assert sorted(p.name for p in tmp_path.glob("registry-*.pickle")) == sorted(
+        [f"{here}-c.pickle", f"{there}-b.pickle"]
+    )
+
+
 def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
     compiled = load_registry()

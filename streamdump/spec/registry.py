@@ -12,7 +12,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -539,10 +538,9 @@ PACKAGE = "streamdump.dissectors"
 
 def spec_dir() -> Path:
     """Where the protocol folders are: inside the installed package, or dissectors/ in a source tree."""
-    packaged = resources.files("streamdump") / "dissectors"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent.parent / "dissectors"
+    package = Path(__file__).resolve().parent.parent  # the streamdump folder (read as files, not from a zip)
+    packaged = package / "dissectors"
+    return packaged if packaged.is_dir() else package.parent / "dissectors"
 
 
 @frozen
@@ -610,7 +608,9 @@ def default_registry() -> Registry:
         key = registry_key(directory)
     except OSError:  # a spec or source that cannot be read: the specs say why, as they always did
         return load_registry(directory)
-    return cache.kept("registry", key, lambda: load_registry(directory), Registry)
+    # A copy for each installed streamdump or checkout: two on one machine keep theirs side by side.
+    kind = f"registry-{cache.place(directory)}"
+    return cache.kept(kind, key, lambda: load_registry(directory), Registry)
 
 
 def registry_key(directory: Path) -> str:
@@ -619,5 +619,5 @@ def registry_key(directory: Path) -> str:
     from streamdump.spec import cache
 
     specs = sorted(directory.glob(f"*/{SPEC_FILE}"))
-    code = cache.python_files(Path(__file__).resolve().parent.parent, directory)
+    code = cache.python_stamps(Path(__file__).resolve().parent.parent, directory)
     return cache.digest(specs, code, __version__)
