@@ -108,6 +108,16 @@ def test_a_small_read_loads_what_it_uses(tmp_path: Path) -> None:
         "rich",  # trees, tables and bars draw with it; one line a frame does not
         "cryptography",  # the first ClientHello loads it with the TLS record layer
         "streamdump.wire.tls.connection",
+        # views and counts a one-line read does not show: they load with their options
+        "orjson",  # the first JSON line loads it
+        "zoneinfo",
+        "streamdump.analysis.statistics",
+        "streamdump.analysis.hexdump",
+        "streamdump.views.fields",
+        "streamdump.views.messages",
+        "streamdump.views.dump",
+        # the registry's compiler: the registry came from the cache
+        "streamdump.spec.spec_yaml",
         # the other commands' modules: a command line imports its own command's only
         "streamdump.cli.traffic",
         "streamdump.cli.ui",
