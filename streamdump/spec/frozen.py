@@ -3,7 +3,7 @@
 The registry (spec/model.py) is read back from the cache at every start and built from the
 specs only when they change. A frozen dataclass generates the source of six methods when its
 class is made (__init__, __repr__, __eq__, __hash__, __setattr__, __delattr__) and compiles
-each: for the registry's classes, FieldSpec's 34 fields among them, that cost every start
+each: for the registry's classes, FieldSpec's 33 fields among them, that cost every start
 more than reading the registry back. `@frozen` keeps the dataclass fields (their defaults on
 the class, dataclasses.fields and replace) and gives each class the methods of `Record`, which
 do the same for any class from its fields and are compiled once into this module's bytecode.
