@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from streamdump.spec import cache
-from streamdump.spec.registry import Registry, load_registry, registry_key, spec_dir
+from streamdump.spec.registry import FieldSpec, Registry, load_registry, registry_key, spec_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 NATS = ROOT / "captures/nats/pubsub.pcap"
@@ -108,8 +108,41 @@ def test_a_small_read_loads_what_it_uses(tmp_path: Path) -> None:
         "rich",  # trees, tables and bars draw with it; one line a frame does not
         "cryptography",  # the first ClientHello loads it with the TLS record layer
         "streamdump.wire.tls.connection",
+        # views and counts a one-line read does not show: they load with their options
+        "orjson",  # the first JSON line loads it
+        "zoneinfo",
+        "streamdump.analysis.statistics",
+        "streamdump.analysis.hexdump",
+        "streamdump.views.fields",
+        "streamdump.views.messages",
+        "streamdump.views.dump",
+        # the registry's compiler: the registry came from the cache
+        "streamdump.spec.spec_yaml",
+        # the other commands' modules: a command line imports its own command's only
+        "streamdump.cli.traffic",
+        "streamdump.cli.ui",
+        "streamdump.cli.pipeline",
+        "streamdump.cli.report",
+        "streamdump.cli.plugin",
+        "streamdump.cli.docs",
     )
     assert unused == []
+
+
+def test_commands_names_every_command_in_the_order_help_lists_them() -> None:
+    import typer
+
+    from streamdump.cli import COMMANDS, app_for, whole_app
+
+    app_for(["docs", "generate"])  # its module first: the whole app keeps COMMANDS' order all the same
+    assert list(typer.main.get_command(whole_app()).commands) == list(COMMANDS)
+    for name in COMMANDS:
+        # A line naming a command builds that command alone, with the top level's options.
+        group = typer.main.get_command(app_for([name, "--help"]))
+        assert list(group.commands) == [name]
+        assert [p.name for p in group.params] == [p.name for p in typer.main.get_command(whole_app()).params]
+    for line in ([], ["--help"], ["--version"], ["raed", "x.pcap"]):
+        assert app_for(line) is whole_app()
 
 
 def run_read(capture: str, env: dict[str, str], *options: str) -> str:
@@ -183,6 +216,20 @@ def test_kept_keeps_one_copy_per_kind(tmp_path: Path, monkeypatch: pytest.Monkey
     assert cache.kept("thing", "b", make, dict) == {"n": 3}
 
 
+def test_two_places_keep_their_own_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two checkouts (or installs) on one machine: each start of one must not drop the other's copy.
+    monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
+    here, there = (f"registry-{cache.place(tmp_path / name)}" for name in ("here", "there"))
+    assert here != there
+    cache.kept(here, "a", lambda: {"n": 1}, dict)
+    cache.kept(there, "b", lambda: {"n": 2}, dict)
+    assert cache.kept(here, "a", lambda: pytest.fail("dropped"), dict) == {"n": 1}
+    cache.kept(here, "c", lambda: {"n": 3}, dict)  # here's newer copy replaces here's only
+    assert sorted(p.name for p in tmp_path.glob("registry-*.pickle")) == sorted(
+        [f"{here}-c.pickle", f"{there}-b.pickle"]
+    )
+
+
 def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMDUMP_CACHE", str(tmp_path))
     compiled = load_registry()
@@ -192,3 +239,18 @@ def test_the_registry_kept_equals_the_one_compiled(tmp_path: Path, monkeypatch: 
     assert again is not compiled
     # Equal as values (sets compare by content: their order may differ once read back).
     assert again == compiled
+    # And whole: a field kept as its default only (spec/model.py's Compact) is read back as the
+    # instance's own value, as the compiled one has it, not looked up on its class.
+    for name, protocol in compiled.protocols.items():
+        kept_fields = list(again.protocols[name].all_fields())
+        assert [vars(spec) for spec in kept_fields] == [vars(spec) for spec in protocol.all_fields()]
+        assert len(kept_fields) > 10
+
+
+def test_a_kept_spec_holds_only_what_differs_from_its_defaults() -> None:
+    spec = FieldSpec(name="count", type="uint32")
+    # cases is made by a factory, a new dict each time: kept as it is.
+    assert spec.__getstate__() == {"name": "count", "type": "uint32", "cases": {}}
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec
+    assert vars(again) == vars(spec)

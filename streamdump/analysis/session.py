@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import gc
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.fieldnames import FrameFilter
 from streamdump.analysis.filter import FilterError
 from streamdump.analysis.grouping import Grouping, UnknownName, check_names
-from streamdump.analysis.hexdump import best
 from streamdump.analysis.pipeline import Dissection, Notice, Reader, ReadStats, frames_of, loss_summary
 from streamdump.analysis.state import Diagnosis
-from streamdump.analysis.statistics import Partial, Statistics
 from streamdump.analysis.timeline import Timeline, observe
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import dissector_of
@@ -43,6 +40,9 @@ from streamdump.wire.limits import DEFAULT_LIMITS, Limits
 from streamdump.wire.packet import LINKS_READ, Segment, Skip, unknown_links_text
 from streamdump.wire.tls.keylog import KeyLog, KeyLogError
 from streamdump.wire.writer import PacketWriter, WriteError, WriteFormat
+
+if TYPE_CHECKING:
+    from streamdump.analysis.statistics import Partial, Statistics
 
 # What may watch each pass over a source's frames (a progress bar): the frames, the pass's label
 # and its tally (how far into the source it has come); it hands the frames on.
@@ -318,6 +318,8 @@ class Session:
         self.tracker = Conversations(d.protocol for d in setup.decoders.values())
         self.statistics: dict[str, Statistics] | None = None
         if statistics or setup.by:
+            from streamdump.analysis.statistics import Statistics  # a read that counts nothing needs none
+
             self.statistics = {}
             for name, decoder in setup.decoders.items():
                 counted = Statistics(decoder.protocol, self.tracker.trackers[name])
@@ -548,6 +550,8 @@ class Session:
         return found
 
     def _hex(self, source: HexBytes) -> Iterator[Frame]:
+        from streamdump.analysis.hexdump import best  # hex given, not a capture
+
         number = 0
         selection = self.setup.selection
         for piece in source.pieces:
@@ -658,6 +662,8 @@ class _Spool:
     """The packets of a capture read once (a pipe), kept in a temporary pcapng to be copied from."""
 
     def __init__(self) -> None:
+        import tempfile  # a pipe read twice, not a file
+
         self.file = tempfile.TemporaryFile()  # noqa: SIM115  (closed by close(), after the copy)
         self.writer = PacketWriter(self.file, WriteFormat.pcapng)  # type: ignore[arg-type]
 

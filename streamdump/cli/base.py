@@ -374,8 +374,6 @@ def display(
     quiet: bool = False,
 ) -> Display:
     """How frames are shown, once the options are checked to go together (a usage error if not)."""
-    from streamdump.analysis.session import OptionError, field_names
-    from streamdump.views.fields import FRAME_ALIASES, FieldsError, FieldsLayout
     from streamdump.views.output import Display
 
     if fields and fmt not in (None, Format.fields):
@@ -397,6 +395,9 @@ def display(
         raise fail("-x shows bytes after a line or a tree, or in JSON; not with -T fields", EXIT_USAGE)
     layout = None
     if fields:
+        from streamdump.analysis.session import OptionError, field_names
+        from streamdump.views.fields import FRAME_ALIASES, FieldsError, FieldsLayout
+
         columns = []
         for name in fields:
             if name in FRAME_ALIASES:

@@ -7,8 +7,8 @@ page per command, from the command line itself (click-man). The first line of ea
 generated; `--check` says which are stale, as the tests do.
 """
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 import inspect
 import sys
 from collections.abc import Iterator
@@ -53,7 +53,7 @@ FRAME_MEANINGS = {
 MAN_DATE = "streamdump " + streamdump.__version__
 
 
-def _docs(protocol: Protocol) -> dict[str, FieldSpec]:
+def _docs(protocol: "Protocol") -> dict[str, "FieldSpec"]:
     found: dict[str, FieldSpec] = {}
     for spec in protocol.all_fields():
         if spec.doc and spec.name not in found:
@@ -161,7 +161,9 @@ def man_pages() -> dict[str, str]:
     typer's own contexts) and handed to click-man, which writes the roff."""
     from click_man.man import ManPage
 
-    command = typer.main.get_command(app)
+    from streamdump.cli import whole_app
+
+    command = typer.main.get_command(whole_app())
     pages: dict[str, str] = {}
 
     def walk(cmd: Any, path: str, parent: Any) -> None:

@@ -1,7 +1,7 @@
 """`streamdump spark`: captures too big for one process, decoded on Spark into Parquet tables."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 import sys
 from collections import Counter
 from pathlib import Path

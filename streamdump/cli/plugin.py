@@ -1,7 +1,7 @@
 """`streamdump lua`: the Wireshark plugin generated from the registry, written, installed, listed."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,7 @@
 """The commands that read a capture or bytes and show them: read, stats, follow, decode."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 import sys
 from enum import StrEnum
 from typing import Annotated

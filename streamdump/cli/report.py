@@ -1,7 +1,7 @@
 """`streamdump report`: one HTML file a person would rather look at than read."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 from pathlib import Path
 from typing import Annotated
 

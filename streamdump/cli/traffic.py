@@ -3,8 +3,8 @@
 The capture and the proxy (asyncio, libpcap) are imported when their command runs.
 """
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 import signal
 import sys
 from collections.abc import Iterator
@@ -127,7 +127,7 @@ def live(
         raise fail(session.error)
 
 
-def _summary(session: Session) -> None:
+def _summary(session: "Session") -> None:
     """The stats tables of the protocols that had connections, on stderr: how live and proxy end."""
     from streamdump.views.output import write_statistics
 
@@ -207,7 +207,7 @@ def proxy(
     def tell(line: str) -> None:
         say(f"streamdump: warn: {line}")
 
-    def sent_elsewhere(frame: Frame) -> None:
+    def sent_elsewhere(frame: "Frame") -> None:
         for address in addresses(setup.decoders[frame.protocol].protocol, frame):
             if address != here and address not in told:  # the client will connect past the proxy
                 told.add(address)
@@ -218,7 +218,7 @@ def proxy(
 
     session = setup.session(statistics=True, on_notice=tell_notice, on_frame=sent_elsewhere)
 
-    def taken() -> Iterator[Segment]:
+    def taken() -> Iterator["Segment"]:
         while (seg := segments.get()) is not None:
             yield seg
 
@@ -231,7 +231,7 @@ def proxy(
     async def serve() -> None:
         loop = asyncio.get_running_loop()
 
-        def hand_on(seg: Segment) -> None:
+        def hand_on(seg: "Segment") -> None:
             segments.put(seg)  # a full backlog holds the proxy up: decoding sets the pace
 
         service = Proxy(here, there, Recorder(hand_on, saved), tell)

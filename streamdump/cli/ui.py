@@ -1,7 +1,7 @@
 """`streamdump ui`: the terminal UI over a capture file, standard input or a live capture."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no `from __future__ import annotations`): typer reads these
+# signatures whenever it builds a command, and every string annotation costs it an eval.
 import os
 import signal
 import sys
@@ -116,7 +116,7 @@ def ui(
         raise typer.Exit(1)
 
 
-def _check_readable(source: CaptureFile) -> None:
+def _check_readable(source: "CaptureFile") -> None:
     """A capture that cannot be opened, or is no capture, is said in one line before any screen."""
     from streamdump.wire.capture import CaptureError, Tally, read_records
 

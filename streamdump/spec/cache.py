@@ -6,7 +6,8 @@ $XDG_CACHE_HOME/streamdump, else ~/.cache/streamdump, under a name made from a d
 it was built from: the specs' content and the code that compiles them (its files' sizes and
 times). A change to either makes a new name, so a stale copy is never read. A copy that cannot
 be read (damaged, written by other code) is rebuilt from the specs, and a folder that cannot be
-written only means the next start compiles again. STREAMDUMP_CACHE=off keeps nothing.
+written only means the next start compiles again. STREAMDUMP_CACHE=off keeps nothing. Each
+installed copy or checkout keeps its own copy (`place`): a newer one replaces only its own.
 
 The folder is the user's own, as their installed packages are: what is read back from it is
 trusted as the code itself is.
@@ -18,7 +19,6 @@ import hashlib
 import os
 import pickle
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -50,23 +50,27 @@ def folder() -> Path | None:
     return Path(base) / "streamdump"
 
 
-def digest(contents: Iterable[Path], stamps: Iterable[Path], version: str) -> str:
-    """A name for what these files make: contents hashed whole, stamps by size and time."""
-    h = hashlib.sha256()
-    h.update(f"{version}\0{sys.version}\0{pickle.HIGHEST_PROTOCOL}\0".encode())
+def digest(contents: Iterable[Path], stamps: Iterable[str], version: str) -> str:
+    """A name for what these files make: contents hashed whole, the rest by their stamps
+    (python_stamps)."""
+    h = hashlib.sha256(f"{version}\0{sys.version}\0{pickle.HIGHEST_PROTOCOL}\0".encode())
     for path in contents:
         h.update(str(path).encode() + b"\0")
         h.update(path.read_bytes())
-    for path in stamps:
-        st = path.stat()
-        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    h.update("\0".join(stamps).encode())
     return h.hexdigest()[:32]
 
 
-def python_files(*roots: Path) -> list[Path]:
-    """Every .py file under the roots, in a stable order (no __pycache__)."""
-    found: list[Path] = []
-    stack = list(roots)
+def place(path: Path) -> str:
+    """A short name for a folder, to keep one copy of a kind for each place it is made from."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:8]
+
+
+def python_stamps(*roots: Path) -> list[str]:
+    """Every .py file under the roots with its size and time, in a stable order (no __pycache__).
+    From the folders' entries: one walk, no stat call a file."""
+    found: list[str] = []
+    stack = [str(root) for root in roots]
     while stack:
         root = stack.pop()
         try:
@@ -76,9 +80,10 @@ def python_files(*roots: Path) -> list[Path]:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 if entry.name != "__pycache__":
-                    stack.append(Path(entry.path))
+                    stack.append(entry.path)
             elif entry.name.endswith(".py"):
-                found.append(Path(entry.path))
+                st = entry.stat()
+                found.append(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}")
     return sorted(found)
 
 
@@ -105,6 +110,8 @@ def kept(kind: str, key: str, make: Callable[[], T], expect: type[T]) -> T:
 
 def _keep(where: Path, kind: str, path: Path, made: object) -> None:
     """Write made atomically (a reader never sees half a file) and drop older copies of kind."""
+    import tempfile  # only when writing: a start that reads the cache back needs none of it
+
     try:
         where.mkdir(parents=True, exist_ok=True)
         data = pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL)

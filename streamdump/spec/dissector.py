@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamdump.codecs.values import preview
+from streamdump.spec.frozen import Record, frozen
 from streamdump.spec.registry import Protocol, SpecError
 
 if TYPE_CHECKING:
@@ -120,8 +121,8 @@ class MessageRules:
         return iter(())
 
 
-@dataclass(frozen=True, slots=True)
-class Dissector:
+@frozen
+class Dissector(Record):
     """The code of one protocol package, as the core asks for it."""
 
     hooks: tuple[type[Hook], ...] = ()

@@ -2,16 +2,19 @@
 the spec syntax (types, attributes, the frame's own names).
 
 Protocol, Command, Layout, FieldSpec and the conversation's generic parts are plain frozen
-dataclasses; registry.py builds them from YAML and refuses a bad spec. Nothing here reads a
-file or decodes bytes.
+dataclasses (frozen records, spec/frozen.py: cheap to define at every start, compact in the
+registry's cache); registry.py builds them from YAML and refuses a bad spec. Nothing here reads
+a file or decodes bytes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from streamdump.spec.frozen import Record, frozen
 
 INT_TYPES: dict[str, tuple[str, int, bool]] = {
     # name: (struct code, width, signed)
@@ -116,8 +119,10 @@ class SpecError(ValueError):
     """A spec file is malformed; the message names the file and the entry."""
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
+@frozen
+class FieldSpec(Record):
+    """One field of a header, layout, struct or hook's output, as its spec declares it."""
+
     name: str
     type: str  # an INT_TYPES name, another type of the spec syntax (string, map, switch...), or "struct"
     enum: str | None = None
@@ -175,8 +180,8 @@ class FieldSpec:
     tag: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HookSpec:
+@frozen
+class HookSpec(Record):
     """A piece of decoding the grammar cannot say, and the fields it adds beside its field."""
 
     name: str
@@ -188,8 +193,8 @@ class HookSpec:
     names: tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+@frozen
+class Layout(Record):
     """The fields of one command in one direction (kind), for every version."""
 
     command: str
@@ -201,8 +206,10 @@ class Layout:
     wire: int | str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
+@frozen
+class Command(Record):
+    """One command: its key, who sends it, its versions and its layout in each direction."""
+
     name: str
     key: int | str
     sender: str
@@ -211,8 +218,8 @@ class Command:
     layouts: Mapping[str, Layout]  # kind -> layout
 
 
-@dataclass(frozen=True, slots=True)
-class Wiring:
+@frozen
+class Wiring(Record):
     """Where the protocol runs and how its PDUs are delimited on the byte stream."""
 
     transport: str
@@ -246,8 +253,8 @@ class Wiring:
         return self.length_offset + INT_TYPES[self.length_type][1]
 
 
-@dataclass(frozen=True, slots=True)
-class FrameSpec:
+@frozen
+class FrameSpec(Record):
     """How a frame's header says which command it is, and in which direction."""
 
     key: str  # the header field holding the command key
@@ -265,8 +272,8 @@ class FrameSpec:
     key_case: str = "exact"
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+@frozen
+class Ref(Record):
     """A field named as Command.field or Command.array.field (each element's field)."""
 
     command: str
@@ -276,8 +283,8 @@ class Ref:
         return ".".join((self.command, *self.path))
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSpec:
+@frozen
+class SessionSpec(Record):
     """An id a request opens (e.g. a publisher id) that later frames refer to."""
 
     name: str
@@ -296,8 +303,8 @@ class SessionSpec:
     unknown: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class CloseSpec:
+@frozen
+class CloseSpec(Record):
     """A command by which the server ends a client's connection or sends it elsewhere."""
 
     command: str
@@ -309,8 +316,8 @@ class CloseSpec:
     severity: str = "note"
 
 
-@dataclass(frozen=True, slots=True)
-class AdvertiseSpec:
+@frozen
+class AdvertiseSpec(Record):
     """An answer telling the client where to connect: host and port fields (paths through arrays),
     an "host:port" text (a path; a map's values), or a map's two entries (entries: the map)."""
 
@@ -335,8 +342,8 @@ def _about_hint(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class EndingSpec:
+@frozen
+class EndingSpec(Record):
     """How a connection ends in order: the command a peer sends before it closes TCP, and what
     an end without it suggests, by the command the server had sent just before."""
 
@@ -344,8 +351,8 @@ class EndingSpec:
     hints: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Conversation:
+@frozen
+class Conversation(Record):
     """How frames of one connection relate: the spec's conversation section."""
 
     correlation: str | None = None
@@ -377,8 +384,10 @@ class Conversation:
     rules: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Protocol:
+@frozen
+class Protocol(Record):
+    """One protocol's spec, compiled: what the decoder, the tracker and the generators read."""
+
     name: str
     title: str
     source: str

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from streamdump.spec.conversation_syntax import ConversationSyntax
 from streamdump.spec.field_syntax import FieldSyntax
+from streamdump.spec.frozen import Record, frozen
 from streamdump.spec.model import (  # noqa: F401  (the registry's names, read from here too)
     BYTE_ORDERS,
     COMMAND_ATTRS,
@@ -539,14 +538,15 @@ PACKAGE = "streamdump.dissectors"
 
 def spec_dir() -> Path:
     """Where the protocol folders are: inside the installed package, or dissectors/ in a source tree."""
-    packaged = resources.files("streamdump") / "dissectors"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent.parent / "dissectors"
+    package = Path(__file__).resolve().parent.parent  # the streamdump folder (read as files, not from a zip)
+    packaged = package / "dissectors"
+    return packaged if packaged.is_dir() else package.parent / "dissectors"
 
 
-@dataclass(frozen=True, slots=True)
-class Registry:
+@frozen
+class Registry(Record):
+    """Every protocol of the registry, by name."""
+
     protocols: Mapping[str, Protocol]
 
     def get(self, name: str) -> Protocol:
@@ -608,7 +608,9 @@ def default_registry() -> Registry:
         key = registry_key(directory)
     except OSError:  # a spec or source that cannot be read: the specs say why, as they always did
         return load_registry(directory)
-    return cache.kept("registry", key, lambda: load_registry(directory), Registry)
+    # A copy for each installed streamdump or checkout: two on one machine keep theirs side by side.
+    kind = f"registry-{cache.place(directory)}"
+    return cache.kept(kind, key, lambda: load_registry(directory), Registry)
 
 
 def registry_key(directory: Path) -> str:
@@ -617,5 +619,5 @@ def registry_key(directory: Path) -> str:
     from streamdump.spec import cache
 
     specs = sorted(directory.glob(f"*/{SPEC_FILE}"))
-    code = cache.python_files(Path(__file__).resolve().parent.parent, directory)
+    code = cache.python_stamps(Path(__file__).resolve().parent.parent, directory)
     return cache.digest(specs, code, __version__)

@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from streamdump.analysis.fieldnames import names_of
-from streamdump.analysis.statistics import Partial
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.views.choices import TOP, Format
 from streamdump.views.clock import Clock, TimeFormat
-from streamdump.views.dump import heading, hex_lines
-from streamdump.views.fields import FieldRows, FieldsLayout
-from streamdump.views.messages import MessageLines
 from streamdump.views.render import Renderer
 from streamdump.views.safe import escape, escape_lines
 from streamdump.wire.frame import Frame
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from streamdump.analysis.statistics import Partial
+    from streamdump.views.fields import FieldRows, FieldsLayout
+    from streamdump.views.messages import MessageLines
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +61,13 @@ class Views:
         return {name: dissector_of(d.protocol).messages(d.protocol) for name, d in self.decoders.items()}
 
     def messages(self) -> MessageLines:
+        from streamdump.views.messages import MessageLines  # --messages only
+
         return MessageLines(self.rules(), self.columns)
 
     def field_rows(self, layout: FieldsLayout, messages: bool) -> FieldRows:
+        from streamdump.views.fields import FieldRows  # -T fields only
+
         names = {name: names_of(d.protocol) for name, d in self.decoders.items()}
         return FieldRows(layout, names, self.rules() if messages else None)
 
@@ -173,6 +177,8 @@ def _put(out: TextIO, binary: BinaryIO | None, text: str | bytes) -> None:
 
 
 def _write_hex(out: TextIO, console: Console | None, short: str, frame: Frame) -> None:
+    from streamdump.views.dump import heading, hex_lines  # -x only
+
     block = [heading(short, frame.data, frame.packets, frame.incomplete is not None), *hex_lines(frame.data)]
     text = "\n".join(block) + "\n\n"
     if console is not None:

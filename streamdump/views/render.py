@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
 from streamdump.spec.layout import title
@@ -227,8 +225,16 @@ class Renderer:
             and _plain_float(data["ts"])
             and _plain_links(data["links"])
         ):
+            import orjson  # with the first JSON line: text views never load it (nor the zoneinfo it loads)
+
             try:
-                out = orjson.dumps(data, default=_orjson_default, option=_ORJSON_OPTIONS)
+                out = orjson.dumps(
+                    data,
+                    default=_orjson_default,
+                    # Dataclasses (an Osiris entry, an AMQP message) have JSON forms of their own:
+                    # orjson asks _orjson_default for them instead of writing their attributes.
+                    option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME,
+                )
             except TypeError:  # what orjson refuses (ints past 64 bits, surrogates), a float in a message
                 pass
             else:
@@ -367,11 +373,6 @@ def _bytes_preview(value: bytes | memoryview) -> str:
     data = bytes(value[:PREVIEW_BYTES])
     more = "…" if len(value) > PREVIEW_BYTES else ""
     return f"{data.hex()}{more} ({len(value)} bytes)"
-
-
-# Dataclasses (an Osiris entry, an AMQP message) have JSON forms of their own: orjson asks
-# _orjson_default for them instead of writing their attributes.
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def _plain_float(value: Any) -> bool:
