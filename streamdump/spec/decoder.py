@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from streamdump.spec.hooks import Hook, build_hooks
@@ -118,6 +118,18 @@ class _Specialised(Mapping[tuple[Any, bool, int], Specialised]):
         return len(self.compiled)
 
 
+class _KeyTexts(dict[Any, str]):
+    """Command keys as a protocol writes them, each written once."""
+
+    def __init__(self, write: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.write = write
+
+    def __missing__(self, key: Any) -> str:
+        text = self[key] = self.write(key)
+        return text
+
+
 def _merge_notes(decoded: list[Expert], before: list[Expert]) -> list[Expert]:
     """A fresh decode's notes plus what others (the conversation tracker) added to the frame."""
     # A hook's note of another group (a status an answer carries) is the decoder's too: once.
@@ -198,8 +210,7 @@ class Decoder:
         self.entries_name = frame.entries
         # (command key, response?) -> (its command, its layout), as the registry says: asked per frame.
         self._routes: dict[tuple[Any, bool], tuple[Any, Layout | None]] = {}
-        # The key as the one-line view and notes write it, by key: asked per frame.
-        self._key_texts: dict[Any, str] = {}
+        self._key_texts = _KeyTexts(self.key_text)  # by key: asked per frame
         # (command key, response?, version) -> (layout, ops); every version of every layout, compiled once.
         self.compiled: dict[tuple[Any, bool, int], tuple[Layout, tuple[Op, ...]]] = {}
         for command in protocol.commands.values():
@@ -659,12 +670,8 @@ class Decoder:
     ) -> Frame:
         if key is None and isinstance(wire_key, str):
             text = wire_key
-        elif type(key) is int or type(key) is str:
-            text = self._key_texts.get(key)  # type: ignore[assignment]
-            if text is None:
-                text = self._key_texts[key] = self.key_text(key)
         else:
-            text = self.key_text(key)
+            text = self._key_texts[key] if type(key) is int or type(key) is str else self.key_text(key)
         # Positional, in Frame's order: a frame is made per frame the capture holds.
         return Frame(
             self.name, wire_key, key, kind, command, version, size, fields, expert, data, key_text=text
