@@ -37,6 +37,7 @@ from streamdump.wire.reassembly import (
     REORDER_FULL,
     SEQ_MOD,
     TCP_ACK,
+    TCP_FIN,
     TCP_RST,
     TCP_SYN,
     Conflict,
@@ -389,7 +390,10 @@ class Reader(Decrypting, Recovering):
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
             conn = self._open(key, runtime, Mark(seg.number, seg.ts, not from_server))
-        conn.life.saw(seg.flags, not from_server, seg.number, seg.ts)
+        if seg.flags & (TCP_SYN | TCP_FIN | TCP_RST):
+            conn.life.saw(seg.flags, not from_server, seg.number, seg.ts)
+        else:  # what Life.saw does for a segment without those flags
+            conn.life.last_ts = seg.ts
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
         if seg.flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
@@ -845,18 +849,30 @@ def decode_segments(
     return frames_of(Reader(decoder, ports, stats), segments)
 
 
-def frames_of(reader: Reader, segments: Iterable[Segment]) -> Iterator[Frame]:
+def frames_of(
+    reader: Reader, segments: Iterable[Segment], before: Callable[[], None] | None = None
+) -> Iterator[Frame]:
     """A reader's frames of the segments, the connections still open at the end flushed; a capture
-    that turns out damaged still gives what was buffered up to the damage, then raises."""
+    that turns out damaged still gives what was buffered up to the damage, then raises. before:
+    called once the first segment is read (a capture file's header and comments with it)."""
     stats = reader.stats
+    out: list[Frame] = []
     try:
         for seg in segments:
-            stats.packets = max(stats.packets, seg.number)
+            if before is not None:
+                before()
+                before = None
+            if seg.number > stats.packets:
+                stats.packets = seg.number
             if stats.first_ts is None:  # segments without a capture file around them (a proxy's)
                 stats.first_ts = seg.ts
-            frames = reader.feed(seg)
-            if frames:
-                yield from frames
+            # Reader.feed's steps, with one list for every segment: this loop runs per packet.
+            if reader.ended_pending:
+                reader.hand_over_ended()
+            reader._feed(seg, out)
+            if out:
+                yield from out
+                out.clear()
     except CaptureError:
         yield from reader.finish()
         _ended(reader)

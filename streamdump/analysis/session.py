@@ -355,8 +355,10 @@ class Session:
         if self.write is not None and not source.rereadable:
             spool = _Spool()  # a pipe is read once: its packets are kept aside to be copied from
             self.stats.on_record = spool.keep
-        segments = self._hinted(source.segments(self.stats))
-        frames = self._watched(frames_of(self.reader, segments), "reading", self.stats)
+        segments = source.segments(self.stats)
+        # The capture file's decoding hints (a proxy's) are taken in before its first segment.
+        hinted = frames_of(self.reader, segments, lambda: self._adopt(self.stats.comments))
+        frames = self._watched(hinted, "reading", self.stats)
         try:
             for frame, kept in self._analysed(frames, first):
                 if kept:
@@ -464,14 +466,6 @@ class Session:
             self.worst is None or SEVERITIES.index(severity) > SEVERITIES.index(self.worst)
         ):
             self.worst = severity
-
-    def _hinted(self, segments: Iterator[Segment]) -> Iterator[Segment]:
-        """The segments, the capture file's decoding hints (a proxy's) taken in before the first."""
-        for seg in segments:
-            self._adopt(self.stats.comments)
-            yield seg
-            yield from segments
-            return
 
     def _adopt(self, comments: list[str]) -> None:
         """Ports a capture's comments name, for protocols of this read on ports it left unnamed."""

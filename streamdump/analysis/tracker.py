@@ -276,12 +276,14 @@ class Tracker:
         """What the end of a connection (or of the read) shows of it: unanswered requests,
         responses whose request never came, what the rules find."""
         told = len(self.diagnoses)
-        for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
-            self._unanswered(conn, request)
-        conn.pending.clear()
-        for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
-            self._orphan(conn, frame, corr)
-        conn.early.clear()
+        if conn.pending:
+            for request in sorted(conn.pending.values(), key=lambda r: r.frame.number):
+                self._unanswered(conn, request)
+            conn.pending.clear()
+        if conn.early:
+            for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
+                self._orphan(conn, frame, corr)
+            conn.early.clear()
         for rule in self.rules:
             rule.finish(conn)
         # What the end found of one connection comes in the order of the packets it names.
