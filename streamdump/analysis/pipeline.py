@@ -581,7 +581,9 @@ class Reader(Decrypting, Recovering):
                 self._events(conn, side, events, None, number, out)
             if conn.tls is not None:
                 self._tls_finish(conn, side, number, out)
-            self._pieces(side, side.framer.finish(why), None, number, conn, out)
+            pieces = side.framer.finish(why)
+            if pieces:
+                self._pieces(side, pieces, None, number, conn, out)
             if side.waiting is not None:
                 waiting, side.waiting = side.waiting, None
                 self._passed_over(side, conn, *waiting, out)

@@ -142,9 +142,13 @@ def _text(op: FieldOp) -> bool:
     """Whether a field is a text protocol's word or line, read straight from the frame's bytes:
     text, raw bytes, or words named by a struct (those may stand inline among their siblings)."""
     kind = type(op.codec)
-    if kind not in (TextCodec, WordsCodec, RawCodec) or op.codec.delim is None or op.checks is not None:
+    if (
+        kind not in (TextCodec, WordsCodec, RawCodec, JsonCodec)
+        or op.codec.delim is None
+        or op.checks is not None
+    ):
         return False
-    if kind is WordsCodec:
+    if kind is WordsCodec or kind is JsonCodec:
         return op.hook is None  # its members may stand inline: no one value for a hook
     return not op.spec.inline
 
@@ -183,6 +187,17 @@ def _emit_text(src: _Source, op: FieldOp, out: str, depth: int) -> None:
     if type(codec) is RawCodec:
         src.add(depth, f"{value} = mv[pos:{stop}]")
         src.add(depth, f"{out}[{op.name!r}] = {value}")
+    elif type(codec) is JsonCodec:  # its line found here; its text read as the codec reads it
+        src.add(
+            depth, f"{value} = {src.name('codec', codec)}.parse(mv[pos:{stop}], pos, ctx, None, {op.name!r})"
+        )
+        if op.spec.inline:  # FieldOp._store's: an object's members stand among their siblings
+            src.add(depth, f"if isinstance({value}, dict):")
+            src.add(depth + 1, f"{out}.update({value})")
+            src.add(depth, "else:")
+            src.add(depth + 1, f"{out}[{op.name!r}] = {value}")
+        else:
+            src.add(depth, f"{out}[{op.name!r}] = {value}")
     elif type(codec) is TextCodec:
         src.add(depth, "try:")
         src.add(depth + 1, f"{value} = buf[pos:{stop}].decode()")

@@ -261,6 +261,8 @@ class Framer:
 
     def finish(self, reason: str) -> list[Piece]:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
+        if self.synced and not self.buf and self.cut is None:
+            return []  # every frame was whole: the commonest end
         out: list[Piece] = []
         self._release_cut(out, anchored=False)
         if self.synced:

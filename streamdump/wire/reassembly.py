@@ -162,6 +162,8 @@ class Stream:
 
     def finish(self, number: int, cause: str = "not captured") -> list[Event]:
         """Everything still waiting, with the holes between it reported; called at the end."""
+        if not self.pending_heap and (self.fin is None or self.next is None or self.next >= self.fin):
+            return []  # nothing waits and nothing is missing: the commonest end
         events = self.release(number, cause)
         if self.fin is not None and self.next is not None and self.next < self.fin:
             events.append(self._gap(self.fin, number, cause))  # the bytes before a FIN we saw
