@@ -39,6 +39,10 @@ class Pings(Rule):
     def lua(cls, spec: tuple[str, str], protocol: Protocol) -> dict[str, Any]:
         return {"ask": spec[0], "answer": spec[1]}
 
+    def __init__(self, tracker: Any, spec: tuple[str, str]) -> None:
+        super().__init__(tracker, spec)
+        self.before_on = frozenset(spec)  # a PING and its PONG: no other frame is looked at
+
     def before(self, conn: ConnState, side: SideState, frame: Frame) -> None:
         ask, answer = self.spec
         if frame.command != ask and frame.command != answer:

@@ -26,6 +26,9 @@ from streamdump.spec.registry import Protocol
 from streamdump.wire.frame import Frame, links_of
 from streamdump.wire.wildcards import matches
 
+# Where a connection keeps its requests answered many times, beside the rule's own state.
+_MANY = "replies.many"
+
 
 @dataclass(frozen=True, slots=True)
 class ManySpec:
@@ -153,8 +156,11 @@ class Replies(Rule):
         if frame.command is None:
             return
         spec = self.spec
-        asked: dict[tuple[bool | None, str], Frame] = self.state(conn, dict)
         to = frame.fields.get(spec.answer)
+        ask = frame.fields.get(spec.ask)
+        if not isinstance(to, str) and not (isinstance(ask, str) and ask):
+            return  # a frame that neither answers nor asks (a PING, a CONNECT)
+        asked: dict[tuple[bool | None, str], Frame] = self.state(conn, dict)
         if isinstance(to, str):
             many = self._open(conn).get((not frame.from_client, to))
             request = asked.pop((not frame.from_client, to), None) if many is None else None
@@ -169,7 +175,6 @@ class Replies(Rule):
                 meaning = spec.statuses.get(status) if isinstance(status, int) else None
                 if meaning is not None:
                     self._failed(conn, request, frame, status, meaning)
-        ask = frame.fields.get(spec.ask)
         if isinstance(ask, str) and ask and len(asked) < MAX_IN_FLIGHT:
             if self._is_many(frame):
                 opened = self._open(conn)
@@ -186,7 +191,7 @@ class Replies(Rule):
         if many is None or frame.from_client is not False or frame.links is None:
             return
         via = frame.links.get(many.via)
-        opened = conn.rules.get(f"{self.key}.many")
+        opened = conn.rules.get(_MANY)
         if not isinstance(via, str) or not opened or "request_in" in frame.links:
             return
         found = opened.get((True, via))
@@ -203,9 +208,9 @@ class Replies(Rule):
 
     def _open(self, conn: ConnState) -> dict[tuple[bool | None, str], Open]:
         """The connection's requests answered many times, while open."""
-        found = conn.rules.get(f"{self.key}.many")
+        found = conn.rules.get(_MANY)
         if found is None:
-            found = conn.rules[f"{self.key}.many"] = {}
+            found = conn.rules[_MANY] = {}
         return found  # type: ignore[no-any-return]
 
     def _is_many(self, frame: Frame) -> bool:
@@ -266,7 +271,7 @@ class Replies(Rule):
                 self._no_reply(conn, frame)
         if asked:
             asked.clear()
-        opened: dict[tuple[bool | None, str], Open] = conn.rules.pop(f"{self.key}.many", None) or {}
+        opened: dict[tuple[bool | None, str], Open] = conn.rules.pop(_MANY, None) or {}
         for (asker, _), many in sorted(opened.items(), key=lambda item: item[1].frame.number):
             if asker is not False and not many.answered:
                 self._no_reply(conn, many.frame)

@@ -45,6 +45,8 @@ class Rule:
     links: ClassVar[tuple[str, ...]] = ()
     # The commands whose frames `feed` looks at (None: every frame the engine feeds it).
     commands: frozenset[str] | None = None
+    # The commands whose frames `before` looks at (None: every frame).
+    before_on: frozenset[str] | None = None
 
     def __init__(self, tracker: Tracker, spec: Any) -> None:
         self.tracker = tracker

@@ -89,15 +89,24 @@ class Tracker:
             ending.close if ending is not None else None,
             dict(ending.hints) if ending is not None else {},
         )
-        self.rules_before = tuple(r for r in self.rules if type(r).before is not Rule.before)
+        # Each hook is called only on the rules that have it (the base's does nothing), and
+        # `before` only for the commands a rule names (before_on), every frame for the others.
+        before = tuple(r for r in self.rules if type(r).before is not Rule.before)
+        self.rules_before = tuple(r for r in before if r.before_on is None)
+        self.rules_before_for = {
+            command: tuple(r for r in before if r.before_on is None or command in r.before_on)
+            for command in {c for r in before if r.before_on is not None for c in r.before_on}
+        }
         # The rules each command's frames are fed to, in the package's order.
-        every = tuple(r for r in self.rules if r.commands is None)
-        named = {c for r in self.rules if r.commands is not None for c in r.commands}
+        feeding = tuple(r for r in self.rules if type(r).feed is not Rule.feed)
+        every = tuple(r for r in feeding if r.commands is None)
+        named = {c for r in feeding if r.commands is not None for c in r.commands}
         self.rules_every = every
         self.rules_for = {
-            command: tuple(r for r in self.rules if r.commands is None or command in r.commands)
+            command: tuple(r for r in feeding if r.commands is None or command in r.commands)
             for command in named
         }
+        self.rules_finish = tuple(r for r in self.rules if type(r).finish is not Rule.finish)
 
     def _identities(self, protocol: Protocol) -> None:
         """Who each peer is: from fields every frame carries (property, field, value names), and
@@ -166,9 +175,9 @@ class Tracker:
         incomplete = frame.incomplete
         if incomplete is not None and incomplete not in ENDED_MID_FRAME:
             conn.lossy = True  # the capture lost bytes (a frame the connection's end cut lost none)
-        for rule in self.rules_before:
-            rule.before(conn, side, frame)
         command = frame.command
+        for rule in self.rules_before_for.get(command, self.rules_before):  # type: ignore[arg-type]
+            rule.before(conn, side, frame)
         if command in self.spec.setup:
             conn.setup_seen = True
         kind = frame.kind
@@ -284,7 +293,7 @@ class Tracker:
             for (_, corr), frame in sorted(conn.early.items(), key=lambda item: item[1].number):
                 self._orphan(conn, frame, corr)
             conn.early.clear()
-        for rule in self.rules:
+        for rule in self.rules_finish:
             rule.finish(conn)
         # What the end found of one connection comes in the order of the packets it names.
         if len(self.diagnoses) > told + 1:
