@@ -696,6 +696,36 @@ local SPECS = {
       { name = "user_agent_other.key", ftype = "string", title = "User Agent Other Key" },
       { name = "user_agent_other.value", ftype = "string", title = "User Agent Other Value" },
       { name = "username", ftype = "string", title = "Username" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per topic",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint32",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.topic",
+        ftype = "string",
+        title = "Volume Topic",
+        doc = "The topic the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -719,6 +749,7 @@ local SPECS = {
       rule_order = { "heartbeat" },
       rules = {},
     },
+    subject = "topic",
     carries = {},
     lua_block = 1,
   },
@@ -1097,6 +1128,36 @@ local SPECS = {
       { name = "timestamp", ftype = "int64", title = "Timestamp", doc = "When it was published, in ns since 1970" },
       { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
       { name = "value", ftype = "bytes", title = "Value", doc = "The message's value" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per stream",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint32",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.stream",
+        ftype = "string",
+        title = "Volume Stream",
+        doc = "The stream the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -1114,6 +1175,7 @@ local SPECS = {
       rule_order = {},
       rules = {},
     },
+    subject = "stream",
     carries = {},
     lua_block = 2,
   },
@@ -1714,6 +1776,36 @@ local SPECS = {
       { name = "unsub", ftype = "none", title = "Unsub" },
       { name = "user", ftype = "string", title = "User" },
       { name = "verbose", ftype = "bool", title = "Verbose", doc = "The server answers every operation with +OK" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per subject",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint32",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.subject",
+        ftype = "string",
+        title = "Volume Subject",
+        doc = "The subject the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -1776,6 +1868,7 @@ local SPECS = {
         },
       },
     },
+    subject = "subject",
     carries = { data = { { protocol = "liftbridge", magic = "b90e43b4", by = "subject", patterns = { ">" } } } },
     lua_block = 3,
   },
@@ -2834,6 +2927,36 @@ local SPECS = {
       { name = "value", ftype = "uint64", title = "Value", doc = "Sequence, offset or timestamp" },
       { name = "version", ftype = "uint16", title = "Version" },
       { name = "virtual_host", ftype = "string", title = "Virtual Host" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per stream",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint32",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.stream",
+        ftype = "string",
+        title = "Volume Stream",
+        doc = "The stream the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -2905,6 +3028,7 @@ local SPECS = {
         announcement = { command = "MetadataUpdate", code = "code", about = "stream", enum = "response_code" },
       },
     },
+    subject = "stream",
     carries = {},
     lua_block = 4,
   },
@@ -5466,6 +5590,36 @@ local SPECS = {
         enum = "mq_version",
         display = "dec",
       },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per topic",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint32",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.topic",
+        ftype = "string",
+        title = "Volume Topic",
+        doc = "The topic the messages are addressed to, as stats name it",
+      },
       { name = "wait_store_msg_ok", ftype = "bool", title = "Wait Store Msg Ok" },
       { name = "without_sub", ftype = "bool", title = "Without Sub" },
       { name = "write_queue_nums", ftype = "int32", title = "Write Queue Nums" },
@@ -5517,6 +5671,7 @@ local SPECS = {
         },
       },
     },
+    subject = "topic",
     carries = {},
     lua_block = 5,
   },
@@ -5577,6 +5732,10 @@ local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
+-- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
+-- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
+-- { subject, direction, messages, bytes }, or nil.
+local MESSAGES = {}
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
@@ -10430,6 +10589,11 @@ local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
+-- What stats.lua's tap counts, by packet: the frames with a response or confirm time (TIMED,
+-- filled in on the first pass), and what each PDU moves (MOVED: MESSAGES.volume, by the PDU's
+-- place in its dissection), worked out where a tree is built (a tap makes Wireshark build one)
+-- from that dissection's fields, and shown as the filter for "this stream".
+local TIMED, MOVED = {}, {}
 
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
@@ -10439,7 +10603,7 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo, tls_from, TIMED = {}, {}, {}, {}
+  conns, memo, tls_from, TIMED, MOVED = {}, {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -10532,8 +10696,6 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
--- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
-local TIMED = {}
 
 local function timed(f)
   local links = f.links
@@ -10541,6 +10703,24 @@ local function timed(f)
   local list = TIMED[f.number]
   if list == nil then list = {}; TIMED[f.number] = list end
   list[#list + 1] = f
+end
+
+local function moved(tree, tvb, pinfo, count, volume)
+  if volume == nil then return end
+  local subject, direction, messages, size = volume[1], volume[2], volume[3], volume[4]
+  local nowhere = tvb(0, 0)
+  local holder = tree:add(F.volume, nowhere)
+  holder:set_generated()
+  holder:set_text(string.format("Messages: %d to %s %s (%s), %d bytes", messages, SPEC.subject, quoted(subject),
+    direction, size))
+  holder:add(F["volume." .. SPEC.subject], nowhere, subject):set_generated()
+  holder:add(F["volume.direction"], nowhere, direction):set_generated()
+  holder:add(F["volume.messages"], nowhere, messages):set_generated()
+  holder:add(F["volume.bytes"], nowhere, size):set_generated()
+  local number = int(pinfo.number)
+  local here = MOVED[number]
+  if here == nil then here = {}; MOVED[number] = here end
+  here[count] = volume  -- a packet dissected again puts its PDUs' in the same places
 end
 
 local function conn_of(pinfo, key)
@@ -10610,6 +10790,7 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
+    if MESSAGES.volume then moved(tree, tvb, pinfo, count, MESSAGES.volume(frame, f or {}, from_client, int(tvb:len()))) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
   show_notes(tree or root, frame.notes)
@@ -10726,96 +10907,134 @@ if SPEC.magic and not SPEC.carried_by then
 end
 
 -- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the
--- Statistics menu's streamdump entries print the request latency per command and the
--- publish-to-confirm latency as `streamdump stats` figures them (analysis/statistics.py):
--- samples counted by their value in microseconds, the median, p95 and p99 by nearest rank,
--- milliseconds to 3 decimals. The samples are the links the tracker put on each frame (TIMED,
--- filled in by register.lua as frames are first dissected).
+-- Statistics menu's streamdump entries print the request latency per command, the
+-- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
+-- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
+-- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
+-- are the links the tracker put on each frame (TIMED, filled in by register.lua as frames are
+-- first dissected); the messages what each PDU moves (MOVED, from the package's messages.lua).
 
-local function latency_rows(samples)
-  local names = {}
-  for name in pairs(samples) do names[#names + 1] = name end
-  table.sort(names)
-  local rows = {}
-  for _, name in ipairs(names) do
-    local values, total = {}, 0
-    for micros, count in pairs(samples[name]) do
-      values[#values + 1] = micros
-      total = total + count
-    end
-    table.sort(values)
-    local function rank(p)
-      -- The smallest value with p% of the samples at or below it (p * total is exact in
-      -- integers: p and total are).
-      local wanted = math.max(1, math.ceil(p * total / 100))
-      local seen = 0
-      for _, micros in ipairs(values) do
-        seen = seen + samples[name][micros]
-        if seen >= wanted then return micros end
+do
+  local function latency_rows(samples)
+    local names = {}
+    for name in pairs(samples) do names[#names + 1] = name end
+    table.sort(names)
+    local rows = {}
+    for _, name in ipairs(names) do
+      local values, total = {}, 0
+      for micros, count in pairs(samples[name]) do
+        values[#values + 1] = micros
+        total = total + count
       end
-      return values[#values]
+      table.sort(values)
+      local function rank(p)
+        -- The smallest value with p% of the samples at or below it (p * total is exact in
+        -- integers: p and total are).
+        local wanted = math.max(1, math.ceil(p * total / 100))
+        local seen = 0
+        for _, micros in ipairs(values) do
+          seen = seen + samples[name][micros]
+          if seen >= wanted then return micros end
+        end
+        return values[#values]
+      end
+      local function ms(micros) return string.format("%.3f", micros / 1000) end
+      rows[#rows + 1] = string.format("  %-28s %8d %10s %10s %10s %10s %10s", name, total,
+        ms(values[1]), ms(rank(50)), ms(rank(95)), ms(rank(99)), ms(values[#values]))
     end
-    local function ms(micros) return string.format("%.3f", micros / 1000) end
-    rows[#rows + 1] = string.format("  %-28s %8d %10s %10s %10s %10s %10s", name, total,
-      ms(values[1]), ms(rank(50)), ms(rank(95)), ms(rank(99)), ms(values[#values]))
+    return rows
   end
-  return rows
-end
 
-local function stats_text(srt, confirm)
-  local head = string.format("  %-28s %8s %10s %10s %10s %10s %10s",
-    "Command", "Count", "Min", "Median", "P95", "P99", "Max")
-  local lines = { string.rep("=", 100), SPEC.title .. " statistics (streamdump)", "" }
-  local sections = {
-    { "Request latency per command (ms):", srt },
-    { "Publish-to-confirm latency (ms):", confirm },
-  }
-  for _, section in ipairs(sections) do
-    lines[#lines + 1] = section[1]
-    lines[#lines + 1] = head
-    for _, row in ipairs(latency_rows(section[2])) do lines[#lines + 1] = row end
-    lines[#lines + 1] = ""
+  -- Frames, messages and bytes per subject and direction, sorted as stats sorts them.
+  local function volume_rows(volume)
+    local keys = {}
+    for key in pairs(volume) do keys[#keys + 1] = key end
+    table.sort(keys, function(a, b)
+      local x, y = volume[a], volume[b]
+      if x.subject ~= y.subject then return x.subject < y.subject end
+      return x.direction < y.direction
+    end)
+    local rows = {}
+    for _, key in ipairs(keys) do
+      local v = volume[key]
+      rows[#rows + 1] = string.format("  %-40s %-14s %8d %10d %12d", v.subject, v.direction, v.frames, v.messages,
+        v.bytes)
+    end
+    return rows
   end
-  lines[#lines + 1] = string.rep("=", 100)
-  return table.concat(lines, "\n") .. "\n"
-end
 
--- A tap on the protocol's frames; draw(text) is called with the figures so far.
-local function stats_tap(draw)
-  local srt, confirm = {}, {}
-  local function add(into, name, seconds)
-    local micros = math.floor(seconds * 1000000 + 0.5)
-    into[name] = into[name] or {}
-    into[name][micros] = (into[name][micros] or 0) + 1
+  local function stats_text(srt, confirm, volume)
+    local head = string.format("  %-28s %8s %10s %10s %10s %10s %10s",
+      "Command", "Count", "Min", "Median", "P95", "P99", "Max")
+    local lines = { string.rep("=", 100), SPEC.title .. " statistics (streamdump)", "" }
+    local sections = {
+      { "Request latency per command (ms):", srt },
+      { "Publish-to-confirm latency (ms):", confirm },
+    }
+    for _, section in ipairs(sections) do
+      lines[#lines + 1] = section[1]
+      lines[#lines + 1] = head
+      for _, row in ipairs(latency_rows(section[2])) do lines[#lines + 1] = row end
+      lines[#lines + 1] = ""
+    end
+    if SPEC.subject then
+      lines[#lines + 1] = "Messages per " .. SPEC.subject .. ":"
+      lines[#lines + 1] = string.format("  %-40s %-14s %8s %10s %12s", SPEC.subject:sub(1, 1):upper() .. SPEC.subject:sub(2),
+        "Direction", "Frames", "Messages", "Bytes")
+      for _, row in ipairs(volume_rows(volume)) do lines[#lines + 1] = row end
+      lines[#lines + 1] = ""
+    end
+    lines[#lines + 1] = string.rep("=", 100)
+    return table.concat(lines, "\n") .. "\n"
   end
-  local tap = Listener.new(nil, SPEC.name)
-  function tap.packet(pinfo)
-    for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
-      local links, name = f.links, f.command or "?"
-      if type(links.response_time) == "number" then add(srt, name, links.response_time) end
-      local waited = links.confirm_time
-      if type(waited) == "table" then
-        local count = 0
-        for index in pairs(waited) do if index > count then count = index end end
-        for index = 1, count do
-          if type(waited[index]) == "number" then add(confirm, name, waited[index]) end
+
+  -- A tap on the protocol's frames; draw(text) is called with the figures so far.
+  local function stats_tap(draw)
+    local srt, confirm, volume = {}, {}, {}
+    local function add(into, name, seconds)
+      local micros = math.floor(seconds * 1000000 + 0.5)
+      into[name] = into[name] or {}
+      into[name][micros] = (into[name][micros] or 0) + 1
+    end
+    local tap = Listener.new(nil, SPEC.name)
+    function tap.packet(pinfo)
+      for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
+        local links, name = f.links, f.command or "?"
+        if type(links.response_time) == "number" then add(srt, name, links.response_time) end
+        local waited = links.confirm_time
+        if type(waited) == "table" then
+          local count = 0
+          for index in pairs(waited) do if index > count then count = index end end
+          for index = 1, count do
+            if type(waited[index]) == "number" then add(confirm, name, waited[index]) end
+          end
         end
       end
+      for _, moved in pairs(MOVED[int(pinfo.number)] or {}) do
+        local subject, direction = moved[1], moved[2]
+        local key = subject .. "\0" .. direction
+        local v = volume[key]
+        if v == nil then
+          v = { subject = subject, direction = direction, frames = 0, messages = 0, bytes = 0 }
+          volume[key] = v
+        end
+        v.frames, v.messages, v.bytes = v.frames + 1, v.messages + moved[3], v.bytes + moved[4]
+      end
     end
+    function tap.draw() draw(stats_text(srt, confirm, volume)) end
+    function tap.reset() srt, confirm, volume = {}, {}, {} end
+    return tap
   end
-  function tap.draw() draw(stats_text(srt, confirm)) end
-  function tap.reset() srt, confirm = {}, {} end
-  return tap
-end
 
-register_stat_cmd_arg(SPEC.name .. ",stat", function() stats_tap(io.write) end)
-if gui_enabled() then
-  register_menu("streamdump/" .. SPEC.title, function()
-    local window = TextWindow.new(SPEC.title .. " statistics (streamdump)")
-    local tap = stats_tap(function(text) window:set(text) end)
-    window:set_atclose(function() tap:remove() end)
-    retap_packets()
-  end, MENU_STAT_GENERIC)
+  register_stat_cmd_arg(SPEC.name .. ",stat", function() stats_tap(io.write) end)
+  if gui_enabled() then
+    register_menu("streamdump/" .. SPEC.title, function()
+      local window = TextWindow.new(SPEC.title .. " statistics (streamdump)")
+      local tap = stats_tap(function(text) window:set(text) end)
+      window:set_atclose(function() tap:remove() end)
+      retap_packets()
+    end, MENU_STAT_GENERIC)
+  end
 end
 
 end

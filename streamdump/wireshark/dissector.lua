@@ -19,6 +19,10 @@ local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
+-- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
+-- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
+-- { subject, direction, messages, bytes }, or nil.
+local MESSAGES = {}
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.

@@ -9,6 +9,11 @@ local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
+-- What stats.lua's tap counts, by packet: the frames with a response or confirm time (TIMED,
+-- filled in on the first pass), and what each PDU moves (MOVED: MESSAGES.volume, by the PDU's
+-- place in its dissection), worked out where a tree is built (a tap makes Wireshark build one)
+-- from that dissection's fields, and shown as the filter for "this stream".
+local TIMED, MOVED = {}, {}
 
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
@@ -18,7 +23,7 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo, tls_from, TIMED = {}, {}, {}, {}
+  conns, memo, tls_from, TIMED, MOVED = {}, {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -111,8 +116,6 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
--- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
-local TIMED = {}
 
 local function timed(f)
   local links = f.links
@@ -120,6 +123,24 @@ local function timed(f)
   local list = TIMED[f.number]
   if list == nil then list = {}; TIMED[f.number] = list end
   list[#list + 1] = f
+end
+
+local function moved(tree, tvb, pinfo, count, volume)
+  if volume == nil then return end
+  local subject, direction, messages, size = volume[1], volume[2], volume[3], volume[4]
+  local nowhere = tvb(0, 0)
+  local holder = tree:add(F.volume, nowhere)
+  holder:set_generated()
+  holder:set_text(string.format("Messages: %d to %s %s (%s), %d bytes", messages, SPEC.subject, quoted(subject),
+    direction, size))
+  holder:add(F["volume." .. SPEC.subject], nowhere, subject):set_generated()
+  holder:add(F["volume.direction"], nowhere, direction):set_generated()
+  holder:add(F["volume.messages"], nowhere, messages):set_generated()
+  holder:add(F["volume.bytes"], nowhere, size):set_generated()
+  local number = int(pinfo.number)
+  local here = MOVED[number]
+  if here == nil then here = {}; MOVED[number] = here end
+  here[count] = volume  -- a packet dissected again puts its PDUs' in the same places
 end
 
 local function conn_of(pinfo, key)
@@ -189,6 +210,7 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
+    if MESSAGES.volume then moved(tree, tvb, pinfo, count, MESSAGES.volume(frame, f or {}, from_client, int(tvb:len()))) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
   show_notes(tree or root, frame.notes)
