@@ -8342,6 +8342,29 @@ HOOKS.message_package = {
   end,
 }
 
+-- Twin of messages.py's volume: a message published, pushed, requested or replied moves one
+-- message, the package's bytes after its header, to its topic, for the statistics' messages per
+-- topic. Acknowledgements echo a message but are not one.
+do
+  local CARRIERS = {
+    ["AsyncMessage request"] = "publish", ["Broadcast request"] = "broadcast",
+    ["SyncRequest request"] = "request", ["SyncReply command"] = "reply",
+    ["AsyncPush request"] = "push", ["BroadcastPush request"] = "push broadcast",
+    ["SyncPush request"] = "push request", ["SyncRequest response"] = "push reply",
+  }
+  local PREFIX = 13 + 8  -- the magic and version, the message's and the header's lengths
+  MESSAGES.volume = function(frame, f, from_client, whole)
+    local verb = CARRIERS[tostring(frame.command) .. " " .. tostring(frame.kind)]
+    if verb == nil then return nil end
+    local fields = frame.fields or {}
+    local header = fields.header_length
+    local body = type(header) == "number" and whole - PREFIX - header or 0
+    local topic = fields.topic
+    if type(topic) ~= "string" or topic == "" then topic = "?" end
+    return { topic, verb:sub(1, 4) == "push" and "push" or "publish", 1, math.max(body, 0) }
+  end
+end
+
 end
 
 if SPEC.lua_block == 2 then  -- liftbridge
@@ -8418,6 +8441,20 @@ HOOKS.envelope = {
     return value, length
   end,
 }
+
+-- Twin of messages.py's volume: a Publish envelope moves one message, its value's bytes, to its
+-- stream, for the statistics' messages per stream.
+do
+  MESSAGES.volume = function(frame)
+    if frame.command ~= "Publish" then return nil end
+    local fields = frame.fields or {}
+    local stream, value = fields.stream, fields.value
+    if type(stream) ~= "string" or stream == "" then stream = "?" end
+    local size = 0
+    if type(value) == "table" then size = value.len elseif type(value) == "string" then size = #value end
+    return { stream, "publish", 1, size }
+  end
+end
 
 end
 
@@ -9085,6 +9122,50 @@ do
         end
       end,
     }
+  end
+end
+
+-- Twin of messages.py's volume: what a PUB, HPUB, MSG or HMSG moves, for the statistics'
+-- messages per subject: one message and its payload's bytes. A reply counts under the subject
+-- of the request it answers (a link the tracker keeps): "reply" as the server delivers it,
+-- "reply sent" as a responder sends it. One-off subjects count as their pattern: inboxes as
+-- _INBOX.*, JetStream acknowledgements as $JS.ACK.<stream>.<consumer>.*.
+do
+  local CARRIERS = { Publish = "publish", HeadersPublish = "publish", Message = "deliver", HeadersMessage = "deliver" }
+  local INBOX, ACK = "_INBOX.", "$JS.ACK."
+  local function grouped(subject)
+    if type(subject) ~= "string" then return subject end
+    if subject:sub(1, #INBOX) == INBOX then return INBOX .. "*" end
+    if subject:sub(1, #ACK) == ACK then
+      local tokens = {}
+      for token in (subject .. "."):gmatch("([^.]*)%.") do tokens[#tokens + 1] = token end
+      if #tokens >= 11 then  -- with a domain and an account hash before the stream
+        local short = { tokens[1], tokens[2] }
+        for i = 5, #tokens do short[#short + 1] = tokens[i] end
+        tokens = short
+      end
+      if #tokens >= 9 then return table.concat(tokens, ".", 1, 4) .. ".*" end
+    end
+    return subject
+  end
+  local function addressed(value)
+    if type(value) == "string" and value ~= "" then return value end
+    return "?"
+  end
+  MESSAGES.volume = function(frame, f, from_client)
+    local verb = CARRIERS[frame.command or ""]
+    if verb == nil then return nil end
+    local fields = frame.fields or {}
+    local size = fields.payload_size
+    if type(size) ~= "number" then size = 0 end
+    local asked = nil
+    for _, pair in ipairs((f.links and f.links.kept) or {}) do
+      if pair[1] == "request_subject" then asked = pair[2] end
+    end
+    if asked ~= nil then
+      return { addressed(grouped(asked)), from_client and "reply sent" or "reply", 1, size }
+    end
+    return { addressed(grouped(fields.subject)), verb, 1, size }
   end
 end
 
@@ -10395,6 +10476,40 @@ do
   end
 end
 
+-- Twin of messages.py's volume: what a Publish or Deliver frame moves, from its headers, for the
+-- statistics' messages per stream: a Publish's records and entry bytes, a data chunk's records
+-- and data length (tracking chunks carry no messages). Its stream is the one the publisher or
+-- subscription was declared for (a link the tracker keeps).
+do
+  local function kept_stream(f)
+    local stream = nil
+    for _, pair in ipairs((f.links and f.links.kept) or {}) do
+      if pair[1] == "stream" then stream = pair[2] end
+    end
+    if type(stream) ~= "string" or stream == "" then return "(unknown stream)" end
+    return stream
+  end
+  MESSAGES.volume = function(frame, f, from_client)
+    local fields = frame.fields or {}
+    local direction = from_client == false and "deliver" or "publish"
+    if frame.command == "Publish" then
+      local records, size = 0, 0
+      for _, message in ipairs(fields.messages or {}) do
+        local entry = type(message) == "table" and message.entry
+        if type(entry) == "table" then
+          records, size = records + entry.record_count, size + entry.size
+        end
+      end
+      return { kept_stream(f), direction, records, size }
+    elseif frame.command == "Deliver" then
+      local chunk = fields.chunk
+      if type(chunk) ~= "table" or (chunk.chunk_type or 0) ~= 0 then return nil end
+      return { kept_stream(f), direction, int(chunk.num_records or 0), int(chunk.data_length or 0) }
+    end
+    return nil
+  end
+end
+
 end
 
 if SPEC.lua_block == 5 then  -- rocketmq
@@ -10573,6 +10688,40 @@ do
         return hint and (": " .. hint) or ""
       end,
     }
+  end
+end
+
+-- Twin of messages.py's volume: what producers send (SEND_MESSAGE, SEND_MESSAGE_V2: one message;
+-- SEND_BATCH_MESSAGE: several) and what frames holding stored messages hand out (a pull's
+-- answer), for the statistics' messages per topic: the messages and their bodies' bytes as sent.
+do
+  local SENDS = { SEND_MESSAGE = true, SEND_MESSAGE_V2 = true }
+  local function addressed(value)
+    if type(value) == "string" and value ~= "" then return value end
+    return "?"
+  end
+  local function size(body)
+    if type(body) == "table" then return body.len or 0 end
+    if type(body) == "string" then return #body end
+    return 0
+  end
+  local function bodies(messages)
+    local total = 0
+    for _, m in ipairs(messages) do total = total + size(type(m) == "table" and m.message_body or nil) end
+    return total
+  end
+  MESSAGES.volume = function(frame)
+    local fields = frame.fields or {}
+    if frame.kind ~= "response" and SENDS[frame.command] then
+      return { addressed(fields.topic), "send", 1, size(fields.body) }
+    end
+    if frame.kind ~= "response" and frame.command == "SEND_BATCH_MESSAGE" then
+      local messages = type(fields.batch_messages) == "table" and fields.batch_messages or {}
+      return { addressed(fields.topic), "send", #messages, bodies(messages) }
+    end
+    local messages = fields.messages
+    if type(messages) ~= "table" or #messages == 0 then return nil end
+    return { addressed(type(messages[1]) == "table" and messages[1].topic or nil), "pull", #messages, bodies(messages) }
   end
 end
 
