@@ -5892,20 +5892,37 @@ local function round6(x)
 end
 
 -- Bits without bit operators: value AND mask, shifted down to the mask's lowest bit.
-local function masked(value, mask)
-  local out, place, shift = 0, 1, nil
-  local v, m = value, mask
-  local bit = 1
-  while m > 0 do
-    if m % 2 == 1 then
-      if shift == nil then shift = bit end
-      if v % 2 == 1 then out = out + bit end
+-- (A mask whose bits are one run, the commonest, takes a division and a modulo; the others
+-- their bits one by one. Runs found once per mask: the spec's masks are few.)
+local masked = (function()
+  local runs = {}  -- mask -> { its lowest bit, how many values its run holds }, or false
+  return function(value, mask)
+    local run = runs[mask]
+    if run == nil then
+      local low = 1
+      while mask > 0 and math.floor(mask / low) % 2 == 0 do low = low * 2 end
+      local span, power = math.floor(mask / low) + 1, 1
+      while power < span do power = power * 2 end
+      run = mask > 0 and power == span and { low, span } or false
+      runs[mask] = run
     end
-    v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    if run and type(value) == "number" and value >= 0 and value < 9007199254740992 then
+      return int(math.floor(value / run[1]) % run[2])
+    end
+    local out, shift = 0, nil
+    local v, m = value, mask
+    local bit = 1
+    while m > 0 do
+      if m % 2 == 1 then
+        if shift == nil then shift = bit end
+        if v % 2 == 1 then out = out + bit end
+      end
+      v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    end
+    if shift == nil then return 0 end
+    return int(math.floor(out / shift))
   end
-  if shift == nil then return 0 end
-  return int(math.floor(out / shift))
-end
+end)()
 
 -- value AND mask, the bits left in place.
 local function band(value, mask)
@@ -6435,7 +6452,7 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip }
+    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
   end
   return nil
 end
@@ -6461,6 +6478,16 @@ LITE.plan = function(element, version)
     local step = element.width and LITE.step(element)
     plan = step and { step, scalar = true } or false
   end
+  if plan and not plan.scalar then
+    -- One integer and members stepped over (a Publish's messages: an id, then its entry): the
+    -- element is its integer alone (projected), with no table each; path_values and the tracker
+    -- take such arrays as the structs they stand for.
+    local ints, skipped = {}, 0
+    for k, step in ipairs(plan) do
+      if step.width then ints[#ints + 1] = k elseif step.skip then skipped = skipped + 1 end
+    end
+    if #ints == 1 and #ints + skipped == #plan then plan.projected, plan.projected_k = plan[ints[1]].name, ints[1] end
+  end
   by_version[version] = plan
   return plan
 end
@@ -6482,6 +6509,15 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
   local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local name = plan.projected
+  if name then
+    if (count ~= nil and index < count) or (count == nil and i <= n) then
+      -- The general reader takes the rest, element by element, as tables: these become theirs.
+      for k = 1, index do items[k] = { [name] = items[k] } end
+    else
+      items.projected = name
+    end
+  end
   return index, pos + i - 1
 end
 
@@ -6537,6 +6573,10 @@ LITE.compile = function(plan)
       put(string.format("      at, v%d = at + v%d, text\n", k, k))
       put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
       put("    else\n      return index, i\n    end\n")
+    elseif step.source then
+      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
+      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
+      put("    do\n" .. body .. "    end\n")
     else
       skips[#skips + 1] = step.skip
       put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
@@ -6547,6 +6587,8 @@ LITE.compile = function(plan)
   put("    index = index + 1\n")
   if plan.scalar then
     put("    items[index] = v1\n")
+  elseif plan.projected then
+    put(string.format("    items[index] = v%d\n", plan.projected_k))
   else
     put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
   end
@@ -7500,6 +7542,8 @@ local function info_parts(specs, values, parts, response)
         local n = 0
         if getmetatable(value) == JSON_OBJECT then
           n = #value.keys
+        elseif type(value) == "table" and value.projected then
+          n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
           for _ in pairs(value) do n = n + 1 end
         else
@@ -7864,7 +7908,13 @@ local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
   local value = fields[path[index]]
-  if type(value) == "table" and value.pos == nil and #value > 0 then
+  local projected = type(value) == "table" and value.projected
+  if projected then
+    -- structs read as their one integer (LITE.plan): that member's values, nothing else
+    if index + 1 == #path and path[#path] == projected then
+      for _, item in ipairs(value) do out[#out + 1] = item end
+    end
+  elseif type(value) == "table" and value.pos == nil and #value > 0 then
     -- a member of each element, the commonest path (messages.publishing_id), taken directly
     local leaf = index + 1 == #path and path[#path] or nil
     for _, item in ipairs(value) do
@@ -10028,21 +10078,40 @@ HOOKS.osiris_entry = {
   min_size = 4,
   -- Without a tree (lite): the entry at byte i of s is stepped over, its records left unread;
   -- nil where the entry does not fit (read then tells why).
-  skip = function(s, i, n)
+  -- (string.byte as an upvalue: a million entries each skip a method lookup)
+  skip = (function(byte) return function(s, i, n)
     local left = n - i + 1
     if left < 4 then return nil end
-    local a, b, c, d = s:byte(i, i + 3)
+    local a, b, c, d = byte(s, i, i + 3)
     if a < 0x80 then
       local size = ((a * 256 + b) * 256 + c) * 256 + d
       if left - 4 < size then return nil end
       return true, i + 4 + size
     end
     if left < 11 then return nil end
-    a, b, c, d = s:byte(i + 7, i + 10)
+    a, b, c, d = byte(s, i + 7, i + 10)
     local length = ((a * 256 + b) * 256 + c) * 256 + d
     if length > 0x7FFFFFFF or left - 11 < length then return nil end
     return true, i + 11 + length
-  end,
+  end end)(string.byte),
+  -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
+  -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
+  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit.
+  skip_source = [[
+      if n - at + 1 < 4 then FAIL end
+      local a, b, c, d = byte(s, at, at + 3)
+      if a < 128 then
+        local size = ((a * 256 + b) * 256 + c) * 256 + d
+        if n - at - 3 < size then FAIL end
+        VALUE, AFTER = true, at + 4 + size
+      else
+        if n - at + 1 < 11 then FAIL end
+        a, b, c, d = byte(s, at + 7, at + 10)
+        local length = ((a * 256 + b) * 256 + c) * 256 + d
+        if length > 2147483647 or n - at - 10 < length then FAIL end
+        VALUE, AFTER = true, at + 11 + length
+      end
+]],
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
@@ -10268,18 +10337,124 @@ do
       return found
     end
 
+    -- A publisher's ids in flight, each with the frame that sent it, as runs: a frame's ids that
+    -- are consecutive and above every id sent before (a client numbers its messages 1, 2, 3...)
+    -- are one run { lo, hi, sent, next, gone }, with no entry per id; runs are kept in order, the
+    -- ids below next and those in gone confirmed. Other ids (sent again, or out of order) are
+    -- loose, one entry each, and take the same id out of the run holding it: the latest frame
+    -- that sent an id is the one its confirm links to, and an id is confirmed once.
+    local function new_flight()
+      -- runs[head..tail] are live; those before head are wholly confirmed and let go
+      return { runs = {}, head = 1, tail = 0, top = nil, loose = {}, at = nil }
+    end
+
+    -- The run holding id, still live there; nil where none does.
+    local function run_of(flight, id)
+      local run = flight.at
+      if run and id >= run.lo and id <= run.hi then return run end
+      local runs = flight.runs
+      local low, high = flight.head, flight.tail
+      while low <= high do
+        local mid = math.floor((low + high) / 2)
+        run = runs[mid]
+        if id < run.lo then high = mid - 1 elseif id > run.hi then low = mid + 1 else
+          flight.at = run
+          return run
+        end
+      end
+      return nil
+    end
+
+    -- id taken out of its run (confirmed, or sent again): whether it was live there.
+    local function take(run, id)
+      if id < run.next or (run.gone and run.gone[id]) then return false end
+      if id == run.next then
+        local next, gone = id + 1, run.gone
+        while gone and gone[next] do
+          gone[next] = nil
+          next = next + 1
+        end
+        run.next = next
+      else
+        run.gone = run.gone or {}
+        run.gone[id] = true
+      end
+      return true
+    end
+
+    local function loose_id(flight, id, sent)
+      if type(id) == "number" then
+        local run = run_of(flight, id)
+        if run then take(run, id) end
+        if flight.top == nil or id > flight.top then flight.top = id end
+      end
+      flight.loose[id] = sent
+    end
+
+    -- A frame's ids (numbers, or keys): one run where they allow it, else loose.
+    local function add_ids(flight, ids, sent)
+      local n = #ids
+      local lo, hi = ids[1], ids[n]
+      local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
+        and (flight.top == nil or lo > flight.top)
+      if run then
+        for k = 2, n do
+          if ids[k] ~= lo + k - 1 then
+            run = false
+            break
+          end
+        end
+      end
+      if run then
+        flight.tail = flight.tail + 1
+        flight.runs[flight.tail] = { lo = lo, hi = hi, sent = sent, next = lo }
+        flight.top = hi
+        return
+      end
+      for k = 1, n do loose_id(flight, ids[k], sent) end
+    end
+
+    -- The frame that sent id, taken out of the flight (an id is confirmed once); nil if none.
+    local function confirmed(flight, id)
+      local sent = flight.loose[id]
+      if sent ~= nil then
+        flight.loose[id] = nil
+        return sent
+      end
+      if type(id) ~= "number" then return nil end
+      local run = run_of(flight, id)
+      if run == nil or not take(run, id) then return nil end
+      return run.sent
+    end
+
+    -- Runs wholly confirmed at the front are let go.
+    local function let_go(flight)
+      local runs, head = flight.runs, flight.head
+      while head <= flight.tail and runs[head].next > runs[head].hi do
+        runs[head] = nil
+        head = head + 1
+      end
+      flight.head = head
+    end
+
     local function send(conn, f, ack)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
       local key = ack.name .. ":" .. sid
-      all[key] = all[key] or {}
+      all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
       local keyed = LITE.key
       local path = ack.send.path
       local list = #path == 2 and f.fields[path[1]]
-      if type(list) == "table" and list.pos == nil and #list > 0 then
+      if type(list) == "table" and list.projected == path[2] then
+        -- Read without a tree, each element as its id alone (LITE.plan)
+        if #list > 0 then add_ids(flight, list, sent) end
+        return
+      end
+      local ids = {}
+      if type(list) == "table" and list.projected == nil and list.pos == nil and #list > 0 then
         -- A member of each element (a Publish frame's messages' ids), read in place: path_values
         -- would copy hundreds into a list first. An element's member of another kind takes
         -- path_values' own step for it.
@@ -10288,55 +10463,80 @@ do
           if type(item) == "table" then
             local id = item[leaf]
             if type(id) == "number" then
-              flight[id] = sent
+              ids[#ids + 1] = id
             else
-              for _, v in ipairs(path_values(item, path, 2)) do flight[keyed(v)] = sent end
+              for _, v in ipairs(path_values(item, path, 2)) do ids[#ids + 1] = keyed(v) end
             end
           end
         end
-        return
+      else
+        for _, item in ipairs(path_values(f.fields, path)) do
+          -- a number is its own key (the commonest, without a tree): no call for it
+          if type(item) == "number" then ids[#ids + 1] = item else ids[#ids + 1] = keyed(item) end
+        end
       end
-      for _, item in ipairs(path_values(f.fields, path)) do
-        -- a number is its own key (the commonest, without a tree): no call for it
-        if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
-      end
+      if #ids > 0 then add_ids(flight, ids, sent) end
     end
 
     local function confirm(conn, f, ack, failing)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or {}
-      local sent_in, waited, any = {}, {}, false
-      local waits = {}  -- the wait since each sending frame, worked out once
+      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
+      -- come from a few frames): the frame that sent them and the wait since.
+      local sent_in, waited = { runs = {} }, { runs = {} }
+      local a, b = sent_in.runs, waited.runs
+      local last, wait = nil, nil  -- the last sending frame, and the wait since it
+      local waits = {}
       local keyed = LITE.key
+      local function put(first, final, sent)
+        if sent ~= last then
+          last, wait = sent, waits[sent]
+          if wait == nil then
+            wait = round6(f.ts - sent.ts)
+            waits[sent] = wait
+            -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+            local back = links_of(sent)
+            back.confirm_in = back.confirm_in or {}
+            if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+          end
+        elseif a[#a - 1] == first - 1 then  -- the same frame's, next to the last run: one run
+          a[#a - 1], b[#b - 1] = final, final
+          return
+        end
+        a[#a + 1], a[#a + 2], a[#a + 3] = first, final, sent.number
+        b[#b + 1], b[#b + 2], b[#b + 3] = first, final, wait
+      end
       -- A plain array (a confirm's ids) is read in place, taking what path_values would: values,
       -- not plain tables; any other path gets path_values' list.
       local list = #ref.path == 1 and f.fields[ref.path[1]]
       if not (type(list) == "table" and list.pos == nil and #list > 0) then list = path_values(f.fields, ref.path) end
-      local index = 0
-      for _, item in ipairs(list) do
-        if type(item) ~= "table" or getmetatable(item) ~= nil then
-          index = index + 1
-          local id = item
-          if type(id) ~= "number" then id = keyed(item) end
-          local sent = flight[id]
-          flight[id] = nil
-          if sent then
-            local wait = waits[sent]
-            if wait == nil then
-              wait = round6(f.ts - sent.ts)
-              waits[sent] = wait
-              -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
-              local back = links_of(sent)
-              back.confirm_in = back.confirm_in or {}
-              if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
-            end
-            sent_in[index], waited[index], any = sent.number, wait, true
+      local index, k, n = 0, 1, #list
+      -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
+      -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
+      local run = next(flight.loose) == nil and flight.at or nil
+      while k <= n do
+        local id = list[k]
+        if run and id == run.next and id <= run.hi and run.gone == nil then
+          local j, stop = k, math.min(n, k + (run.hi - id))
+          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          run.next = list[j] + 1
+          put(index + 1, index + 1 + j - k, run.sent)
+          index, k = index + 1 + j - k, j + 1
+        else
+          if type(id) ~= "table" or getmetatable(id) ~= nil then
+            index = index + 1
+            if type(id) ~= "number" then id = keyed(id) end
+            local sent = confirmed(flight, id)
+            if sent then put(index, index, sent) end
+            run = next(flight.loose) == nil and flight.at or nil
           end
+          k = k + 1
         end
       end
-      if any then
+      let_go(flight)
+      if #a > 0 then
         local links = links_of(f)
         links.publish_in, links.confirm_time = sent_in, waited
       end
@@ -10744,10 +10944,15 @@ local tls_from = {}  -- connection -> the packet its TLS starts at (the client's
 -- from that dissection's fields, and shown as the filter for "this stream".
 local TIMED, MOVED = {}, {}
 
+-- Whether a port is the server's, by port: worked out once per port from the ports preference
+-- (and forgotten when it changes), not parsed again for every packet.
+local port_is_server = {}
+
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
   if registered then tcp_table:remove(registered, P) end
   registered = P.prefs.ports
+  port_is_server = {}
   tcp_table:add(registered, P)
 end
 
@@ -10763,19 +10968,23 @@ end
 
 local function in_ports(port)
   if SPEC.carried_by then return false end
+  local known = port_is_server[port]
+  if known ~= nil then return known end
+  known = false
   for _, tls_port in ipairs(SPEC.tls_ports or {}) do
-    if port == tls_port then return true end
+    if port == tls_port then known = true end
   end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if low then
-      if port >= tonumber(low) and port <= tonumber(high) then return true end
+      if port >= tonumber(low) and port <= tonumber(high) then known = true end
     elseif tonumber(part) == port then
-      return true
+      known = true
     end
   end
-  return false
+  port_is_server[port] = known
+  return known
 end
 
 -- Whether the packet goes to the server: to a port of the preference; on a connection found
@@ -10799,11 +11008,29 @@ local function connection_text(pinfo, from_client)
   return dst .. " \226\134\146 " .. src
 end
 
+-- The packet's connection key, made once per packet (a packet holds many PDUs): kept in
+-- conns under the number 0, which no key is.
 local function conn_key(pinfo)
+  local number = pinfo.number
+  local last = conns[0]
+  if last and last[1] == number then return last[2] end
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  if a < b then return a .. "|" .. b end
-  return b .. "|" .. a
+  local key = a < b and a .. "|" .. b or b .. "|" .. a
+  if last then last[1], last[2] = number, key else conns[0] = { number, key } end
+  return key
+end
+
+-- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
+-- { runs = { first, last, value, ... } } (confirms.lua), which this spells out.
+local function link_array(value)
+  local runs = value.runs
+  if runs == nil then return value end
+  local out = {}
+  for r = 1, #runs, 3 do
+    for index = runs[r], runs[r + 1] do out[index] = runs[r + 2] end
+  end
+  return out
 end
 
 local function show_links(tree, tvb, f)
@@ -10819,6 +11046,7 @@ local function show_links(tree, tvb, f)
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
     if type(value) == "table" then
+      value = link_array(value)
       local count = 0
       for index in pairs(value) do if index > count then count = index end end
       for index = 1, count do gen(name, value[index]) end
@@ -11140,10 +11368,10 @@ do
   -- A tap on the protocol's frames; draw(text) is called with the figures so far.
   local function stats_tap(draw)
     local srt, confirm, volume = {}, {}, {}
-    local function add(into, name, seconds)
+    local function add(into, name, seconds, count)
       local micros = math.floor(seconds * 1000000 + 0.5)
       into[name] = into[name] or {}
-      into[name][micros] = (into[name][micros] or 0) + 1
+      into[name][micros] = (into[name][micros] or 0) + (count or 1)
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
@@ -11151,7 +11379,12 @@ do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
-        if type(waited) == "table" then
+        local runs = type(waited) == "table" and waited.runs
+        if runs then  -- runs of ids with one wait (confirms.lua)
+          for r = 1, #runs, 3 do
+            if type(runs[r + 2]) == "number" then add(confirm, name, runs[r + 2], runs[r + 1] - runs[r] + 1) end
+          end
+        elseif type(waited) == "table" then
           local count = 0
           for index in pairs(waited) do if index > count then count = index end end
           for index = 1, count do

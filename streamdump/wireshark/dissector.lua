@@ -179,20 +179,37 @@ local function round6(x)
 end
 
 -- Bits without bit operators: value AND mask, shifted down to the mask's lowest bit.
-local function masked(value, mask)
-  local out, place, shift = 0, 1, nil
-  local v, m = value, mask
-  local bit = 1
-  while m > 0 do
-    if m % 2 == 1 then
-      if shift == nil then shift = bit end
-      if v % 2 == 1 then out = out + bit end
+-- (A mask whose bits are one run, the commonest, takes a division and a modulo; the others
+-- their bits one by one. Runs found once per mask: the spec's masks are few.)
+local masked = (function()
+  local runs = {}  -- mask -> { its lowest bit, how many values its run holds }, or false
+  return function(value, mask)
+    local run = runs[mask]
+    if run == nil then
+      local low = 1
+      while mask > 0 and math.floor(mask / low) % 2 == 0 do low = low * 2 end
+      local span, power = math.floor(mask / low) + 1, 1
+      while power < span do power = power * 2 end
+      run = mask > 0 and power == span and { low, span } or false
+      runs[mask] = run
     end
-    v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    if run and type(value) == "number" and value >= 0 and value < 9007199254740992 then
+      return int(math.floor(value / run[1]) % run[2])
+    end
+    local out, shift = 0, nil
+    local v, m = value, mask
+    local bit = 1
+    while m > 0 do
+      if m % 2 == 1 then
+        if shift == nil then shift = bit end
+        if v % 2 == 1 then out = out + bit end
+      end
+      v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    end
+    if shift == nil then return 0 end
+    return int(math.floor(out / shift))
   end
-  if shift == nil then return 0 end
-  return int(math.floor(out / shift))
-end
+end)()
 
 -- value AND mask, the bits left in place.
 local function band(value, mask)
@@ -722,7 +739,7 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip }
+    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
   end
   return nil
 end
@@ -748,6 +765,16 @@ LITE.plan = function(element, version)
     local step = element.width and LITE.step(element)
     plan = step and { step, scalar = true } or false
   end
+  if plan and not plan.scalar then
+    -- One integer and members stepped over (a Publish's messages: an id, then its entry): the
+    -- element is its integer alone (projected), with no table each; path_values and the tracker
+    -- take such arrays as the structs they stand for.
+    local ints, skipped = {}, 0
+    for k, step in ipairs(plan) do
+      if step.width then ints[#ints + 1] = k elseif step.skip then skipped = skipped + 1 end
+    end
+    if #ints == 1 and #ints + skipped == #plan then plan.projected, plan.projected_k = plan[ints[1]].name, ints[1] end
+  end
   by_version[version] = plan
   return plan
 end
@@ -769,6 +796,15 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
   local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local name = plan.projected
+  if name then
+    if (count ~= nil and index < count) or (count == nil and i <= n) then
+      -- The general reader takes the rest, element by element, as tables: these become theirs.
+      for k = 1, index do items[k] = { [name] = items[k] } end
+    else
+      items.projected = name
+    end
+  end
   return index, pos + i - 1
 end
 
@@ -824,6 +860,10 @@ LITE.compile = function(plan)
       put(string.format("      at, v%d = at + v%d, text\n", k, k))
       put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
       put("    else\n      return index, i\n    end\n")
+    elseif step.source then
+      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
+      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
+      put("    do\n" .. body .. "    end\n")
     else
       skips[#skips + 1] = step.skip
       put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
@@ -834,6 +874,8 @@ LITE.compile = function(plan)
   put("    index = index + 1\n")
   if plan.scalar then
     put("    items[index] = v1\n")
+  elseif plan.projected then
+    put(string.format("    items[index] = v%d\n", plan.projected_k))
   else
     put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
   end
@@ -1787,6 +1829,8 @@ local function info_parts(specs, values, parts, response)
         local n = 0
         if getmetatable(value) == JSON_OBJECT then
           n = #value.keys
+        elseif type(value) == "table" and value.projected then
+          n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
           for _ in pairs(value) do n = n + 1 end
         else
@@ -2151,7 +2195,13 @@ local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
   local value = fields[path[index]]
-  if type(value) == "table" and value.pos == nil and #value > 0 then
+  local projected = type(value) == "table" and value.projected
+  if projected then
+    -- structs read as their one integer (LITE.plan): that member's values, nothing else
+    if index + 1 == #path and path[#path] == projected then
+      for _, item in ipairs(value) do out[#out + 1] = item end
+    end
+  elseif type(value) == "table" and value.pos == nil and #value > 0 then
     -- a member of each element, the commonest path (messages.publishing_id), taken directly
     local leaf = index + 1 == #path and path[#path] or nil
     for _, item in ipairs(value) do

@@ -83,10 +83,10 @@ do
   -- A tap on the protocol's frames; draw(text) is called with the figures so far.
   local function stats_tap(draw)
     local srt, confirm, volume = {}, {}, {}
-    local function add(into, name, seconds)
+    local function add(into, name, seconds, count)
       local micros = math.floor(seconds * 1000000 + 0.5)
       into[name] = into[name] or {}
-      into[name][micros] = (into[name][micros] or 0) + 1
+      into[name][micros] = (into[name][micros] or 0) + (count or 1)
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
@@ -94,7 +94,12 @@ do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
-        if type(waited) == "table" then
+        local runs = type(waited) == "table" and waited.runs
+        if runs then  -- runs of ids with one wait (confirms.lua)
+          for r = 1, #runs, 3 do
+            if type(runs[r + 2]) == "number" then add(confirm, name, runs[r + 2], runs[r + 1] - runs[r] + 1) end
+          end
+        elseif type(waited) == "table" then
           local count = 0
           for index in pairs(waited) do if index > count then count = index end end
           for index = 1, count do
