@@ -6492,6 +6492,36 @@ LITE.plan = function(element, version)
   return plan
 end
 
+-- An integer of a type (uint8 .. int64) at byte i of s, as read_int gives it; nil for a 64-bit
+-- value read_int gives as UInt64 or Int64 that a number would not keep exact (2^46 or more, or
+-- negative), which the caller reads from a TvbRange. Bytes put together without ^ or floats, so
+-- Lua 5.4 keeps them integers.
+LITE.int_at = function(s, i, width, t)
+  local byte = string.byte
+  if width == 1 then
+    local a = byte(s, i)
+    if a >= 128 and t == "int8" then return a - 256 end
+    return a
+  elseif width == 2 then
+    local a, b = byte(s, i, i + 1)
+    if LITTLE then a, b = b, a end
+    if a >= 128 and t == "int16" then return (a * 256 + b) - 65536 end
+    return a * 256 + b
+  elseif width == 4 then
+    local a, b, c, d = byte(s, i, i + 3)
+    if LITTLE then a, b, c, d = d, c, b, a end
+    local v = ((a * 256 + b) * 256 + c) * 256 + d
+    if a >= 128 and t == "int32" then return v - 4294967296 end
+    return v
+  elseif width == 8 then
+    local a, b, c, d, e, f, g, h = byte(s, i, i + 7)
+    if LITTLE then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
+    if a ~= 0 or b ~= 0 or c >= 64 then return nil end
+    return ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+  end
+  return nil
+end
+
 -- A value as the tracker keys it: the same for a 64-bit value read with a tree (UInt64) or
 -- without (a number below 10^12), so a pass that meets both still pairs them.
 LITE.key = function(item)
@@ -6706,6 +6736,11 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   local width = spec.width
   if width then
     if stop - pos < width then short(name, pos, width, stop - pos) end
+    if tree == nil and ctx.raw_tvb == tvb and pos + width <= ctx.raw_n then
+      -- No item: from the copy of the frame's first bytes (no TvbRange), where it holds them.
+      local value = LITE.int_at(ctx.raw, pos + 1, width, t)
+      if value ~= nil then return value, pos + width end
+    end
     local range = tvb(pos, width)
     local value = read_int(range, t)
     if tree then
@@ -7666,8 +7701,11 @@ local function decode_frame(tvb, tree, lookup, lite)
   end
   -- The header, once without items to learn the command (and which entries its layout
   -- names), then with them.
+  -- The frame's first bytes, one copy, from which integers are read where no item is added.
+  local raw = tvb:raw(0, math.min(stop, 1024))
+  ctx.raw, ctx.raw_tvb, ctx.raw_n = raw, tvb, #raw
   local probe = {}
-  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite }
+  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite, raw = raw, raw_tvb = tvb, raw_n = #raw }
   local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, probe_ctx)
   if not ok then
     if type(result) == "table" and (result.short or result.bad) then
