@@ -704,7 +704,7 @@ local SPECS = {
       },
       {
         name = "volume.bytes",
-        ftype = "uint32",
+        ftype = "uint64",
         title = "Volume Bytes",
         doc = "How many bytes of messages the frame moves",
       },
@@ -1136,7 +1136,7 @@ local SPECS = {
       },
       {
         name = "volume.bytes",
-        ftype = "uint32",
+        ftype = "uint64",
         title = "Volume Bytes",
         doc = "How many bytes of messages the frame moves",
       },
@@ -1784,7 +1784,7 @@ local SPECS = {
       },
       {
         name = "volume.bytes",
-        ftype = "uint32",
+        ftype = "uint64",
         title = "Volume Bytes",
         doc = "How many bytes of messages the frame moves",
       },
@@ -2935,7 +2935,7 @@ local SPECS = {
       },
       {
         name = "volume.bytes",
-        ftype = "uint32",
+        ftype = "uint64",
         title = "Volume Bytes",
         doc = "How many bytes of messages the frame moves",
       },
@@ -5598,7 +5598,7 @@ local SPECS = {
       },
       {
         name = "volume.bytes",
-        ftype = "uint32",
+        ftype = "uint64",
         title = "Volume Bytes",
         doc = "How many bytes of messages the frame moves",
       },
@@ -11111,7 +11111,6 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
-
 local function timed(f)
   local links = f.links
   if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
@@ -11131,7 +11130,7 @@ local function moved(tree, tvb, pinfo, count, volume)
   holder:add(F["volume." .. SPEC.subject], nowhere, subject):set_generated()
   holder:add(F["volume.direction"], nowhere, direction):set_generated()
   holder:add(F["volume.messages"], nowhere, messages):set_generated()
-  holder:add(F["volume.bytes"], nowhere, size):set_generated()
+  holder:add(F["volume.bytes"], nowhere, UInt64.new(size)):set_generated()  -- a uint64 field takes a UInt64
   local number = int(pinfo.number)
   local here = MOVED[number]
   if here == nil then here = {}; MOVED[number] = here end

@@ -328,7 +328,7 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
         add(f"volume.{subject}", "string", f"The {subject} the messages are addressed to, as stats name it")
         add("volume.direction", "string", "Which way they go, as stats name it (publish, deliver, ...)")
         add("volume.messages", "uint32", "How many messages the frame moves")
-        add("volume.bytes", "uint32", "How many bytes of messages the frame moves")
+        add("volume.bytes", "uint64", "How many bytes of messages the frame moves")
     key = protocol.frame.key
     for spec in protocol.header:
         if spec.name == key and spec.type in INT_TYPES and not spec.response_enum:
