@@ -266,6 +266,7 @@ class Run:
     last_stderr: str
     lines: int | None = None  # stdout's lines, when counted
     marks: int | None = None  # the sum of the numbers after `mark` at a line's start, when asked
+    cpu: float = 0.0  # the child's CPU seconds, user and system: less moved by a busy machine than wall time
 
     @property
     def ok(self) -> bool:
@@ -275,7 +276,7 @@ class Run:
 def run_child(
     argv: list[str], env: dict[str, str] | None = None, count: bool = False, mark: bytes | None = None
 ) -> Run:
-    """Wall time and peak RSS of one child; wait4 gives the child's own rusage, which
+    """Wall time, CPU time and peak RSS of one child; wait4 gives the child's own rusage, which
     resource.getrusage(RUSAGE_CHILDREN) would mix with every earlier child's.
 
     With `count`, stdout goes to a pipe whose lines are counted (and numbers after `mark`
@@ -293,7 +294,8 @@ def run_child(
         err = err_file.read()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     text = last_line(err.decode(errors="replace"))
-    return Run(elapsed, usage.ru_maxrss / 1024, proc.returncode, text, lines, marks)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(elapsed, usage.ru_maxrss / 1024, proc.returncode, text, lines, marks, cpu)
 
 
 def count_output(stream, mark: bytes | None) -> tuple[int, int | None]:
@@ -321,6 +323,7 @@ def best_of(argv: list[str], repeat: int, env: dict[str, str] | None = None, cou
         runs.append(run)
     best = min(runs, key=lambda r: r.seconds)
     best.rss_mib = max(r.rss_mib for r in runs)
+    best.cpu = min(r.cpu for r in runs)
     return best
 
 
@@ -440,9 +443,17 @@ def table_row(mode: str, runs: dict[str, Run], size: int, frames: int) -> str:
     )
 
 
+def cpu_ratio(ours: dict, reference: dict) -> str:
+    """The same ratio in CPU seconds (user and system), which a busy machine moves less."""
+    if not (ours.get("cpu") and reference.get("cpu")):
+        return ""
+    return f"; CPU {ours['cpu']:.2f} s / {reference['cpu']:.2f} s = {ours['cpu'] / reference['cpu']:.1f}x"
+
+
 def plugin_ratios(result: dict) -> list[str]:
     """The plugin's time over the framing-only dissector's, per mode that has both, with the target;
-    with -V, also over items-only's, the floor of any dissector showing as many items."""
+    with -V, also over items-only's, the floor of any dissector showing as many items. Each in wall
+    time, the targets' measure, and in CPU time beside it."""
     lines = []
     for mode, target in PLUGIN_TARGETS.items():
         columns = result["modes"].get(mode, {})
@@ -454,15 +465,17 @@ def plugin_ratios(result: dict) -> list[str]:
         what = "no tree" if mode == "one-line" else "-V"
         lines.append(
             f"  plugin/framing-only, {what} ({mode}): {plugin['seconds']:.2f} s / {framing['seconds']:.2f} s"
-            f" = {times:.1f}x ({verdict} the {target:g}x target)"
+            f" = {times:.1f}x ({verdict} the {target:g}x target){cpu_ratio(plugin, framing)}"
         )
         result.setdefault("plugin_ratios", {})[mode] = round(times, 2)
+        if plugin.get("cpu") and framing.get("cpu"):
+            result["plugin_ratios"][f"{mode}_cpu"] = round(plugin["cpu"] / framing["cpu"], 2)
         ids = columns.get("tshark_ids")
         if ids and ids["exit_code"] == 0:
             floor = ids["seconds"] / framing["seconds"]
             lines.append(
                 f"  ids-only/framing-only, {what}: {ids['seconds']:.2f} s / {framing['seconds']:.2f} s"
-                f" = {floor:.1f}x (the floor for keeping the confirm links);"
+                f" = {floor:.1f}x (the floor for keeping the confirm links){cpu_ratio(ids, framing)};"
                 f" plugin/ids-only {plugin['seconds'] / ids['seconds']:.1f}x"
             )
             result["plugin_ratios"]["ids_vs_framing"] = round(floor, 2)
@@ -475,12 +488,16 @@ def plugin_ratios(result: dict) -> list[str]:
             f"  items-only/framing-only, {what}: {items['seconds']:.2f} s / {framing['seconds']:.2f} s"
             f" = {floor:.1f}x (the floor for a tree of this size; -V lines: plugin {plugin['lines']:,},"
             f" items-only {items['lines']:,}, {result.get('items_per_message', 0):.2f} items a message)"
+            f"{cpu_ratio(items, framing)}"
         )
         lines.append(
             f"  plugin/items-only, {what}: {plugin['seconds']:.2f} s / {items['seconds']:.2f} s = {over:.1f}x"
             f" ({'within' if over <= ITEMS_TARGET else 'over'} the {ITEMS_TARGET:g}x target)"
+            f"{cpu_ratio(plugin, items)}"
         )
         result["plugin_ratios"]["detail_vs_items"] = round(over, 2)
+        if plugin.get("cpu") and items.get("cpu"):
+            result["plugin_ratios"]["detail_vs_items_cpu"] = round(plugin["cpu"] / items["cpu"], 2)
         result["plugin_ratios"]["items_vs_framing"] = round(floor, 2)
     return lines
 

@@ -696,6 +696,36 @@ local SPECS = {
       { name = "user_agent_other.key", ftype = "string", title = "User Agent Other Key" },
       { name = "user_agent_other.value", ftype = "string", title = "User Agent Other Value" },
       { name = "username", ftype = "string", title = "Username" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per topic",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint64",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.topic",
+        ftype = "string",
+        title = "Volume Topic",
+        doc = "The topic the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -719,6 +749,7 @@ local SPECS = {
       rule_order = { "heartbeat" },
       rules = {},
     },
+    subject = "topic",
     carries = {},
     lua_block = 1,
   },
@@ -1097,6 +1128,36 @@ local SPECS = {
       { name = "timestamp", ftype = "int64", title = "Timestamp", doc = "When it was published, in ns since 1970" },
       { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
       { name = "value", ftype = "bytes", title = "Value", doc = "The message's value" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per stream",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint64",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.stream",
+        ftype = "string",
+        title = "Volume Stream",
+        doc = "The stream the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -1114,6 +1175,7 @@ local SPECS = {
       rule_order = {},
       rules = {},
     },
+    subject = "stream",
     carries = {},
     lua_block = 2,
   },
@@ -1714,6 +1776,36 @@ local SPECS = {
       { name = "unsub", ftype = "none", title = "Unsub" },
       { name = "user", ftype = "string", title = "User" },
       { name = "verbose", ftype = "bool", title = "Verbose", doc = "The server answers every operation with +OK" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per subject",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint64",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.subject",
+        ftype = "string",
+        title = "Volume Subject",
+        doc = "The subject the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -1776,6 +1868,7 @@ local SPECS = {
         },
       },
     },
+    subject = "subject",
     carries = { data = { { protocol = "liftbridge", magic = "b90e43b4", by = "subject", patterns = { ">" } } } },
     lua_block = 3,
   },
@@ -2834,6 +2927,36 @@ local SPECS = {
       { name = "value", ftype = "uint64", title = "Value", doc = "Sequence, offset or timestamp" },
       { name = "version", ftype = "uint16", title = "Version" },
       { name = "virtual_host", ftype = "string", title = "Virtual Host" },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per stream",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint64",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.stream",
+        ftype = "string",
+        title = "Volume Stream",
+        doc = "The stream the messages are addressed to, as stats name it",
+      },
     },
     limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
     conversation = {
@@ -2905,6 +3028,7 @@ local SPECS = {
         announcement = { command = "MetadataUpdate", code = "code", about = "stream", enum = "response_code" },
       },
     },
+    subject = "stream",
     carries = {},
     lua_block = 4,
   },
@@ -5466,6 +5590,36 @@ local SPECS = {
         enum = "mq_version",
         display = "dec",
       },
+      {
+        name = "volume",
+        ftype = "none",
+        title = "Volume",
+        doc = "The messages this frame moves, as stats count them per topic",
+      },
+      {
+        name = "volume.bytes",
+        ftype = "uint64",
+        title = "Volume Bytes",
+        doc = "How many bytes of messages the frame moves",
+      },
+      {
+        name = "volume.direction",
+        ftype = "string",
+        title = "Volume Direction",
+        doc = "Which way they go, as stats name it (publish, deliver, ...)",
+      },
+      {
+        name = "volume.messages",
+        ftype = "uint32",
+        title = "Volume Messages",
+        doc = "How many messages the frame moves",
+      },
+      {
+        name = "volume.topic",
+        ftype = "string",
+        title = "Volume Topic",
+        doc = "The topic the messages are addressed to, as stats name it",
+      },
       { name = "wait_store_msg_ok", ftype = "bool", title = "Wait Store Msg Ok" },
       { name = "without_sub", ftype = "bool", title = "Without Sub" },
       { name = "write_queue_nums", ftype = "int32", title = "Write Queue Nums" },
@@ -5517,6 +5671,7 @@ local SPECS = {
         },
       },
     },
+    subject = "topic",
     carries = {},
     lua_block = 5,
   },
@@ -5577,6 +5732,10 @@ local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
+-- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
+-- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
+-- { subject, direction, messages, bytes }, or nil.
+local MESSAGES = {}
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
@@ -5733,20 +5892,37 @@ local function round6(x)
 end
 
 -- Bits without bit operators: value AND mask, shifted down to the mask's lowest bit.
-local function masked(value, mask)
-  local out, place, shift = 0, 1, nil
-  local v, m = value, mask
-  local bit = 1
-  while m > 0 do
-    if m % 2 == 1 then
-      if shift == nil then shift = bit end
-      if v % 2 == 1 then out = out + bit end
+-- (A mask whose bits are one run, the commonest, takes a division and a modulo; the others
+-- their bits one by one. Runs found once per mask: the spec's masks are few.)
+local masked = (function()
+  local runs = {}  -- mask -> { its lowest bit, how many values its run holds }, or false
+  return function(value, mask)
+    local run = runs[mask]
+    if run == nil then
+      local low = 1
+      while mask > 0 and math.floor(mask / low) % 2 == 0 do low = low * 2 end
+      local span, power = math.floor(mask / low) + 1, 1
+      while power < span do power = power * 2 end
+      run = mask > 0 and power == span and { low, span } or false
+      runs[mask] = run
     end
-    v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    if run and type(value) == "number" and value >= 0 and value < 9007199254740992 then
+      return int(math.floor(value / run[1]) % run[2])
+    end
+    local out, shift = 0, nil
+    local v, m = value, mask
+    local bit = 1
+    while m > 0 do
+      if m % 2 == 1 then
+        if shift == nil then shift = bit end
+        if v % 2 == 1 then out = out + bit end
+      end
+      v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    end
+    if shift == nil then return 0 end
+    return int(math.floor(out / shift))
   end
-  if shift == nil then return 0 end
-  return int(math.floor(out / shift))
-end
+end)()
 
 -- value AND mask, the bits left in place.
 local function band(value, mask)
@@ -6276,7 +6452,7 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip }
+    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
   end
   return nil
 end
@@ -6302,8 +6478,48 @@ LITE.plan = function(element, version)
     local step = element.width and LITE.step(element)
     plan = step and { step, scalar = true } or false
   end
+  if plan and not plan.scalar then
+    -- One integer and members stepped over (a Publish's messages: an id, then its entry): the
+    -- element is its integer alone (projected), with no table each; path_values and the tracker
+    -- take such arrays as the structs they stand for.
+    local ints, skipped = {}, 0
+    for k, step in ipairs(plan) do
+      if step.width then ints[#ints + 1] = k elseif step.skip then skipped = skipped + 1 end
+    end
+    if #ints == 1 and #ints + skipped == #plan then plan.projected, plan.projected_k = plan[ints[1]].name, ints[1] end
+  end
   by_version[version] = plan
   return plan
+end
+
+-- An integer of a type (uint8 .. int64) at byte i of s, as read_int gives it; nil for a 64-bit
+-- value read_int gives as UInt64 or Int64 that a number would not keep exact (2^46 or more, or
+-- negative), which the caller reads from a TvbRange. Bytes put together without ^ or floats, so
+-- Lua 5.4 keeps them integers.
+LITE.int_at = function(s, i, width, t)
+  local byte = string.byte
+  if width == 1 then
+    local a = byte(s, i)
+    if a >= 128 and t == "int8" then return a - 256 end
+    return a
+  elseif width == 2 then
+    local a, b = byte(s, i, i + 1)
+    if LITTLE then a, b = b, a end
+    if a >= 128 and t == "int16" then return (a * 256 + b) - 65536 end
+    return a * 256 + b
+  elseif width == 4 then
+    local a, b, c, d = byte(s, i, i + 3)
+    if LITTLE then a, b, c, d = d, c, b, a end
+    local v = ((a * 256 + b) * 256 + c) * 256 + d
+    if a >= 128 and t == "int32" then return v - 4294967296 end
+    return v
+  elseif width == 8 then
+    local a, b, c, d, e, f, g, h = byte(s, i, i + 7)
+    if LITTLE then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
+    if a ~= 0 or b ~= 0 or c >= 64 then return nil end
+    return ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+  end
+  return nil
 end
 
 -- A value as the tracker keys it: the same for a 64-bit value read with a tree (UInt64) or
@@ -6323,6 +6539,15 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
   local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local name = plan.projected
+  if name then
+    if (count ~= nil and index < count) or (count == nil and i <= n) then
+      -- The general reader takes the rest, element by element, as tables: these become theirs.
+      for k = 1, index do items[k] = { [name] = items[k] } end
+    else
+      items.projected = name
+    end
+  end
   return index, pos + i - 1
 end
 
@@ -6378,6 +6603,10 @@ LITE.compile = function(plan)
       put(string.format("      at, v%d = at + v%d, text\n", k, k))
       put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
       put("    else\n      return index, i\n    end\n")
+    elseif step.source then
+      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
+      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
+      put("    do\n" .. body .. "    end\n")
     else
       skips[#skips + 1] = step.skip
       put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
@@ -6388,6 +6617,8 @@ LITE.compile = function(plan)
   put("    index = index + 1\n")
   if plan.scalar then
     put("    items[index] = v1\n")
+  elseif plan.projected then
+    put(string.format("    items[index] = v%d\n", plan.projected_k))
   else
     put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
   end
@@ -6505,6 +6736,11 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   local width = spec.width
   if width then
     if stop - pos < width then short(name, pos, width, stop - pos) end
+    if tree == nil and ctx.raw_tvb == tvb and pos + width <= ctx.raw_n then
+      -- No item: from the copy of the frame's first bytes (no TvbRange), where it holds them.
+      local value = LITE.int_at(ctx.raw, pos + 1, width, t)
+      if value ~= nil then return value, pos + width end
+    end
     local range = tvb(pos, width)
     local value = read_int(range, t)
     if tree then
@@ -7341,6 +7577,8 @@ local function info_parts(specs, values, parts, response)
         local n = 0
         if getmetatable(value) == JSON_OBJECT then
           n = #value.keys
+        elseif type(value) == "table" and value.projected then
+          n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
           for _ in pairs(value) do n = n + 1 end
         else
@@ -7463,8 +7701,11 @@ local function decode_frame(tvb, tree, lookup, lite)
   end
   -- The header, once without items to learn the command (and which entries its layout
   -- names), then with them.
+  -- The frame's first bytes, one copy, from which integers are read where no item is added.
+  local raw = tvb:raw(0, math.min(stop, 1024))
+  ctx.raw, ctx.raw_tvb, ctx.raw_n = raw, tvb, #raw
   local probe = {}
-  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite }
+  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite, raw = raw, raw_tvb = tvb, raw_n = #raw }
   local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, probe_ctx)
   if not ok then
     if type(result) == "table" and (result.short or result.bad) then
@@ -7705,7 +7946,13 @@ local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
   local value = fields[path[index]]
-  if type(value) == "table" and value.pos == nil and #value > 0 then
+  local projected = type(value) == "table" and value.projected
+  if projected then
+    -- structs read as their one integer (LITE.plan): that member's values, nothing else
+    if index + 1 == #path and path[#path] == projected then
+      for _, item in ipairs(value) do out[#out + 1] = item end
+    end
+  elseif type(value) == "table" and value.pos == nil and #value > 0 then
     -- a member of each element, the commonest path (messages.publishing_id), taken directly
     local leaf = index + 1 == #path and path[#path] or nil
     for _, item in ipairs(value) do
@@ -8183,6 +8430,29 @@ HOOKS.message_package = {
   end,
 }
 
+-- Twin of messages.py's volume: a message published, pushed, requested or replied moves one
+-- message, the package's bytes after its header, to its topic, for the statistics' messages per
+-- topic. Acknowledgements echo a message but are not one.
+do
+  local CARRIERS = {
+    ["AsyncMessage request"] = "publish", ["Broadcast request"] = "broadcast",
+    ["SyncRequest request"] = "request", ["SyncReply command"] = "reply",
+    ["AsyncPush request"] = "push", ["BroadcastPush request"] = "push broadcast",
+    ["SyncPush request"] = "push request", ["SyncRequest response"] = "push reply",
+  }
+  local PREFIX = 13 + 8  -- the magic and version, the message's and the header's lengths
+  MESSAGES.volume = function(frame, f, from_client, whole)
+    local verb = CARRIERS[tostring(frame.command) .. " " .. tostring(frame.kind)]
+    if verb == nil then return nil end
+    local fields = frame.fields or {}
+    local header = fields.header_length
+    local body = type(header) == "number" and whole - PREFIX - header or 0
+    local topic = fields.topic
+    if type(topic) ~= "string" or topic == "" then topic = "?" end
+    return { topic, verb:sub(1, 4) == "push" and "push" or "publish", 1, math.max(body, 0) }
+  end
+end
+
 end
 
 if SPEC.lua_block == 2 then  -- liftbridge
@@ -8259,6 +8529,20 @@ HOOKS.envelope = {
     return value, length
   end,
 }
+
+-- Twin of messages.py's volume: a Publish envelope moves one message, its value's bytes, to its
+-- stream, for the statistics' messages per stream.
+do
+  MESSAGES.volume = function(frame)
+    if frame.command ~= "Publish" then return nil end
+    local fields = frame.fields or {}
+    local stream, value = fields.stream, fields.value
+    if type(stream) ~= "string" or stream == "" then stream = "?" end
+    local size = 0
+    if type(value) == "table" then size = value.len elseif type(value) == "string" then size = #value end
+    return { stream, "publish", 1, size }
+  end
+end
 
 end
 
@@ -8926,6 +9210,50 @@ do
         end
       end,
     }
+  end
+end
+
+-- Twin of messages.py's volume: what a PUB, HPUB, MSG or HMSG moves, for the statistics'
+-- messages per subject: one message and its payload's bytes. A reply counts under the subject
+-- of the request it answers (a link the tracker keeps): "reply" as the server delivers it,
+-- "reply sent" as a responder sends it. One-off subjects count as their pattern: inboxes as
+-- _INBOX.*, JetStream acknowledgements as $JS.ACK.<stream>.<consumer>.*.
+do
+  local CARRIERS = { Publish = "publish", HeadersPublish = "publish", Message = "deliver", HeadersMessage = "deliver" }
+  local INBOX, ACK = "_INBOX.", "$JS.ACK."
+  local function grouped(subject)
+    if type(subject) ~= "string" then return subject end
+    if subject:sub(1, #INBOX) == INBOX then return INBOX .. "*" end
+    if subject:sub(1, #ACK) == ACK then
+      local tokens = {}
+      for token in (subject .. "."):gmatch("([^.]*)%.") do tokens[#tokens + 1] = token end
+      if #tokens >= 11 then  -- with a domain and an account hash before the stream
+        local short = { tokens[1], tokens[2] }
+        for i = 5, #tokens do short[#short + 1] = tokens[i] end
+        tokens = short
+      end
+      if #tokens >= 9 then return table.concat(tokens, ".", 1, 4) .. ".*" end
+    end
+    return subject
+  end
+  local function addressed(value)
+    if type(value) == "string" and value ~= "" then return value end
+    return "?"
+  end
+  MESSAGES.volume = function(frame, f, from_client)
+    local verb = CARRIERS[frame.command or ""]
+    if verb == nil then return nil end
+    local fields = frame.fields or {}
+    local size = fields.payload_size
+    if type(size) ~= "number" then size = 0 end
+    local asked = nil
+    for _, pair in ipairs((f.links and f.links.kept) or {}) do
+      if pair[1] == "request_subject" then asked = pair[2] end
+    end
+    if asked ~= nil then
+      return { addressed(grouped(asked)), from_client and "reply sent" or "reply", 1, size }
+    end
+    return { addressed(grouped(fields.subject)), verb, 1, size }
   end
 end
 
@@ -9788,21 +10116,40 @@ HOOKS.osiris_entry = {
   min_size = 4,
   -- Without a tree (lite): the entry at byte i of s is stepped over, its records left unread;
   -- nil where the entry does not fit (read then tells why).
-  skip = function(s, i, n)
+  -- (string.byte as an upvalue: a million entries each skip a method lookup)
+  skip = (function(byte) return function(s, i, n)
     local left = n - i + 1
     if left < 4 then return nil end
-    local a, b, c, d = s:byte(i, i + 3)
+    local a, b, c, d = byte(s, i, i + 3)
     if a < 0x80 then
       local size = ((a * 256 + b) * 256 + c) * 256 + d
       if left - 4 < size then return nil end
       return true, i + 4 + size
     end
     if left < 11 then return nil end
-    a, b, c, d = s:byte(i + 7, i + 10)
+    a, b, c, d = byte(s, i + 7, i + 10)
     local length = ((a * 256 + b) * 256 + c) * 256 + d
     if length > 0x7FFFFFFF or left - 11 < length then return nil end
     return true, i + 11 + length
-  end,
+  end end)(string.byte),
+  -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
+  -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
+  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit.
+  skip_source = [[
+      if n - at + 1 < 4 then FAIL end
+      local a, b, c, d = byte(s, at, at + 3)
+      if a < 128 then
+        local size = ((a * 256 + b) * 256 + c) * 256 + d
+        if n - at - 3 < size then FAIL end
+        VALUE, AFTER = true, at + 4 + size
+      else
+        if n - at + 1 < 11 then FAIL end
+        a, b, c, d = byte(s, at + 7, at + 10)
+        local length = ((a * 256 + b) * 256 + c) * 256 + d
+        if length > 2147483647 or n - at - 10 < length then FAIL end
+        VALUE, AFTER = true, at + 11 + length
+      end
+]],
   read = function(spec, tvb, pos, stop, tree, ctx, name, siblings)
     local entry = read_entry(tvb, pos, stop, name)
     local after = entry.pos + entry.size
@@ -10028,18 +10375,124 @@ do
       return found
     end
 
+    -- A publisher's ids in flight, each with the frame that sent it, as runs: a frame's ids that
+    -- are consecutive and above every id sent before (a client numbers its messages 1, 2, 3...)
+    -- are one run { lo, hi, sent, next, gone }, with no entry per id; runs are kept in order, the
+    -- ids below next and those in gone confirmed. Other ids (sent again, or out of order) are
+    -- loose, one entry each, and take the same id out of the run holding it: the latest frame
+    -- that sent an id is the one its confirm links to, and an id is confirmed once.
+    local function new_flight()
+      -- runs[head..tail] are live; those before head are wholly confirmed and let go
+      return { runs = {}, head = 1, tail = 0, top = nil, loose = {}, at = nil }
+    end
+
+    -- The run holding id, still live there; nil where none does.
+    local function run_of(flight, id)
+      local run = flight.at
+      if run and id >= run.lo and id <= run.hi then return run end
+      local runs = flight.runs
+      local low, high = flight.head, flight.tail
+      while low <= high do
+        local mid = math.floor((low + high) / 2)
+        run = runs[mid]
+        if id < run.lo then high = mid - 1 elseif id > run.hi then low = mid + 1 else
+          flight.at = run
+          return run
+        end
+      end
+      return nil
+    end
+
+    -- id taken out of its run (confirmed, or sent again): whether it was live there.
+    local function take(run, id)
+      if id < run.next or (run.gone and run.gone[id]) then return false end
+      if id == run.next then
+        local next, gone = id + 1, run.gone
+        while gone and gone[next] do
+          gone[next] = nil
+          next = next + 1
+        end
+        run.next = next
+      else
+        run.gone = run.gone or {}
+        run.gone[id] = true
+      end
+      return true
+    end
+
+    local function loose_id(flight, id, sent)
+      if type(id) == "number" then
+        local run = run_of(flight, id)
+        if run then take(run, id) end
+        if flight.top == nil or id > flight.top then flight.top = id end
+      end
+      flight.loose[id] = sent
+    end
+
+    -- A frame's ids (numbers, or keys): one run where they allow it, else loose.
+    local function add_ids(flight, ids, sent)
+      local n = #ids
+      local lo, hi = ids[1], ids[n]
+      local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
+        and (flight.top == nil or lo > flight.top)
+      if run then
+        for k = 2, n do
+          if ids[k] ~= lo + k - 1 then
+            run = false
+            break
+          end
+        end
+      end
+      if run then
+        flight.tail = flight.tail + 1
+        flight.runs[flight.tail] = { lo = lo, hi = hi, sent = sent, next = lo }
+        flight.top = hi
+        return
+      end
+      for k = 1, n do loose_id(flight, ids[k], sent) end
+    end
+
+    -- The frame that sent id, taken out of the flight (an id is confirmed once); nil if none.
+    local function confirmed(flight, id)
+      local sent = flight.loose[id]
+      if sent ~= nil then
+        flight.loose[id] = nil
+        return sent
+      end
+      if type(id) ~= "number" then return nil end
+      local run = run_of(flight, id)
+      if run == nil or not take(run, id) then return nil end
+      return run.sent
+    end
+
+    -- Runs wholly confirmed at the front are let go.
+    local function let_go(flight)
+      local runs, head = flight.runs, flight.head
+      while head <= flight.tail and runs[head].next > runs[head].hi do
+        runs[head] = nil
+        head = head + 1
+      end
+      flight.head = head
+    end
+
     local function send(conn, f, ack)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
       local key = ack.name .. ":" .. sid
-      all[key] = all[key] or {}
+      all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
       local keyed = LITE.key
       local path = ack.send.path
       local list = #path == 2 and f.fields[path[1]]
-      if type(list) == "table" and list.pos == nil and #list > 0 then
+      if type(list) == "table" and list.projected == path[2] then
+        -- Read without a tree, each element as its id alone (LITE.plan)
+        if #list > 0 then add_ids(flight, list, sent) end
+        return
+      end
+      local ids = {}
+      if type(list) == "table" and list.projected == nil and list.pos == nil and #list > 0 then
         -- A member of each element (a Publish frame's messages' ids), read in place: path_values
         -- would copy hundreds into a list first. An element's member of another kind takes
         -- path_values' own step for it.
@@ -10048,55 +10501,80 @@ do
           if type(item) == "table" then
             local id = item[leaf]
             if type(id) == "number" then
-              flight[id] = sent
+              ids[#ids + 1] = id
             else
-              for _, v in ipairs(path_values(item, path, 2)) do flight[keyed(v)] = sent end
+              for _, v in ipairs(path_values(item, path, 2)) do ids[#ids + 1] = keyed(v) end
             end
           end
         end
-        return
+      else
+        for _, item in ipairs(path_values(f.fields, path)) do
+          -- a number is its own key (the commonest, without a tree): no call for it
+          if type(item) == "number" then ids[#ids + 1] = item else ids[#ids + 1] = keyed(item) end
+        end
       end
-      for _, item in ipairs(path_values(f.fields, path)) do
-        -- a number is its own key (the commonest, without a tree): no call for it
-        if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
-      end
+      if #ids > 0 then add_ids(flight, ids, sent) end
     end
 
     local function confirm(conn, f, ack, failing)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or {}
-      local sent_in, waited, any = {}, {}, false
-      local waits = {}  -- the wait since each sending frame, worked out once
+      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
+      -- come from a few frames): the frame that sent them and the wait since.
+      local sent_in, waited = { runs = {} }, { runs = {} }
+      local a, b = sent_in.runs, waited.runs
+      local last, wait = nil, nil  -- the last sending frame, and the wait since it
+      local waits = {}
       local keyed = LITE.key
+      local function put(first, final, sent)
+        if sent ~= last then
+          last, wait = sent, waits[sent]
+          if wait == nil then
+            wait = round6(f.ts - sent.ts)
+            waits[sent] = wait
+            -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+            local back = links_of(sent)
+            back.confirm_in = back.confirm_in or {}
+            if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+          end
+        elseif a[#a - 1] == first - 1 then  -- the same frame's, next to the last run: one run
+          a[#a - 1], b[#b - 1] = final, final
+          return
+        end
+        a[#a + 1], a[#a + 2], a[#a + 3] = first, final, sent.number
+        b[#b + 1], b[#b + 2], b[#b + 3] = first, final, wait
+      end
       -- A plain array (a confirm's ids) is read in place, taking what path_values would: values,
       -- not plain tables; any other path gets path_values' list.
       local list = #ref.path == 1 and f.fields[ref.path[1]]
       if not (type(list) == "table" and list.pos == nil and #list > 0) then list = path_values(f.fields, ref.path) end
-      local index = 0
-      for _, item in ipairs(list) do
-        if type(item) ~= "table" or getmetatable(item) ~= nil then
-          index = index + 1
-          local id = item
-          if type(id) ~= "number" then id = keyed(item) end
-          local sent = flight[id]
-          flight[id] = nil
-          if sent then
-            local wait = waits[sent]
-            if wait == nil then
-              wait = round6(f.ts - sent.ts)
-              waits[sent] = wait
-              -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
-              local back = links_of(sent)
-              back.confirm_in = back.confirm_in or {}
-              if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
-            end
-            sent_in[index], waited[index], any = sent.number, wait, true
+      local index, k, n = 0, 1, #list
+      -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
+      -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
+      local run = next(flight.loose) == nil and flight.at or nil
+      while k <= n do
+        local id = list[k]
+        if run and id == run.next and id <= run.hi and run.gone == nil then
+          local j, stop = k, math.min(n, k + (run.hi - id))
+          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          run.next = list[j] + 1
+          put(index + 1, index + 1 + j - k, run.sent)
+          index, k = index + 1 + j - k, j + 1
+        else
+          if type(id) ~= "table" or getmetatable(id) ~= nil then
+            index = index + 1
+            if type(id) ~= "number" then id = keyed(id) end
+            local sent = confirmed(flight, id)
+            if sent then put(index, index, sent) end
+            run = next(flight.loose) == nil and flight.at or nil
           end
+          k = k + 1
         end
       end
-      if any then
+      let_go(flight)
+      if #a > 0 then
         local links = links_of(f)
         links.publish_in, links.confirm_time = sent_in, waited
       end
@@ -10233,6 +10711,40 @@ do
       return rule.said(conn, request and request.fields)
     end
     CONV_RULES.announcement = rule
+  end
+end
+
+-- Twin of messages.py's volume: what a Publish or Deliver frame moves, from its headers, for the
+-- statistics' messages per stream: a Publish's records and entry bytes, a data chunk's records
+-- and data length (tracking chunks carry no messages). Its stream is the one the publisher or
+-- subscription was declared for (a link the tracker keeps).
+do
+  local function kept_stream(f)
+    local stream = nil
+    for _, pair in ipairs((f.links and f.links.kept) or {}) do
+      if pair[1] == "stream" then stream = pair[2] end
+    end
+    if type(stream) ~= "string" or stream == "" then return "(unknown stream)" end
+    return stream
+  end
+  MESSAGES.volume = function(frame, f, from_client)
+    local fields = frame.fields or {}
+    local direction = from_client == false and "deliver" or "publish"
+    if frame.command == "Publish" then
+      local records, size = 0, 0
+      for _, message in ipairs(fields.messages or {}) do
+        local entry = type(message) == "table" and message.entry
+        if type(entry) == "table" then
+          records, size = records + entry.record_count, size + entry.size
+        end
+      end
+      return { kept_stream(f), direction, records, size }
+    elseif frame.command == "Deliver" then
+      local chunk = fields.chunk
+      if type(chunk) ~= "table" or (chunk.chunk_type or 0) ~= 0 then return nil end
+      return { kept_stream(f), direction, int(chunk.num_records or 0), int(chunk.data_length or 0) }
+    end
+    return nil
   end
 end
 
@@ -10417,6 +10929,40 @@ do
   end
 end
 
+-- Twin of messages.py's volume: what producers send (SEND_MESSAGE, SEND_MESSAGE_V2: one message;
+-- SEND_BATCH_MESSAGE: several) and what frames holding stored messages hand out (a pull's
+-- answer), for the statistics' messages per topic: the messages and their bodies' bytes as sent.
+do
+  local SENDS = { SEND_MESSAGE = true, SEND_MESSAGE_V2 = true }
+  local function addressed(value)
+    if type(value) == "string" and value ~= "" then return value end
+    return "?"
+  end
+  local function size(body)
+    if type(body) == "table" then return body.len or 0 end
+    if type(body) == "string" then return #body end
+    return 0
+  end
+  local function bodies(messages)
+    local total = 0
+    for _, m in ipairs(messages) do total = total + size(type(m) == "table" and m.message_body or nil) end
+    return total
+  end
+  MESSAGES.volume = function(frame)
+    local fields = frame.fields or {}
+    if frame.kind ~= "response" and SENDS[frame.command] then
+      return { addressed(fields.topic), "send", 1, size(fields.body) }
+    end
+    if frame.kind ~= "response" and frame.command == "SEND_BATCH_MESSAGE" then
+      local messages = type(fields.batch_messages) == "table" and fields.batch_messages or {}
+      return { addressed(fields.topic), "send", #messages, bodies(messages) }
+    end
+    local messages = fields.messages
+    if type(messages) ~= "table" or #messages == 0 then return nil end
+    return { addressed(type(messages[1]) == "table" and messages[1].topic or nil), "pull", #messages, bodies(messages) }
+  end
+end
+
 end
 
 -- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
@@ -10430,16 +10976,26 @@ local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
+-- What stats.lua's tap counts, by packet: the frames with a response or confirm time (TIMED,
+-- filled in on the first pass), and what each PDU moves (MOVED: MESSAGES.volume, by the PDU's
+-- place in its dissection), worked out where a tree is built (a tap makes Wireshark build one)
+-- from that dissection's fields, and shown as the filter for "this stream".
+local TIMED, MOVED = {}, {}
+
+-- Whether a port is the server's, by port: worked out once per port from the ports preference
+-- (and forgotten when it changes), not parsed again for every packet.
+local port_is_server = {}
 
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
   if registered then tcp_table:remove(registered, P) end
   registered = P.prefs.ports
+  port_is_server = {}
   tcp_table:add(registered, P)
 end
 
 function P.init()
-  conns, memo, tls_from, TIMED = {}, {}, {}, {}
+  conns, memo, tls_from, TIMED, MOVED = {}, {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -10450,19 +11006,23 @@ end
 
 local function in_ports(port)
   if SPEC.carried_by then return false end
+  local known = port_is_server[port]
+  if known ~= nil then return known end
+  known = false
   for _, tls_port in ipairs(SPEC.tls_ports or {}) do
-    if port == tls_port then return true end
+    if port == tls_port then known = true end
   end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if low then
-      if port >= tonumber(low) and port <= tonumber(high) then return true end
+      if port >= tonumber(low) and port <= tonumber(high) then known = true end
     elseif tonumber(part) == port then
-      return true
+      known = true
     end
   end
-  return false
+  port_is_server[port] = known
+  return known
 end
 
 -- Whether the packet goes to the server: to a port of the preference; on a connection found
@@ -10486,11 +11046,29 @@ local function connection_text(pinfo, from_client)
   return dst .. " \226\134\146 " .. src
 end
 
+-- The packet's connection key, made once per packet (a packet holds many PDUs): kept in
+-- conns under the number 0, which no key is.
 local function conn_key(pinfo)
+  local number = pinfo.number
+  local last = conns[0]
+  if last and last[1] == number then return last[2] end
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  if a < b then return a .. "|" .. b end
-  return b .. "|" .. a
+  local key = a < b and a .. "|" .. b or b .. "|" .. a
+  if last then last[1], last[2] = number, key else conns[0] = { number, key } end
+  return key
+end
+
+-- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
+-- { runs = { first, last, value, ... } } (confirms.lua), which this spells out.
+local function link_array(value)
+  local runs = value.runs
+  if runs == nil then return value end
+  local out = {}
+  for r = 1, #runs, 3 do
+    for index = runs[r], runs[r + 1] do out[index] = runs[r + 2] end
+  end
+  return out
 end
 
 local function show_links(tree, tvb, f)
@@ -10506,6 +11084,7 @@ local function show_links(tree, tvb, f)
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
     if type(value) == "table" then
+      value = link_array(value)
       local count = 0
       for index in pairs(value) do if index > count then count = index end end
       for index = 1, count do gen(name, value[index]) end
@@ -10532,15 +11111,30 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
--- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
-local TIMED = {}
-
 local function timed(f)
   local links = f.links
   if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
   local list = TIMED[f.number]
   if list == nil then list = {}; TIMED[f.number] = list end
   list[#list + 1] = f
+end
+
+local function moved(tree, tvb, pinfo, count, volume)
+  if volume == nil then return end
+  local subject, direction, messages, size = volume[1], volume[2], volume[3], volume[4]
+  local nowhere = tvb(0, 0)
+  local holder = tree:add(F.volume, nowhere)
+  holder:set_generated()
+  holder:set_text(string.format("Messages: %d to %s %s (%s), %d bytes", messages, SPEC.subject, quoted(subject),
+    direction, size))
+  holder:add(F["volume." .. SPEC.subject], nowhere, subject):set_generated()
+  holder:add(F["volume.direction"], nowhere, direction):set_generated()
+  holder:add(F["volume.messages"], nowhere, messages):set_generated()
+  holder:add(F["volume.bytes"], nowhere, UInt64.new(size)):set_generated()  -- a uint64 field takes a UInt64
+  local number = int(pinfo.number)
+  local here = MOVED[number]
+  if here == nil then here = {}; MOVED[number] = here end
+  here[count] = volume  -- a packet dissected again puts its PDUs' in the same places
 end
 
 local function conn_of(pinfo, key)
@@ -10610,6 +11204,7 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
+    if MESSAGES.volume then moved(tree, tvb, pinfo, count, MESSAGES.volume(frame, f or {}, from_client, int(tvb:len()))) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
   show_notes(tree or root, frame.notes)
@@ -10726,96 +11321,139 @@ if SPEC.magic and not SPEC.carried_by then
 end
 
 -- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the
--- Statistics menu's streamdump entries print the request latency per command and the
--- publish-to-confirm latency as `streamdump stats` figures them (analysis/statistics.py):
--- samples counted by their value in microseconds, the median, p95 and p99 by nearest rank,
--- milliseconds to 3 decimals. The samples are the links the tracker put on each frame (TIMED,
--- filled in by register.lua as frames are first dissected).
+-- Statistics menu's streamdump entries print the request latency per command, the
+-- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
+-- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
+-- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
+-- are the links the tracker put on each frame (TIMED, filled in by register.lua as frames are
+-- first dissected); the messages what each PDU moves (MOVED, from the package's messages.lua).
 
-local function latency_rows(samples)
-  local names = {}
-  for name in pairs(samples) do names[#names + 1] = name end
-  table.sort(names)
-  local rows = {}
-  for _, name in ipairs(names) do
-    local values, total = {}, 0
-    for micros, count in pairs(samples[name]) do
-      values[#values + 1] = micros
-      total = total + count
-    end
-    table.sort(values)
-    local function rank(p)
-      -- The smallest value with p% of the samples at or below it (p * total is exact in
-      -- integers: p and total are).
-      local wanted = math.max(1, math.ceil(p * total / 100))
-      local seen = 0
-      for _, micros in ipairs(values) do
-        seen = seen + samples[name][micros]
-        if seen >= wanted then return micros end
+do
+  local function latency_rows(samples)
+    local names = {}
+    for name in pairs(samples) do names[#names + 1] = name end
+    table.sort(names)
+    local rows = {}
+    for _, name in ipairs(names) do
+      local values, total = {}, 0
+      for micros, count in pairs(samples[name]) do
+        values[#values + 1] = micros
+        total = total + count
       end
-      return values[#values]
+      table.sort(values)
+      local function rank(p)
+        -- The smallest value with p% of the samples at or below it (p * total is exact in
+        -- integers: p and total are).
+        local wanted = math.max(1, math.ceil(p * total / 100))
+        local seen = 0
+        for _, micros in ipairs(values) do
+          seen = seen + samples[name][micros]
+          if seen >= wanted then return micros end
+        end
+        return values[#values]
+      end
+      local function ms(micros) return string.format("%.3f", micros / 1000) end
+      rows[#rows + 1] = string.format("  %-28s %8d %10s %10s %10s %10s %10s", name, total,
+        ms(values[1]), ms(rank(50)), ms(rank(95)), ms(rank(99)), ms(values[#values]))
     end
-    local function ms(micros) return string.format("%.3f", micros / 1000) end
-    rows[#rows + 1] = string.format("  %-28s %8d %10s %10s %10s %10s %10s", name, total,
-      ms(values[1]), ms(rank(50)), ms(rank(95)), ms(rank(99)), ms(values[#values]))
+    return rows
   end
-  return rows
-end
 
-local function stats_text(srt, confirm)
-  local head = string.format("  %-28s %8s %10s %10s %10s %10s %10s",
-    "Command", "Count", "Min", "Median", "P95", "P99", "Max")
-  local lines = { string.rep("=", 100), SPEC.title .. " statistics (streamdump)", "" }
-  local sections = {
-    { "Request latency per command (ms):", srt },
-    { "Publish-to-confirm latency (ms):", confirm },
-  }
-  for _, section in ipairs(sections) do
-    lines[#lines + 1] = section[1]
-    lines[#lines + 1] = head
-    for _, row in ipairs(latency_rows(section[2])) do lines[#lines + 1] = row end
-    lines[#lines + 1] = ""
+  -- Frames, messages and bytes per subject and direction, sorted as stats sorts them.
+  local function volume_rows(volume)
+    local keys = {}
+    for key in pairs(volume) do keys[#keys + 1] = key end
+    table.sort(keys, function(a, b)
+      local x, y = volume[a], volume[b]
+      if x.subject ~= y.subject then return x.subject < y.subject end
+      return x.direction < y.direction
+    end)
+    local rows = {}
+    for _, key in ipairs(keys) do
+      local v = volume[key]
+      rows[#rows + 1] = string.format("  %-40s %-14s %8d %10d %12d", v.subject, v.direction, v.frames, v.messages,
+        v.bytes)
+    end
+    return rows
   end
-  lines[#lines + 1] = string.rep("=", 100)
-  return table.concat(lines, "\n") .. "\n"
-end
 
--- A tap on the protocol's frames; draw(text) is called with the figures so far.
-local function stats_tap(draw)
-  local srt, confirm = {}, {}
-  local function add(into, name, seconds)
-    local micros = math.floor(seconds * 1000000 + 0.5)
-    into[name] = into[name] or {}
-    into[name][micros] = (into[name][micros] or 0) + 1
+  local function stats_text(srt, confirm, volume)
+    local head = string.format("  %-28s %8s %10s %10s %10s %10s %10s",
+      "Command", "Count", "Min", "Median", "P95", "P99", "Max")
+    local lines = { string.rep("=", 100), SPEC.title .. " statistics (streamdump)", "" }
+    local sections = {
+      { "Request latency per command (ms):", srt },
+      { "Publish-to-confirm latency (ms):", confirm },
+    }
+    for _, section in ipairs(sections) do
+      lines[#lines + 1] = section[1]
+      lines[#lines + 1] = head
+      for _, row in ipairs(latency_rows(section[2])) do lines[#lines + 1] = row end
+      lines[#lines + 1] = ""
+    end
+    if SPEC.subject then
+      lines[#lines + 1] = "Messages per " .. SPEC.subject .. ":"
+      lines[#lines + 1] = string.format("  %-40s %-14s %8s %10s %12s", SPEC.subject:sub(1, 1):upper() .. SPEC.subject:sub(2),
+        "Direction", "Frames", "Messages", "Bytes")
+      for _, row in ipairs(volume_rows(volume)) do lines[#lines + 1] = row end
+      lines[#lines + 1] = ""
+    end
+    lines[#lines + 1] = string.rep("=", 100)
+    return table.concat(lines, "\n") .. "\n"
   end
-  local tap = Listener.new(nil, SPEC.name)
-  function tap.packet(pinfo)
-    for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
-      local links, name = f.links, f.command or "?"
-      if type(links.response_time) == "number" then add(srt, name, links.response_time) end
-      local waited = links.confirm_time
-      if type(waited) == "table" then
-        local count = 0
-        for index in pairs(waited) do if index > count then count = index end end
-        for index = 1, count do
-          if type(waited[index]) == "number" then add(confirm, name, waited[index]) end
+
+  -- A tap on the protocol's frames; draw(text) is called with the figures so far.
+  local function stats_tap(draw)
+    local srt, confirm, volume = {}, {}, {}
+    local function add(into, name, seconds, count)
+      local micros = math.floor(seconds * 1000000 + 0.5)
+      into[name] = into[name] or {}
+      into[name][micros] = (into[name][micros] or 0) + (count or 1)
+    end
+    local tap = Listener.new(nil, SPEC.name)
+    function tap.packet(pinfo)
+      for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
+        local links, name = f.links, f.command or "?"
+        if type(links.response_time) == "number" then add(srt, name, links.response_time) end
+        local waited = links.confirm_time
+        local runs = type(waited) == "table" and waited.runs
+        if runs then  -- runs of ids with one wait (confirms.lua)
+          for r = 1, #runs, 3 do
+            if type(runs[r + 2]) == "number" then add(confirm, name, runs[r + 2], runs[r + 1] - runs[r] + 1) end
+          end
+        elseif type(waited) == "table" then
+          local count = 0
+          for index in pairs(waited) do if index > count then count = index end end
+          for index = 1, count do
+            if type(waited[index]) == "number" then add(confirm, name, waited[index]) end
+          end
         end
       end
+      for _, moved in pairs(MOVED[int(pinfo.number)] or {}) do
+        local subject, direction = moved[1], moved[2]
+        local key = subject .. "\0" .. direction
+        local v = volume[key]
+        if v == nil then
+          v = { subject = subject, direction = direction, frames = 0, messages = 0, bytes = 0 }
+          volume[key] = v
+        end
+        v.frames, v.messages, v.bytes = v.frames + 1, v.messages + moved[3], v.bytes + moved[4]
+      end
     end
+    function tap.draw() draw(stats_text(srt, confirm, volume)) end
+    function tap.reset() srt, confirm, volume = {}, {}, {} end
+    return tap
   end
-  function tap.draw() draw(stats_text(srt, confirm)) end
-  function tap.reset() srt, confirm = {}, {} end
-  return tap
-end
 
-register_stat_cmd_arg(SPEC.name .. ",stat", function() stats_tap(io.write) end)
-if gui_enabled() then
-  register_menu("streamdump/" .. SPEC.title, function()
-    local window = TextWindow.new(SPEC.title .. " statistics (streamdump)")
-    local tap = stats_tap(function(text) window:set(text) end)
-    window:set_atclose(function() tap:remove() end)
-    retap_packets()
-  end, MENU_STAT_GENERIC)
+  register_stat_cmd_arg(SPEC.name .. ",stat", function() stats_tap(io.write) end)
+  if gui_enabled() then
+    register_menu("streamdump/" .. SPEC.title, function()
+      local window = TextWindow.new(SPEC.title .. " statistics (streamdump)")
+      local tap = stats_tap(function(text) window:set(text) end)
+      window:set_atclose(function() tap:remove() end)
+      retap_packets()
+    end, MENU_STAT_GENERIC)
+  end
 end
 
 end

@@ -310,8 +310,9 @@ def flatten_tshark(tree: list[Any], name: str = "rabbitmq_stream") -> Flat:
             elif key == "_ws.lua.text":
                 if isinstance(value, list):
                     walk(value, into)
-            elif key == prefix + "connection":
-                continue  # the connection's name, which streamdump's frames do not repeat
+            elif key in (prefix + "connection", prefix + "volume", prefix + "volume_tree"):
+                # the connection's name and what the frame moves, which stats give, not frames
+                continue
             elif key == prefix + "links":
                 walk(value, flat.links)
             elif key.startswith(prefix):

@@ -17,7 +17,7 @@ from streamdump.spec.dissector import Dissector
 
 DISSECTOR = Dissector(
     hooks=(packages.LengthConvention, packages.MessagePackage),
-    lua=("framing.lua", "packages.lua"),
+    lua=("framing.lua", "packages.lua", "messages.lua"),
     framing=framing.EventMeshRule,
     messages=messages.PackageMessages,
     rules=(heartbeats.Heartbeats,),

@@ -12,4 +12,6 @@ from streamdump.dissectors.liftbridge import envelope, messages
 
 from streamdump.spec.dissector import Dissector
 
-DISSECTOR = Dissector(hooks=(envelope.Envelope,), lua=("envelope.lua",), messages=messages.StreamMessages)
+DISSECTOR = Dissector(
+    hooks=(envelope.Envelope,), lua=("envelope.lua", "messages.lua"), messages=messages.StreamMessages
+)

@@ -17,7 +17,15 @@ from streamdump.spec.dissector import Dissector
 
 DISSECTOR = Dissector(
     hooks=(payloads.HeaderBlock, payloads.Payload),
-    lua=("framing.lua", "payloads.lua", "limits.lua", "replies.lua", "pings.lua", "objects.lua"),
+    lua=(
+        "framing.lua",
+        "payloads.lua",
+        "limits.lua",
+        "replies.lua",
+        "pings.lua",
+        "objects.lua",
+        "messages.lua",
+    ),
     framing=framing.NatsRule,
     messages=messages.SubjectMessages,
     rules=(limits.Limits, replies.Replies, pings.Pings, objects.Objects),

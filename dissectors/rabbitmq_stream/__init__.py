@@ -38,6 +38,7 @@ DISSECTOR = Dissector(
         "confirms.lua",
         "credit.lua",
         "announcements.lua",
+        "messages.lua",
     ),
     messages=messages.StreamMessages,
     rules=(

@@ -22,18 +22,124 @@ do
       return found
     end
 
+    -- A publisher's ids in flight, each with the frame that sent it, as runs: a frame's ids that
+    -- are consecutive and above every id sent before (a client numbers its messages 1, 2, 3...)
+    -- are one run { lo, hi, sent, next, gone }, with no entry per id; runs are kept in order, the
+    -- ids below next and those in gone confirmed. Other ids (sent again, or out of order) are
+    -- loose, one entry each, and take the same id out of the run holding it: the latest frame
+    -- that sent an id is the one its confirm links to, and an id is confirmed once.
+    local function new_flight()
+      -- runs[head..tail] are live; those before head are wholly confirmed and let go
+      return { runs = {}, head = 1, tail = 0, top = nil, loose = {}, at = nil }
+    end
+
+    -- The run holding id, still live there; nil where none does.
+    local function run_of(flight, id)
+      local run = flight.at
+      if run and id >= run.lo and id <= run.hi then return run end
+      local runs = flight.runs
+      local low, high = flight.head, flight.tail
+      while low <= high do
+        local mid = math.floor((low + high) / 2)
+        run = runs[mid]
+        if id < run.lo then high = mid - 1 elseif id > run.hi then low = mid + 1 else
+          flight.at = run
+          return run
+        end
+      end
+      return nil
+    end
+
+    -- id taken out of its run (confirmed, or sent again): whether it was live there.
+    local function take(run, id)
+      if id < run.next or (run.gone and run.gone[id]) then return false end
+      if id == run.next then
+        local next, gone = id + 1, run.gone
+        while gone and gone[next] do
+          gone[next] = nil
+          next = next + 1
+        end
+        run.next = next
+      else
+        run.gone = run.gone or {}
+        run.gone[id] = true
+      end
+      return true
+    end
+
+    local function loose_id(flight, id, sent)
+      if type(id) == "number" then
+        local run = run_of(flight, id)
+        if run then take(run, id) end
+        if flight.top == nil or id > flight.top then flight.top = id end
+      end
+      flight.loose[id] = sent
+    end
+
+    -- A frame's ids (numbers, or keys): one run where they allow it, else loose.
+    local function add_ids(flight, ids, sent)
+      local n = #ids
+      local lo, hi = ids[1], ids[n]
+      local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
+        and (flight.top == nil or lo > flight.top)
+      if run then
+        for k = 2, n do
+          if ids[k] ~= lo + k - 1 then
+            run = false
+            break
+          end
+        end
+      end
+      if run then
+        flight.tail = flight.tail + 1
+        flight.runs[flight.tail] = { lo = lo, hi = hi, sent = sent, next = lo }
+        flight.top = hi
+        return
+      end
+      for k = 1, n do loose_id(flight, ids[k], sent) end
+    end
+
+    -- The frame that sent id, taken out of the flight (an id is confirmed once); nil if none.
+    local function confirmed(flight, id)
+      local sent = flight.loose[id]
+      if sent ~= nil then
+        flight.loose[id] = nil
+        return sent
+      end
+      if type(id) ~= "number" then return nil end
+      local run = run_of(flight, id)
+      if run == nil or not take(run, id) then return nil end
+      return run.sent
+    end
+
+    -- Runs wholly confirmed at the front are let go.
+    local function let_go(flight)
+      local runs, head = flight.runs, flight.head
+      while head <= flight.tail and runs[head].next > runs[head].hi do
+        runs[head] = nil
+        head = head + 1
+      end
+      flight.head = head
+    end
+
     local function send(conn, f, ack)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
       local key = ack.name .. ":" .. sid
-      all[key] = all[key] or {}
+      all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
       local keyed = LITE.key
       local path = ack.send.path
       local list = #path == 2 and f.fields[path[1]]
-      if type(list) == "table" and list.pos == nil and #list > 0 then
+      if type(list) == "table" and list.projected == path[2] then
+        -- Read without a tree, each element as its id alone (LITE.plan)
+        if #list > 0 then add_ids(flight, list, sent) end
+        return
+      end
+      local ids = {}
+      if type(list) == "table" and list.projected == nil and list.pos == nil and #list > 0 then
         -- A member of each element (a Publish frame's messages' ids), read in place: path_values
         -- would copy hundreds into a list first. An element's member of another kind takes
         -- path_values' own step for it.
@@ -42,55 +148,80 @@ do
           if type(item) == "table" then
             local id = item[leaf]
             if type(id) == "number" then
-              flight[id] = sent
+              ids[#ids + 1] = id
             else
-              for _, v in ipairs(path_values(item, path, 2)) do flight[keyed(v)] = sent end
+              for _, v in ipairs(path_values(item, path, 2)) do ids[#ids + 1] = keyed(v) end
             end
           end
         end
-        return
+      else
+        for _, item in ipairs(path_values(f.fields, path)) do
+          -- a number is its own key (the commonest, without a tree): no call for it
+          if type(item) == "number" then ids[#ids + 1] = item else ids[#ids + 1] = keyed(item) end
+        end
       end
-      for _, item in ipairs(path_values(f.fields, path)) do
-        -- a number is its own key (the commonest, without a tree): no call for it
-        if type(item) == "number" then flight[item] = sent else flight[keyed(item)] = sent end
-      end
+      if #ids > 0 then add_ids(flight, ids, sent) end
     end
 
     local function confirm(conn, f, ack, failing)
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or {}
-      local sent_in, waited, any = {}, {}, false
-      local waits = {}  -- the wait since each sending frame, worked out once
+      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
+      -- come from a few frames): the frame that sent them and the wait since.
+      local sent_in, waited = { runs = {} }, { runs = {} }
+      local a, b = sent_in.runs, waited.runs
+      local last, wait = nil, nil  -- the last sending frame, and the wait since it
+      local waits = {}
       local keyed = LITE.key
+      local function put(first, final, sent)
+        if sent ~= last then
+          last, wait = sent, waits[sent]
+          if wait == nil then
+            wait = round6(f.ts - sent.ts)
+            waits[sent] = wait
+            -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+            local back = links_of(sent)
+            back.confirm_in = back.confirm_in or {}
+            if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+          end
+        elseif a[#a - 1] == first - 1 then  -- the same frame's, next to the last run: one run
+          a[#a - 1], b[#b - 1] = final, final
+          return
+        end
+        a[#a + 1], a[#a + 2], a[#a + 3] = first, final, sent.number
+        b[#b + 1], b[#b + 2], b[#b + 3] = first, final, wait
+      end
       -- A plain array (a confirm's ids) is read in place, taking what path_values would: values,
       -- not plain tables; any other path gets path_values' list.
       local list = #ref.path == 1 and f.fields[ref.path[1]]
       if not (type(list) == "table" and list.pos == nil and #list > 0) then list = path_values(f.fields, ref.path) end
-      local index = 0
-      for _, item in ipairs(list) do
-        if type(item) ~= "table" or getmetatable(item) ~= nil then
-          index = index + 1
-          local id = item
-          if type(id) ~= "number" then id = keyed(item) end
-          local sent = flight[id]
-          flight[id] = nil
-          if sent then
-            local wait = waits[sent]
-            if wait == nil then
-              wait = round6(f.ts - sent.ts)
-              waits[sent] = wait
-              -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
-              local back = links_of(sent)
-              back.confirm_in = back.confirm_in or {}
-              if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
-            end
-            sent_in[index], waited[index], any = sent.number, wait, true
+      local index, k, n = 0, 1, #list
+      -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
+      -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
+      local run = next(flight.loose) == nil and flight.at or nil
+      while k <= n do
+        local id = list[k]
+        if run and id == run.next and id <= run.hi and run.gone == nil then
+          local j, stop = k, math.min(n, k + (run.hi - id))
+          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          run.next = list[j] + 1
+          put(index + 1, index + 1 + j - k, run.sent)
+          index, k = index + 1 + j - k, j + 1
+        else
+          if type(id) ~= "table" or getmetatable(id) ~= nil then
+            index = index + 1
+            if type(id) ~= "number" then id = keyed(id) end
+            local sent = confirmed(flight, id)
+            if sent then put(index, index, sent) end
+            run = next(flight.loose) == nil and flight.at or nil
           end
+          k = k + 1
         end
       end
-      if any then
+      let_go(flight)
+      if #a > 0 then
         local links = links_of(f)
         links.publish_in, links.confirm_time = sent_in, waited
       end

@@ -19,6 +19,10 @@ local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
+-- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
+-- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
+-- { subject, direction, messages, bytes }, or nil.
+local MESSAGES = {}
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
@@ -175,20 +179,37 @@ local function round6(x)
 end
 
 -- Bits without bit operators: value AND mask, shifted down to the mask's lowest bit.
-local function masked(value, mask)
-  local out, place, shift = 0, 1, nil
-  local v, m = value, mask
-  local bit = 1
-  while m > 0 do
-    if m % 2 == 1 then
-      if shift == nil then shift = bit end
-      if v % 2 == 1 then out = out + bit end
+-- (A mask whose bits are one run, the commonest, takes a division and a modulo; the others
+-- their bits one by one. Runs found once per mask: the spec's masks are few.)
+local masked = (function()
+  local runs = {}  -- mask -> { its lowest bit, how many values its run holds }, or false
+  return function(value, mask)
+    local run = runs[mask]
+    if run == nil then
+      local low = 1
+      while mask > 0 and math.floor(mask / low) % 2 == 0 do low = low * 2 end
+      local span, power = math.floor(mask / low) + 1, 1
+      while power < span do power = power * 2 end
+      run = mask > 0 and power == span and { low, span } or false
+      runs[mask] = run
     end
-    v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    if run and type(value) == "number" and value >= 0 and value < 9007199254740992 then
+      return int(math.floor(value / run[1]) % run[2])
+    end
+    local out, shift = 0, nil
+    local v, m = value, mask
+    local bit = 1
+    while m > 0 do
+      if m % 2 == 1 then
+        if shift == nil then shift = bit end
+        if v % 2 == 1 then out = out + bit end
+      end
+      v, m, bit = math.floor(v / 2), math.floor(m / 2), bit * 2
+    end
+    if shift == nil then return 0 end
+    return int(math.floor(out / shift))
   end
-  if shift == nil then return 0 end
-  return int(math.floor(out / shift))
-end
+end)()
 
 -- value AND mask, the bits left in place.
 local function band(value, mask)
@@ -718,7 +739,7 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip }
+    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
   end
   return nil
 end
@@ -744,8 +765,48 @@ LITE.plan = function(element, version)
     local step = element.width and LITE.step(element)
     plan = step and { step, scalar = true } or false
   end
+  if plan and not plan.scalar then
+    -- One integer and members stepped over (a Publish's messages: an id, then its entry): the
+    -- element is its integer alone (projected), with no table each; path_values and the tracker
+    -- take such arrays as the structs they stand for.
+    local ints, skipped = {}, 0
+    for k, step in ipairs(plan) do
+      if step.width then ints[#ints + 1] = k elseif step.skip then skipped = skipped + 1 end
+    end
+    if #ints == 1 and #ints + skipped == #plan then plan.projected, plan.projected_k = plan[ints[1]].name, ints[1] end
+  end
   by_version[version] = plan
   return plan
+end
+
+-- An integer of a type (uint8 .. int64) at byte i of s, as read_int gives it; nil for a 64-bit
+-- value read_int gives as UInt64 or Int64 that a number would not keep exact (2^46 or more, or
+-- negative), which the caller reads from a TvbRange. Bytes put together without ^ or floats, so
+-- Lua 5.4 keeps them integers.
+LITE.int_at = function(s, i, width, t)
+  local byte = string.byte
+  if width == 1 then
+    local a = byte(s, i)
+    if a >= 128 and t == "int8" then return a - 256 end
+    return a
+  elseif width == 2 then
+    local a, b = byte(s, i, i + 1)
+    if LITTLE then a, b = b, a end
+    if a >= 128 and t == "int16" then return (a * 256 + b) - 65536 end
+    return a * 256 + b
+  elseif width == 4 then
+    local a, b, c, d = byte(s, i, i + 3)
+    if LITTLE then a, b, c, d = d, c, b, a end
+    local v = ((a * 256 + b) * 256 + c) * 256 + d
+    if a >= 128 and t == "int32" then return v - 4294967296 end
+    return v
+  elseif width == 8 then
+    local a, b, c, d, e, f, g, h = byte(s, i, i + 7)
+    if LITTLE then a, b, c, d, e, f, g, h = h, g, f, e, d, c, b, a end
+    if a ~= 0 or b ~= 0 or c >= 64 then return nil end
+    return ((((c * 256 + d) * 256 + e) * 256 + f) * 256 + g) * 256 + h
+  end
+  return nil
 end
 
 -- A value as the tracker keys it: the same for a 64-bit value read with a tree (UInt64) or
@@ -765,6 +826,15 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
   local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local name = plan.projected
+  if name then
+    if (count ~= nil and index < count) or (count == nil and i <= n) then
+      -- The general reader takes the rest, element by element, as tables: these become theirs.
+      for k = 1, index do items[k] = { [name] = items[k] } end
+    else
+      items.projected = name
+    end
+  end
   return index, pos + i - 1
 end
 
@@ -820,6 +890,10 @@ LITE.compile = function(plan)
       put(string.format("      at, v%d = at + v%d, text\n", k, k))
       put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
       put("    else\n      return index, i\n    end\n")
+    elseif step.source then
+      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
+      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
+      put("    do\n" .. body .. "    end\n")
     else
       skips[#skips + 1] = step.skip
       put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
@@ -830,6 +904,8 @@ LITE.compile = function(plan)
   put("    index = index + 1\n")
   if plan.scalar then
     put("    items[index] = v1\n")
+  elseif plan.projected then
+    put(string.format("    items[index] = v%d\n", plan.projected_k))
   else
     put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
   end
@@ -947,6 +1023,11 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
   local width = spec.width
   if width then
     if stop - pos < width then short(name, pos, width, stop - pos) end
+    if tree == nil and ctx.raw_tvb == tvb and pos + width <= ctx.raw_n then
+      -- No item: from the copy of the frame's first bytes (no TvbRange), where it holds them.
+      local value = LITE.int_at(ctx.raw, pos + 1, width, t)
+      if value ~= nil then return value, pos + width end
+    end
     local range = tvb(pos, width)
     local value = read_int(range, t)
     if tree then
@@ -1783,6 +1864,8 @@ local function info_parts(specs, values, parts, response)
         local n = 0
         if getmetatable(value) == JSON_OBJECT then
           n = #value.keys
+        elseif type(value) == "table" and value.projected then
+          n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
           for _ in pairs(value) do n = n + 1 end
         else
@@ -1905,8 +1988,11 @@ local function decode_frame(tvb, tree, lookup, lite)
   end
   -- The header, once without items to learn the command (and which entries its layout
   -- names), then with them.
+  -- The frame's first bytes, one copy, from which integers are read where no item is added.
+  local raw = tvb:raw(0, math.min(stop, 1024))
+  ctx.raw, ctx.raw_tvb, ctx.raw_n = raw, tvb, #raw
   local probe = {}
-  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite }
+  local probe_ctx = { notes = {}, declared_end = ctx.declared_end, lite = lite, raw = raw, raw_tvb = tvb, raw_n = #raw }
   local ok, result = pcall(decode_fields, SPEC.header, 1, tvb, 0, stop, probe, nil, probe_ctx)
   if not ok then
     if type(result) == "table" and (result.short or result.bad) then
@@ -2147,7 +2233,13 @@ local CORR_NAME = (CONV.correlation or "correlation id"):gsub("_", " ")
 local function path_values(fields, path, index, out)
   index, out = index or 1, out or {}
   local value = fields[path[index]]
-  if type(value) == "table" and value.pos == nil and #value > 0 then
+  local projected = type(value) == "table" and value.projected
+  if projected then
+    -- structs read as their one integer (LITE.plan): that member's values, nothing else
+    if index + 1 == #path and path[#path] == projected then
+      for _, item in ipairs(value) do out[#out + 1] = item end
+    end
+  elseif type(value) == "table" and value.pos == nil and #value > 0 then
     -- a member of each element, the commonest path (messages.publishing_id), taken directly
     local leaf = index + 1 == #path and path[#path] or nil
     for _, item in ipairs(value) do

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from streamdump.spec.budget import LIMITS_HINT
-from streamdump.spec.dissector import dissector_of
+from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, Ref
@@ -286,7 +286,16 @@ def spec_table(protocol: Protocol) -> dict[str, Any]:
         # What expanding one frame may produce, as the Python hooks bound it (codecs/compression.py).
         "limits": {"bytes": DEFAULT_LIMITS.expanded, "records": DEFAULT_LIMITS.records, "hint": LIMITS_HINT},
         "conversation": _conversation(protocol),
+        # What stats count messages by (stream, topic, subject); None where nothing counts as one.
+        "subject": _subject(protocol),
     }
+
+
+def _subject(protocol: Protocol) -> str | None:
+    """What the package's messages are addressed to, as stats name it; None for a package whose
+    frames carry no messages (the core's MessageRules)."""
+    rules = dissector_of(protocol).messages
+    return rules.subject if rules is not MessageRules else None
 
 
 def experts_table() -> list[dict[str, str]]:
@@ -312,6 +321,14 @@ def field_names(protocol: Protocol) -> list[dict[str, Any]]:
 
     for name, ftype, doc in FRAME_FIELDS:
         add(name, ftype, doc)
+    subject = _subject(protocol)
+    if subject is not None:
+        # What the frame moves, as `streamdump stats` counts it: "this stream" as a filter.
+        add("volume", "none", f"The messages this frame moves, as stats count them per {subject}")
+        add(f"volume.{subject}", "string", f"The {subject} the messages are addressed to, as stats name it")
+        add("volume.direction", "string", "Which way they go, as stats name it (publish, deliver, ...)")
+        add("volume.messages", "uint32", "How many messages the frame moves")
+        add("volume.bytes", "uint64", "How many bytes of messages the frame moves")
     key = protocol.frame.key
     for spec in protocol.header:
         if spec.name == key and spec.type in INT_TYPES and not spec.response_enum:

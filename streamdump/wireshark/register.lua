@@ -9,16 +9,26 @@ local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
+-- What stats.lua's tap counts, by packet: the frames with a response or confirm time (TIMED,
+-- filled in on the first pass), and what each PDU moves (MOVED: MESSAGES.volume, by the PDU's
+-- place in its dissection), worked out where a tree is built (a tap makes Wireshark build one)
+-- from that dissection's fields, and shown as the filter for "this stream".
+local TIMED, MOVED = {}, {}
+
+-- Whether a port is the server's, by port: worked out once per port from the ports preference
+-- (and forgotten when it changes), not parsed again for every packet.
+local port_is_server = {}
 
 local function register_ports()
   if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
   if registered then tcp_table:remove(registered, P) end
   registered = P.prefs.ports
+  port_is_server = {}
   tcp_table:add(registered, P)
 end
 
 function P.init()
-  conns, memo, tls_from, TIMED = {}, {}, {}, {}
+  conns, memo, tls_from, TIMED, MOVED = {}, {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -29,19 +39,23 @@ end
 
 local function in_ports(port)
   if SPEC.carried_by then return false end
+  local known = port_is_server[port]
+  if known ~= nil then return known end
+  known = false
   for _, tls_port in ipairs(SPEC.tls_ports or {}) do
-    if port == tls_port then return true end
+    if port == tls_port then known = true end
   end
   local text = tostring(P.prefs.ports)
   for part in text:gmatch("[^,]+") do
     local low, high = part:match("^%s*(%d+)%s*%-%s*(%d+)%s*$")
     if low then
-      if port >= tonumber(low) and port <= tonumber(high) then return true end
+      if port >= tonumber(low) and port <= tonumber(high) then known = true end
     elseif tonumber(part) == port then
-      return true
+      known = true
     end
   end
-  return false
+  port_is_server[port] = known
+  return known
 end
 
 -- Whether the packet goes to the server: to a port of the preference; on a connection found
@@ -65,11 +79,29 @@ local function connection_text(pinfo, from_client)
   return dst .. " \226\134\146 " .. src
 end
 
+-- The packet's connection key, made once per packet (a packet holds many PDUs): kept in
+-- conns under the number 0, which no key is.
 local function conn_key(pinfo)
+  local number = pinfo.number
+  local last = conns[0]
+  if last and last[1] == number then return last[2] end
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  if a < b then return a .. "|" .. b end
-  return b .. "|" .. a
+  local key = a < b and a .. "|" .. b or b .. "|" .. a
+  if last then last[1], last[2] = number, key else conns[0] = { number, key } end
+  return key
+end
+
+-- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
+-- { runs = { first, last, value, ... } } (confirms.lua), which this spells out.
+local function link_array(value)
+  local runs = value.runs
+  if runs == nil then return value end
+  local out = {}
+  for r = 1, #runs, 3 do
+    for index = runs[r], runs[r + 1] do out[index] = runs[r + 2] end
+  end
+  return out
 end
 
 local function show_links(tree, tvb, f)
@@ -85,6 +117,7 @@ local function show_links(tree, tvb, f)
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
     if type(value) == "table" then
+      value = link_array(value)
       local count = 0
       for index in pairs(value) do if index > count then count = index end end
       for index = 1, count do gen(name, value[index]) end
@@ -111,15 +144,30 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
--- Frames with a response or confirm time, by packet: what stats.lua's tap counts.
-local TIMED = {}
-
 local function timed(f)
   local links = f.links
   if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
   local list = TIMED[f.number]
   if list == nil then list = {}; TIMED[f.number] = list end
   list[#list + 1] = f
+end
+
+local function moved(tree, tvb, pinfo, count, volume)
+  if volume == nil then return end
+  local subject, direction, messages, size = volume[1], volume[2], volume[3], volume[4]
+  local nowhere = tvb(0, 0)
+  local holder = tree:add(F.volume, nowhere)
+  holder:set_generated()
+  holder:set_text(string.format("Messages: %d to %s %s (%s), %d bytes", messages, SPEC.subject, quoted(subject),
+    direction, size))
+  holder:add(F["volume." .. SPEC.subject], nowhere, subject):set_generated()
+  holder:add(F["volume.direction"], nowhere, direction):set_generated()
+  holder:add(F["volume.messages"], nowhere, messages):set_generated()
+  holder:add(F["volume.bytes"], nowhere, UInt64.new(size)):set_generated()  -- a uint64 field takes a UInt64
+  local number = int(pinfo.number)
+  local here = MOVED[number]
+  if here == nil then here = {}; MOVED[number] = here end
+  here[count] = volume  -- a packet dissected again puts its PDUs' in the same places
 end
 
 local function conn_of(pinfo, key)
@@ -189,6 +237,7 @@ local function dissect_pdu(tvb, pinfo, root)
     tree:add(F.kind, tvb(0, 0), frame.kind):set_generated()
     tree:add(F.connection, tvb(0, 0), connection_text(pinfo, from_client)):set_generated()
     if f then show_links(tree, tvb, f) end
+    if MESSAGES.volume then moved(tree, tvb, pinfo, count, MESSAGES.volume(frame, f or {}, from_client, int(tvb:len()))) end
   end
   -- Without a tree the notes go to the root item, so expert checks still see them.
   show_notes(tree or root, frame.notes)
