@@ -117,7 +117,7 @@ class Side:
     waiting: tuple[Piece, int, float] | None = None
     conn: int = 0  # the connection's number
     # (start, end, packet) of the segments whose bytes the framer has not cut into pieces yet.
-    spans: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=SPANS_KEPT))
+    spans: deque[tuple[int, int, int]] = field(default_factory=lambda: deque((), SPANS_KEPT))  # noqa: RUF037 (see Stream)
     passed_packets: tuple[int, ...] = ()  # the packets of the bytes waiting in `waiting`
     # TLS: the spans of the encrypted stream (spans then holds the decrypted stream's).
     cipher: deque[tuple[int, int, int]] | None = None
