@@ -8,6 +8,9 @@ pcap (dpkt's writer; the headers from a template, so a million connections take 
   FIN, FIN): ten packets each;
 - long: the same sessions over 50 long connections (one handshake and one INFO each, then
   CONNECT, PUB, PING and PONG per session);
+- long with INFO: the same, each session's INFO kept (a server sends INFO again when its cluster
+  changes): the frames are then the short capture's, and short minus this is what opening and
+  ending the connections costs, no frame's decoding in it;
 - with --million, a third: 1,000,000 short connections (10,000,000 packets), for the memory bound.
 
 Each client has its own address (10.x.y.z) and a port from 32768 up; the server is 10.0.0.1:4222.
@@ -137,14 +140,14 @@ def write_short(path: Path, sessions: int) -> None:
     out.close()
 
 
-def write_long(path: Path, sessions: int) -> None:
+def write_long(path: Path, sessions: int, info: bool = False) -> None:
     out = Writer(path)
     conns = [Tcp(client(n)) for n in range(LONG_CONNECTIONS)]
     for tcp in conns:
         tcp.open(out)
         tcp.send(out, False, INFO)
     for n in range(sessions):
-        session(out, conns[n % LONG_CONNECTIONS], n, info=False)
+        session(out, conns[n % LONG_CONNECTIONS], n, info=info)
     for tcp in conns:
         tcp.close(out)
     out.close()
@@ -207,8 +210,13 @@ def main() -> int:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="streamdump-many-"))
     folder.mkdir(parents=True, exist_ok=True)
     short, long_ = folder / f"short{args.sessions}.pcap", folder / f"long{args.sessions}.pcap"
+    long_info = folder / f"longinfo{args.sessions}.pcap"
     million = folder / "short1000000.pcap"
-    wanted = [(short, write_short, args.sessions), (long_, write_long, args.sessions)]
+    wanted = [
+        (short, write_short, args.sessions),
+        (long_, write_long, args.sessions),
+        (long_info, lambda path, n: write_long(path, n, info=True), args.sessions),
+    ]
     if args.million:
         wanted.append((million, write_short, 1_000_000))
     for path, write, sessions in wanted:
@@ -220,9 +228,9 @@ def main() -> int:
         return 0
     frames_long = 4 * args.sessions + LONG_CONNECTIONS
     results: dict[tuple[str, str], Run] = {}
-    for name, path in (("short", short), ("long", long_)):
+    for name, path in (("short", short), ("long", long_), ("longinfo", long_info)):
         for mode, argv in modes(path):
-            if args.only and mode not in args.only:
+            if (args.only and mode not in args.only) or (name == "longinfo" and mode != "read"):
                 continue
             results[name, mode] = r = best_of(argv, args.repeat)
             status = "" if r.ok else f"  FAILED: {r.error}"
@@ -253,6 +261,14 @@ def main() -> int:
           f"target <= 50 µs: {verdict(per_conn, 50)}")  # fmt: skip
     ratio = took(s_read) / took(l_read)
     print(f"short read / long read: {ratio:.2f}x   target <= 1.5x: {verdict(ratio, 1.5)}")
+    # The short capture carries an INFO frame per session more than the long one; against the
+    # long capture with the same frames, what is left is the connections' own cost.
+    li_read = results["longinfo", "read"]
+    own = (took(s_read) - took(li_read)) / args.sessions * 1e6
+    info = (took(li_read) - took(l_read)) / args.sessions * 1e6
+    print(f"of the per-connection figure: {info:.1f} µs its INFO frame (long with INFO minus long), "
+          f"{own:.1f} µs the handshake, FINs and the connection itself (short minus long "
+          "with INFO)")  # fmt: skip
     if tshark_run is not None and tshark_run.ok:
         vs = took(l_read) / took(tshark_run)
         print(f"long read / tshark TCP pass: {vs:.2f}x   target <= 2x: {verdict(vs, 2)}")

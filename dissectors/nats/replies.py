@@ -266,7 +266,7 @@ class Replies(Rule):
 
     def finish(self, conn: ConnState) -> None:
         asked: dict[tuple[bool | None, str], Frame] | None = conn.rules.get(self.key)
-        for (asker, _), frame in sorted((asked or {}).items(), key=lambda item: item[1].number):
+        for (asker, _), frame in sorted(asked.items(), key=lambda item: item[1].number) if asked else ():
             if asker is not False:
                 self._no_reply(conn, frame)
         if asked:

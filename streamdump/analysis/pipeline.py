@@ -390,43 +390,48 @@ class Reader(Decrypting, Recovering):
                 return  # pure ACKs of a connection we never saw carry nothing to decode
             self.closed.pop(key, None)
             conn = self._open(key, runtime, Mark(seg.number, seg.ts, not from_server))
-        if seg.flags & (TCP_SYN | TCP_FIN | TCP_RST):
-            conn.life.saw(seg.flags, not from_server, seg.number, seg.ts)
+        flags = seg.flags
+        if flags & (TCP_SYN | TCP_FIN | TCP_RST):
+            conn.life.saw(flags, not from_server, seg.number, seg.ts)
         else:  # what Life.saw does for a segment without those flags
             conn.life.last_ts = seg.ts
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
-        if seg.flags & TCP_ACK:
+        if flags & TCP_ACK:
             events = other.stream.acked(seg.ack, seg.number)
             if events:
                 self._events(conn, other, events, seg, 0, out)
         stream = side.stream
-        was_new = stream.next is None
         payload = seg.payload
-        events = stream.accept(seg.seq, seg.flags, payload, seg.wire_len, seg.number)
-        if payload and stream.next is not None:
-            start = stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
-            spans = side.spans if side.cipher is None else side.cipher
-            spans.append((start, start + len(payload), seg.number))
-        if was_new and not stream.syn_seen and stream.next is not None:
-            self._notice(
-                "note",
-                seg.number,
-                f"{side.where}: capture starts mid-stream at seq "
-                f"{seg.seq}; framing starts at the first frame boundary found",
-                "midstream",
-                side,
-                start=seg.seq,
-            )
-        if events:
-            self._events(conn, side, events, seg, 0, out)
-        if seg.flags & TCP_RST:
+        # A bare ACK of a stream under way gives its own stream nothing (accept would hand on no
+        # byte and change nothing): only its acknowledgement counted, above.
+        if payload or flags & (TCP_SYN | TCP_FIN | TCP_RST) or stream.next is None or seg.wire_len:
+            was_new = stream.next is None
+            events = stream.accept(seg.seq, flags, payload, seg.wire_len, seg.number)
+            if payload and stream.next is not None:
+                start = stream.position((seg.seq + 1) % SEQ_MOD if syn else seg.seq)
+                spans = side.spans if side.cipher is None else side.cipher
+                spans.append((start, start + len(payload), seg.number))
+            if was_new and not stream.syn_seen and stream.next is not None:
+                self._notice(
+                    "note",
+                    seg.number,
+                    f"{side.where}: capture starts mid-stream at seq "
+                    f"{seg.seq}; framing starts at the first frame boundary found",
+                    "midstream",
+                    side,
+                    start=seg.seq,
+                )
+            if events:
+                self._events(conn, side, events, seg, 0, out)
+        if flags & TCP_RST:
             self._end(key, conn, seg.number, "the connection was reset", out)
         elif conn.to_server.stream.closed and conn.to_client.stream.closed:
             self._end(key, conn, seg.number, "the connection closed", out)
-        self.fed += len(seg.payload)
-        if self.fed >= HELD_CHECK_BYTES:
-            self.fed = 0
-            self._bound(seg.number, out)
+        if payload:
+            self.fed += len(payload)
+            if self.fed >= HELD_CHECK_BYTES:
+                self.fed = 0
+                self._bound(seg.number, out)
 
     def _bound(self, number: int, out: list[Frame]) -> None:
         """Keep the bytes held across connections under the buffered limit: the directions

@@ -158,6 +158,8 @@ def _decompressed(fh: BinaryIO, head: bytes) -> tuple[BinaryIO, str | None]:
 
 
 def _packets(src: _Exact, name: str, tally: Tally) -> Iterator[tuple[float, int, bytes | memoryview]]:
+    """The packets of a pcap or pcapng file: its reader itself, not a generator around it (a
+    layer less per packet); the file's first bytes are read now."""
     head = src.read(4)
     if not head:
         raise CaptureError(f"{name}: empty file, not a capture")
@@ -165,11 +167,10 @@ def _packets(src: _Exact, name: str, tally: Tally) -> Iterator[tuple[float, int,
         section = Section()
         section.comments = tally.comments  # the section headers' comments land in the tally
         section.secrets = tally.secrets  # and so do the key logs of its secrets blocks
-        yield from read_pcapng(_Prefixed(head, src), section)  # type: ignore[arg-type]
-        return
+        return read_pcapng(_Prefixed(head, src), section)  # type: ignore[arg-type]
     if head not in PCAP_MAGICS:
         raise CaptureError(f"{name}: not a pcap or pcapng file (starts with {head.hex()})")
-    yield from _pcap_records(head + src.read(_FILE_HEADER_LE.size - 4), src, name)
+    return _pcap_records(head + src.read(_FILE_HEADER_LE.size - 4), src, name)
 
 
 def _pcap_records(header: bytes, src: _Exact, name: str) -> Iterator[tuple[float, int, memoryview]]:
@@ -294,19 +295,24 @@ def _records(
         src.streaming = streaming
         if tally.compression is not None:
             src.piece = COMPRESSED_PIECE
-        packets = _packets(src, str(path), tally)
         number = 0
+        what = f"{tally.compression} stream" if tally.compression else "capture"
+        try:
+            step = _packets(src, str(path), tally).__next__
+        except _DAMAGE as exc:
+            raise CaptureError(
+                f"{path}: {what} is cut short or damaged after packet 0 ({_reason(exc)})"
+            ) from None
         while True:
             if tally.stop_after is not None and number >= tally.stop_after:
                 return
             try:
-                ts, linktype, buf = next(packets)
+                ts, linktype, buf = step()
             except StopIteration:
                 if src.short:
                     raise CaptureError(f"{path}: capture is cut short after packet {number}") from None
                 return
             except _DAMAGE as exc:
-                what = f"{tally.compression} stream" if tally.compression else "capture"
                 raise CaptureError(
                     f"{path}: {what} is cut short or damaged after packet {number} ({_reason(exc)})"
                 ) from None

@@ -77,10 +77,13 @@ class Life:
     @property
     def closer(self) -> tuple[Mark, str] | None:
         """Who ended the connection first, and how ("FIN" or "RST")."""
-        marks = [(m, "FIN") for m in self.fins.values()]
-        if self.reset is not None:
-            marks.append((self.reset, "RST"))
-        return min(marks, key=lambda m: m[0].number) if marks else None
+        found: tuple[Mark, str] | None = None
+        for mark in self.fins.values():  # at most two: the first of them, without a sort
+            if found is None or mark.number < found[0].number:
+                found = (mark, "FIN")
+        if self.reset is not None and (found is None or self.reset.number < found[0].number):
+            found = (self.reset, "RST")
+        return found
 
     @property
     def half_closed(self) -> Mark | None:

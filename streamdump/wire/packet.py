@@ -176,6 +176,21 @@ def unknown_links_text(links: Mapping[int, int]) -> str:
     )
 
 
+# IPv4 addresses as text, by their four bytes: a capture names a few hosts over and over. Bounded:
+# cleared when full (a capture of many hosts only makes them again).
+_IPV4_TEXT: dict[bytes, str] = {}
+_IPV4_KEPT = 1 << 16
+
+
+def _ipv4_text(raw: bytes) -> str:
+    text = _IPV4_TEXT.get(raw)
+    if text is None:
+        if len(_IPV4_TEXT) >= _IPV4_KEPT:
+            _IPV4_TEXT.clear()
+        text = _IPV4_TEXT[raw] = socket.inet_ntop(socket.AF_INET, raw)
+    return text
+
+
 def parse(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:
     """The TCP segment in one captured packet, or why there is none."""
     if linktype == 1 and len(buf) >= _FUSED_MIN:
@@ -206,11 +221,12 @@ def parse(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:
             if size < start:
                 return Skip.TRUNCATED
             end = 14 + total if total >= 20 else size
+            src_text, dst_text = _IPV4_TEXT.get(src), _IPV4_TEXT.get(dst)
             return Segment(
                 number,
                 ts,
-                socket.inet_ntop(socket.AF_INET, src),
-                socket.inet_ntop(socket.AF_INET, dst),
+                src_text if src_text is not None else _ipv4_text(src),
+                dst_text if dst_text is not None else _ipv4_text(dst),
                 sport,
                 dport,
                 seq,
