@@ -99,7 +99,7 @@ class ReadStats(Tally):
     ended: list[Life] | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Side:
     """One direction of a connection: its byte stream and its framer."""
 
@@ -122,6 +122,21 @@ class Side:
     # TLS: the spans of the encrypted stream (spans then holds the decrypted stream's).
     cipher: deque[tuple[int, int, int]] | None = None
 
+    # Written out (see Stream): two sides are made per connection.
+    def __init__(self, src: Endpoint, dst: Endpoint, stream: Stream, framer: Framer, conn: int = 0) -> None:
+        self.src = src
+        self.dst = dst
+        self.stream = stream
+        self.framer = framer
+        self.floors = {}
+        self.beside = {}
+        self.mixed = set()
+        self.waiting = None
+        self.conn = conn
+        self.spans = deque((), SPANS_KEPT)  # noqa: RUF037
+        self.passed_packets = ()
+        self.cipher = None
+
     def packets(self, start: int, end: int) -> tuple[int, ...]:
         """The packets that carried bytes in [start, end); those before end are forgotten (the
         framer hands on pieces in stream order)."""
@@ -142,7 +157,7 @@ class Side:
         return f"{self.src} -> {self.dst}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Connection:
     client: Endpoint
     server: Endpoint
@@ -158,6 +173,31 @@ class Connection:
     # A TLS connection on no known port: decrypted pieces (from client, piece, packets) held until
     # one side's bytes show the protocol; None once it is known.
     parked: list[tuple[bool, Any, tuple[int, ...]]] | None = None
+
+    # Written out (see Stream): one is made per connection.
+    def __init__(
+        self,
+        client: Endpoint,
+        server: Endpoint,
+        to_server: Side,
+        to_client: Side,
+        runtime: Runtime,
+        life: Life,
+        number: int = 0,
+        state: DecodeState | None = None,
+    ) -> None:
+        self.client = client
+        self.server = server
+        self.to_server = to_server
+        self.to_client = to_client
+        self.runtime = runtime
+        self.life = life
+        self.number = number
+        self.finished = False
+        self.state = state
+        self.tls = None
+        self.client_spoke = False
+        self.parked = None
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ class Conflict:
 Event = tuple[int, bytes] | Gap  # (position, in-order bytes) or a gap
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Stream:
     reorder_cap: int = DEFAULT_REORDER_CAP
     history_cap: int = DEFAULT_HISTORY
@@ -85,6 +85,31 @@ class Stream:
     # deque((), n), not deque(maxlen=n): keyword arguments make a deque several times slower to
     # make, and two are made per direction of every connection.
     recent_gaps: deque[Gap] = field(default_factory=lambda: deque((), 16))  # noqa: RUF037
+
+    # Written out, not generated: a generated __init__ calls a factory per container, and two
+    # streams are made per connection (a capture of short connections makes them by the million).
+    def __init__(
+        self,
+        reorder_cap: int = DEFAULT_REORDER_CAP,
+        history_cap: int = DEFAULT_HISTORY,
+        on_conflict: Callable[[Conflict], None] | None = None,
+        on_late: Callable[[Gap, int], None] | None = None,
+    ) -> None:
+        self.reorder_cap = reorder_cap
+        self.history_cap = history_cap
+        self.on_conflict = on_conflict
+        self.on_late = on_late
+        self.next = None
+        self.syn_seen = False
+        self.fin = None
+        self.closed = False
+        self.pending = {}
+        self.pending_heap = []
+        self.pending_bytes = 0
+        self.lost = []
+        self.history = deque()
+        self.history_bytes = 0
+        self.recent_gaps = deque((), 16)  # noqa: RUF037
 
     def position(self, seq: int) -> int:
         """The position of a sequence number near the current one."""
