@@ -20,8 +20,29 @@ from streamdump.wire.frame import Node
 # What a secret (a password, a token) shows instead of itself; an empty one stays empty.
 MASKED = "********"
 
-# A struct's specs, its members as (key, spec), and its rest map's spec (Keyed.fields).
-_Plan = tuple[tuple[FieldSpec, ...], tuple[tuple[str, FieldSpec], ...], FieldSpec | None]
+# A struct's specs; its members as (key, name, spec, the type of a value taken as it comes);
+# their keys; and its rest map's spec (Keyed.fields).
+_Plan = tuple[
+    tuple[FieldSpec, ...],
+    tuple[tuple[str, str, FieldSpec, type | None], ...],
+    frozenset[Any],
+    FieldSpec | None,
+]
+_ABSENT = object()
+
+
+def _as_it_comes(spec: FieldSpec) -> type | None:
+    """The type of a raw value that Keyed.value would hand back unchanged: an integer for an
+    integer field (not a bool: type() tells them apart), a bool for a bool, a string for a string
+    that is no secret."""
+    if spec.type in INT_TYPES:
+        return int
+    if spec.type == "bool":
+        return bool
+    if spec.type == "string" and not spec.secret:
+        return str
+    return None
+
 
 _ACRONYMS = {"id": "ID", "ids": "IDs", "crc": "CRC", "sasl": "SASL"}
 
@@ -70,17 +91,26 @@ class Keyed:
         """The declared members found in obj, converted; the rest in the rest map (if any)."""
         plan = self._plans.get(id(specs))
         if plan is None or plan[0] is not specs:
-            members = tuple((key_of(spec), spec) for spec in specs if not spec.rest)
+            members = tuple(
+                (key_of(spec), spec.name, spec, _as_it_comes(spec)) for spec in specs if not spec.rest
+            )
             rest = next((spec for spec in reversed(specs) if spec.rest), None)
-            plan = self._plans[id(specs)] = (specs, members, rest)
-        _, members, rest_spec = plan
+            plan = self._plans[id(specs)] = (specs, members, frozenset(m[0] for m in members), rest)
+        _, members, keys, rest_spec = plan
         out: dict[str, Any] = {}
-        taken: set[Any] = set()
-        for key, spec in members:
-            if key in obj:
-                taken.add(key)
-                out[spec.name] = self.value(spec, obj[key], notes)
-        left = {k: v for k, v in obj.items() if k not in taken} if len(taken) < len(obj) else None
+        taken = 0
+        get, value = obj.get, self.value
+        for key, name, spec, plain in members:
+            raw = get(key, _ABSENT)
+            if raw is _ABSENT:
+                continue
+            taken += 1
+            # A value already of its field's type is the value: an INFO or CONNECT object is
+            # mostly such members, and each would otherwise go through value's tests.
+            out[name] = raw if type(raw) is plain else value(spec, raw, notes)
+        # Counted keys say whether any is left over, unless two members share a key.
+        over = taken < len(obj) or len(keys) < len(members)
+        left = {k: v for k, v in obj.items() if k not in keys} if over else None
         if left:
             if rest_spec is not None:
                 out[rest_spec.name] = self.value(rest_spec, left, notes)
