@@ -194,6 +194,10 @@ local EXPERTS = {
   },
 }
 
+-- The Lua collector's pace, the Lua state's and so every protocol's (see the runtime):
+-- which pass it is set for, and what it was before the plugin set it.
+local GC_PACE = {}
+
 local SPECS = {
   {
     name = "eventmesh",
@@ -5722,11 +5726,22 @@ local P = Proto(SPEC.name, SPEC.title)
 -- each freed by its finalizer); at Lua's default pace (a cycle when the heap doubles, run slowly)
 -- dead ones pile up and glibc's malloc spends a quarter of a -V run on the fragmented heap.
 -- Cycles from 1.5 times the live heap, run ten times as fast, took -V a fifth less time in
--- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory and no slower a pass without a
--- tree. The setting is the Lua state's, which other Lua plugins share: it changes when their
--- garbage is freed, never what they see.
-collectgarbage("setpause", 150)
-collectgarbage("setstepmul", 1000)
+-- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory. A pass without a tree makes few
+-- userdata: its garbage is the frames' copied bytes (a 64 KiB Publish frame's, whole), and
+-- there each cycle marks everything the tracker keeps for later passes, so the default pace,
+-- with half as many cycles, took about a tenth less CPU time on the 64 KiB bench capture
+-- (bench/README.md, "Third round"): each pass gets its own (GC_PACE.set, when a packet's
+-- pass differs from the last one's). The setting is the Lua state's, which other Lua plugins
+-- share: it changes when their garbage is freed, never what they see.
+if GC_PACE.set == nil then
+  GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", 150), collectgarbage("setstepmul", 1000)
+  GC_PACE.tree = true
+  GC_PACE.set = function(tree)
+    GC_PACE.tree = tree
+    collectgarbage("setpause", tree and 150 or GC_PACE.pause)
+    collectgarbage("setstepmul", tree and 1000 or GC_PACE.stepmul)
+  end
+end
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
@@ -7580,7 +7595,13 @@ local function info_parts(specs, values, parts, response)
         elseif type(value) == "table" and value.projected then
           n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
-          for _ in pairs(value) do n = n + 1 end
+          -- A list's length, without a walk over its elements (a confirm's hundreds of ids): no
+          -- key after its last element. Any other table is counted key by key.
+          n = #value
+          if next(value, n > 0 and n or nil) ~= nil then
+            n = 0
+            for _ in pairs(value) do n = n + 1 end
+          end
         else
           n = tostring(java_text(value))  -- not a list: what came, as Python shows it
         end
@@ -9268,53 +9289,59 @@ if SPEC.lua_block == 4 then  -- rabbitmq_stream
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
 local XOR8 = {}
-do
-  -- made from a 16 x 16 table of nibbles: every plugin builds it when loaded, and bit by bit
-  -- the 65,536 entries took 50 ms of each tshark run
-  local nibbles = {}
-  for a = 0, 15 do
-    for b = 0, 15 do
-      local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 4 do
-        if (x % 2) ~= (y % 2) then r = r + bit end
-        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
-      end
-      nibbles[a * 16 + b] = r
-    end
-  end
-  for a = 0, 255 do
-    local high, low = math.floor(a / 16), a % 16
-    for b = 0, 255 do
-      local b_low = b % 16
-      XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
-    end
-  end
-end
 -- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
 -- limit of 200 locals); the first three times 256, as they index XOR8 as its high byte.
 local CRC_T = { {}, {}, {}, {} }
-do
-  for n = 0, 255 do
-    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
-    for _ = 1, 8 do
-      local low = c[1] % 2
-      -- shift right by one across the four bytes
-      for i = 1, 4 do
-        local carry = (i < 4) and (c[i + 1] % 2) or 0
-        c[i] = math.floor(c[i] / 2) + carry * 128
-      end
-      if low == 1 then
-        c[1] = XOR8[c[1] * 256 + 0x20]
-        c[2] = XOR8[c[2] * 256 + 0x83]
-        c[3] = XOR8[c[3] * 256 + 0xB8]
-        c[4] = XOR8[c[4] * 256 + 0xED]
+-- Both tables are built at the first CRC, not when the plugin loads: a pass without a tree
+-- checks none, and every protocol that carries this file would build them again (about
+-- 25 ms of each tshark run apiece). A field of CRC_T, not a local: see above.
+CRC_T.build = function()
+  do
+    -- made from a 16 x 16 table of nibbles: bit by bit the 65,536 entries took 50 ms
+    local nibbles = {}
+    for a = 0, 15 do
+      for b = 0, 15 do
+        local r, bit, x, y = 0, 1, a, b
+        for _ = 1, 4 do
+          if (x % 2) ~= (y % 2) then r = r + bit end
+          x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+        end
+        nibbles[a * 16 + b] = r
       end
     end
-    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    for a = 0, 255 do
+      local high, low = math.floor(a / 16), a % 16
+      for b = 0, 255 do
+        local b_low = b % 16
+        XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
+      end
+    end
   end
+  do
+    for n = 0, 255 do
+      local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+      for _ = 1, 8 do
+        local low = c[1] % 2
+        -- shift right by one across the four bytes
+        for i = 1, 4 do
+          local carry = (i < 4) and (c[i + 1] % 2) or 0
+          c[i] = math.floor(c[i] / 2) + carry * 128
+        end
+        if low == 1 then
+          c[1] = XOR8[c[1] * 256 + 0x20]
+          c[2] = XOR8[c[2] * 256 + 0x83]
+          c[3] = XOR8[c[3] * 256 + 0xB8]
+          c[4] = XOR8[c[4] * 256 + 0xED]
+        end
+      end
+      CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    end
+  end
+  CRC_T.build = nil
 end
 
 local function crc32(tvb, pos, len)
+  if CRC_T.build then CRC_T.build() end
   local XOR = XOR8
   local T0, T1, T2, T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255
@@ -10759,53 +10786,59 @@ if SPEC.lua_block == 5 then  -- rocketmq
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
 local XOR8 = {}
-do
-  -- made from a 16 x 16 table of nibbles: every plugin builds it when loaded, and bit by bit
-  -- the 65,536 entries took 50 ms of each tshark run
-  local nibbles = {}
-  for a = 0, 15 do
-    for b = 0, 15 do
-      local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 4 do
-        if (x % 2) ~= (y % 2) then r = r + bit end
-        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
-      end
-      nibbles[a * 16 + b] = r
-    end
-  end
-  for a = 0, 255 do
-    local high, low = math.floor(a / 16), a % 16
-    for b = 0, 255 do
-      local b_low = b % 16
-      XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
-    end
-  end
-end
 -- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
 -- limit of 200 locals); the first three times 256, as they index XOR8 as its high byte.
 local CRC_T = { {}, {}, {}, {} }
-do
-  for n = 0, 255 do
-    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
-    for _ = 1, 8 do
-      local low = c[1] % 2
-      -- shift right by one across the four bytes
-      for i = 1, 4 do
-        local carry = (i < 4) and (c[i + 1] % 2) or 0
-        c[i] = math.floor(c[i] / 2) + carry * 128
-      end
-      if low == 1 then
-        c[1] = XOR8[c[1] * 256 + 0x20]
-        c[2] = XOR8[c[2] * 256 + 0x83]
-        c[3] = XOR8[c[3] * 256 + 0xB8]
-        c[4] = XOR8[c[4] * 256 + 0xED]
+-- Both tables are built at the first CRC, not when the plugin loads: a pass without a tree
+-- checks none, and every protocol that carries this file would build them again (about
+-- 25 ms of each tshark run apiece). A field of CRC_T, not a local: see above.
+CRC_T.build = function()
+  do
+    -- made from a 16 x 16 table of nibbles: bit by bit the 65,536 entries took 50 ms
+    local nibbles = {}
+    for a = 0, 15 do
+      for b = 0, 15 do
+        local r, bit, x, y = 0, 1, a, b
+        for _ = 1, 4 do
+          if (x % 2) ~= (y % 2) then r = r + bit end
+          x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+        end
+        nibbles[a * 16 + b] = r
       end
     end
-    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    for a = 0, 255 do
+      local high, low = math.floor(a / 16), a % 16
+      for b = 0, 255 do
+        local b_low = b % 16
+        XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
+      end
+    end
   end
+  do
+    for n = 0, 255 do
+      local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+      for _ = 1, 8 do
+        local low = c[1] % 2
+        -- shift right by one across the four bytes
+        for i = 1, 4 do
+          local carry = (i < 4) and (c[i + 1] % 2) or 0
+          c[i] = math.floor(c[i] / 2) + carry * 128
+        end
+        if low == 1 then
+          c[1] = XOR8[c[1] * 256 + 0x20]
+          c[2] = XOR8[c[2] * 256 + 0x83]
+          c[3] = XOR8[c[3] * 256 + 0xB8]
+          c[4] = XOR8[c[4] * 256 + 0xED]
+        end
+      end
+      CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    end
+  end
+  CRC_T.build = nil
 end
 
 local function crc32(tvb, pos, len)
+  if CRC_T.build then CRC_T.build() end
   local XOR = XOR8
   local T0, T1, T2, T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255
@@ -11154,9 +11187,12 @@ local function dissect_pdu(tvb, pinfo, root)
   if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
   -- Which PDU of the packet: its place in the packet's bytes, and how many came before it in
   -- this dissection (the plaintext of several TLS records all starts at offset 0).
-  local count = (tonumber(pinfo.private.sd_pdus) or 0) + 1
-  pinfo.private.sd_pdus = tostring(count)
-  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset()) .. ":" .. count
+  -- (pinfo's attributes are each read once: every read is a C call, pinfo.private and
+  -- pinfo.cols a new userdata each)
+  local private, number, visited = pinfo.private, int(pinfo.number), pinfo.visited
+  local count = (tonumber(private.sd_pdus) or 0) + 1
+  private.sd_pdus = tostring(count)
+  local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
   local f = memo[pdu]
   local from_client = to_server(pinfo)
   local ckey = conn_key(pinfo)
@@ -11178,9 +11214,9 @@ local function dissect_pdu(tvb, pinfo, root)
   local frame = decode_frame(tvb, tree, lookup, tree == nil)
   local carried_now = PDU_CONTEXT.carried
   PDU_CONTEXT.pinfo = nil
-  if not pinfo.visited and f == nil then
+  if not visited and f == nil then
     f = {
-      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
+      number = number, ts = pinfo.abs_ts, from_client = from_client,
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
@@ -11210,12 +11246,14 @@ local function dissect_pdu(tvb, pinfo, root)
   show_notes(tree or root, frame.notes)
   if f then show_notes(tree or root, f.tnotes) end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
-  pinfo.cols.protocol = SPEC.short
-  if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
-    pinfo.cols.info:append("; " .. text)
+  local cols = pinfo.cols
+  cols.protocol = SPEC.short
+  local seen = tostring(number) .. tostring(visited)
+  if private.sd_seen == seen then
+    cols.info:append("; " .. text)
   else
-    pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
-    pinfo.cols.info = text
+    private.sd_seen = seen
+    cols.info = text
   end
   for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
   return int(tvb:len())
@@ -11272,6 +11310,7 @@ function P.dissector(tvb, pinfo, tree)
   -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
   -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
   PDU_CONTEXT.no_tree = not (tree ~= nil and tree.hidden)
+  if GC_PACE.tree == PDU_CONTEXT.no_tree then GC_PACE.set(not PDU_CONTEXT.no_tree) end
   if SPEC.carried_by then
     -- Its carrier gives one whole frame.
     dissect_pdu(tvb, pinfo, tree)

@@ -5,53 +5,59 @@
 -- CRC-32 (zlib's) without bit operators: bytes XORed through a 256 x 256 table, the CRC
 -- kept as four bytes, least significant first.
 local XOR8 = {}
-do
-  -- made from a 16 x 16 table of nibbles: every plugin builds it when loaded, and bit by bit
-  -- the 65,536 entries took 50 ms of each tshark run
-  local nibbles = {}
-  for a = 0, 15 do
-    for b = 0, 15 do
-      local r, bit, x, y = 0, 1, a, b
-      for _ = 1, 4 do
-        if (x % 2) ~= (y % 2) then r = r + bit end
-        x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
-      end
-      nibbles[a * 16 + b] = r
-    end
-  end
-  for a = 0, 255 do
-    local high, low = math.floor(a / 16), a % 16
-    for b = 0, 255 do
-      local b_low = b % 16
-      XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
-    end
-  end
-end
 -- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
 -- limit of 200 locals); the first three times 256, as they index XOR8 as its high byte.
 local CRC_T = { {}, {}, {}, {} }
-do
-  for n = 0, 255 do
-    local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
-    for _ = 1, 8 do
-      local low = c[1] % 2
-      -- shift right by one across the four bytes
-      for i = 1, 4 do
-        local carry = (i < 4) and (c[i + 1] % 2) or 0
-        c[i] = math.floor(c[i] / 2) + carry * 128
-      end
-      if low == 1 then
-        c[1] = XOR8[c[1] * 256 + 0x20]
-        c[2] = XOR8[c[2] * 256 + 0x83]
-        c[3] = XOR8[c[3] * 256 + 0xB8]
-        c[4] = XOR8[c[4] * 256 + 0xED]
+-- Both tables are built at the first CRC, not when the plugin loads: a pass without a tree
+-- checks none, and every protocol that carries this file would build them again (about
+-- 25 ms of each tshark run apiece). A field of CRC_T, not a local: see above.
+CRC_T.build = function()
+  do
+    -- made from a 16 x 16 table of nibbles: bit by bit the 65,536 entries took 50 ms
+    local nibbles = {}
+    for a = 0, 15 do
+      for b = 0, 15 do
+        local r, bit, x, y = 0, 1, a, b
+        for _ = 1, 4 do
+          if (x % 2) ~= (y % 2) then r = r + bit end
+          x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
+        end
+        nibbles[a * 16 + b] = r
       end
     end
-    CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    for a = 0, 255 do
+      local high, low = math.floor(a / 16), a % 16
+      for b = 0, 255 do
+        local b_low = b % 16
+        XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
+      end
+    end
   end
+  do
+    for n = 0, 255 do
+      local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
+      for _ = 1, 8 do
+        local low = c[1] % 2
+        -- shift right by one across the four bytes
+        for i = 1, 4 do
+          local carry = (i < 4) and (c[i + 1] % 2) or 0
+          c[i] = math.floor(c[i] / 2) + carry * 128
+        end
+        if low == 1 then
+          c[1] = XOR8[c[1] * 256 + 0x20]
+          c[2] = XOR8[c[2] * 256 + 0x83]
+          c[3] = XOR8[c[3] * 256 + 0xB8]
+          c[4] = XOR8[c[4] * 256 + 0xED]
+        end
+      end
+      CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
+    end
+  end
+  CRC_T.build = nil
 end
 
 local function crc32(tvb, pos, len)
+  if CRC_T.build then CRC_T.build() end
   local XOR = XOR8
   local T0, T1, T2, T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
   local c0, c1, c2, c3 = 255, 255, 255, 255

@@ -9,11 +9,22 @@ local P = Proto(SPEC.name, SPEC.title)
 -- each freed by its finalizer); at Lua's default pace (a cycle when the heap doubles, run slowly)
 -- dead ones pile up and glibc's malloc spends a quarter of a -V run on the fragmented heap.
 -- Cycles from 1.5 times the live heap, run ten times as fast, took -V a fifth less time in
--- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory and no slower a pass without a
--- tree. The setting is the Lua state's, which other Lua plugins share: it changes when their
--- garbage is freed, never what they see.
-collectgarbage("setpause", 150)
-collectgarbage("setstepmul", 1000)
+-- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory. A pass without a tree makes few
+-- userdata: its garbage is the frames' copied bytes (a 64 KiB Publish frame's, whole), and
+-- there each cycle marks everything the tracker keeps for later passes, so the default pace,
+-- with half as many cycles, took about a tenth less CPU time on the 64 KiB bench capture
+-- (bench/README.md, "Third round"): each pass gets its own (GC_PACE.set, when a packet's
+-- pass differs from the last one's). The setting is the Lua state's, which other Lua plugins
+-- share: it changes when their garbage is freed, never what they see.
+if GC_PACE.set == nil then
+  GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", 150), collectgarbage("setstepmul", 1000)
+  GC_PACE.tree = true
+  GC_PACE.set = function(tree)
+    GC_PACE.tree = tree
+    collectgarbage("setpause", tree and 150 or GC_PACE.pause)
+    collectgarbage("setstepmul", tree and 1000 or GC_PACE.stepmul)
+  end
+end
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
@@ -1867,7 +1878,13 @@ local function info_parts(specs, values, parts, response)
         elseif type(value) == "table" and value.projected then
           n = #value  -- structs read as their one integer (LITE.plan)
         elseif type(value) == "table" then
-          for _ in pairs(value) do n = n + 1 end
+          -- A list's length, without a walk over its elements (a confirm's hundreds of ids): no
+          -- key after its last element. Any other table is counted key by key.
+          n = #value
+          if next(value, n > 0 and n or nil) ~= nil then
+            n = 0
+            for _ in pairs(value) do n = n + 1 end
+          end
         else
           n = tostring(java_text(value))  -- not a list: what came, as Python shows it
         end

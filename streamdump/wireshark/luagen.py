@@ -96,6 +96,9 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         + _lua({name: [width, signed] for name, (_, width, signed) in INT_TYPES.items()}, 0)
         + "\n",
         "local EXPERTS = " + _lua(experts_table(), 0) + "\n",
+        "-- The Lua collector's pace, the Lua state's and so every protocol's (see the runtime):\n"
+        "-- which pass it is set for, and what it was before the plugin set it.\n"
+        "local GC_PACE = {}\n",
         "local SPECS = " + _lua(tables, 0) + "\n",
         _COMPLETE,
         "-- The runtime: run once per protocol, with that protocol's table.\nlocal function runtime(SPEC)\n",

@@ -187,9 +187,12 @@ local function dissect_pdu(tvb, pinfo, root)
   if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
   -- Which PDU of the packet: its place in the packet's bytes, and how many came before it in
   -- this dissection (the plaintext of several TLS records all starts at offset 0).
-  local count = (tonumber(pinfo.private.sd_pdus) or 0) + 1
-  pinfo.private.sd_pdus = tostring(count)
-  local pdu = int(pinfo.number) .. ":" .. int(tvb:offset()) .. ":" .. count
+  -- (pinfo's attributes are each read once: every read is a C call, pinfo.private and
+  -- pinfo.cols a new userdata each)
+  local private, number, visited = pinfo.private, int(pinfo.number), pinfo.visited
+  local count = (tonumber(private.sd_pdus) or 0) + 1
+  private.sd_pdus = tostring(count)
+  local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
   local f = memo[pdu]
   local from_client = to_server(pinfo)
   local ckey = conn_key(pinfo)
@@ -211,9 +214,9 @@ local function dissect_pdu(tvb, pinfo, root)
   local frame = decode_frame(tvb, tree, lookup, tree == nil)
   local carried_now = PDU_CONTEXT.carried
   PDU_CONTEXT.pinfo = nil
-  if not pinfo.visited and f == nil then
+  if not visited and f == nil then
     f = {
-      number = int(pinfo.number), ts = pinfo.abs_ts, from_client = from_client,
+      number = number, ts = pinfo.abs_ts, from_client = from_client,
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
@@ -243,12 +246,14 @@ local function dissect_pdu(tvb, pinfo, root)
   show_notes(tree or root, frame.notes)
   if f then show_notes(tree or root, f.tnotes) end
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
-  pinfo.cols.protocol = SPEC.short
-  if pinfo.private.sd_seen == tostring(int(pinfo.number)) .. tostring(pinfo.visited) then
-    pinfo.cols.info:append("; " .. text)
+  local cols = pinfo.cols
+  cols.protocol = SPEC.short
+  local seen = tostring(number) .. tostring(visited)
+  if private.sd_seen == seen then
+    cols.info:append("; " .. text)
   else
-    pinfo.private.sd_seen = tostring(int(pinfo.number)) .. tostring(pinfo.visited)
-    pinfo.cols.info = text
+    private.sd_seen = seen
+    cols.info = text
   end
   for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
   return int(tvb:len())
@@ -305,6 +310,7 @@ function P.dissector(tvb, pinfo, tree)
   -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
   -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
   PDU_CONTEXT.no_tree = not (tree ~= nil and tree.hidden)
+  if GC_PACE.tree == PDU_CONTEXT.no_tree then GC_PACE.set(not PDU_CONTEXT.no_tree) end
   if SPEC.carried_by then
     -- Its carrier gives one whole frame.
     dissect_pdu(tvb, pinfo, tree)
