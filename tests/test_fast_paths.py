@@ -546,6 +546,21 @@ def test_bare_json_of_publish_frames(bodies: list[bytes], left: int) -> None:
     check_bare_json(decoder.decode(publish(bodies)), decoder)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_entries, st.one_of(st.none(), st.integers(0, 10)), st.integers(0, 10))
+def test_bare_json_of_deliver_frames(entries: list[Any], declared: int | None, left: int) -> None:
+    decoder = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_bare_json(decoder.decode(deliver(entries, declared)), decoder)
+
+
+def test_bare_json_writes_plain_deliver_frames() -> None:
+    bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
+    assert check_bare_json(DECODER.decode(deliver([simple_entry(b) for b in bodies], None)))
+    frame = DECODER.decode(deliver([simple_entry(b) for b in bodies], None))
+    frame.fields["chunk"]["crc_valid"] = False  # as a mismatch leaves it (with its note)
+    assert not check_bare_json(frame)
+
+
 def test_bare_json_writes_plain_publish_frames() -> None:
     bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
     assert check_bare_json(DECODER.decode(publish(bodies)))
