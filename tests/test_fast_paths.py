@@ -561,6 +561,20 @@ def test_bare_json_writes_plain_deliver_frames() -> None:
     assert not check_bare_json(frame)
 
 
+def test_bare_json_leaves_a_chunk_with_a_trailer_to_expansion() -> None:
+    # The trailer's hook adds its producers' sequences when the frame is expanded.
+    trailer = bytes.fromhex("001273747265616d64756d702d747261636b65720000000000000003")
+    chunk = encode_chunk([simple_entry(amqp.encode_message([("data", b"m")]))], chunk_id=1000)
+    header = dict(zip(CHUNK_HEADER_NAMES, CHUNK_HEADER.unpack_from(chunk), strict=True))
+    header["trailer_length"] = len(trailer)
+    fields = header | {"reserved": chunk[45:48], "chunk_data": chunk[48:], "trailer": trailer}
+    wire = DECODER.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
+    frame = DECODER.decode(wire)
+    assert "trailer" in frame.fields["chunk"] and not frame.expert
+    assert not check_bare_json(frame)
+    assert "trailer_tracking" in frame.fields["chunk"]
+
+
 def test_bare_json_writes_plain_publish_frames() -> None:
     bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
     assert check_bare_json(DECODER.decode(publish(bodies)))

@@ -36,6 +36,14 @@ DATA_ALONE = b"\x00\x53\x75\xa0"
 PREVIEW_BYTES = PREVIEW_CHARS * 4 + 4
 # A Publish message of such a record, expanded, as JSON: its id, its entry's JSON form (a simple
 # entry's kind and size), and its one record (size, sections, the message's JSON form).
+# A chunk's values that expanding it leaves as they are (its data aside, taken out).
+_CHUNK_PLAIN = frozenset(
+    (
+        *("magic_version", "chunk_type", "num_entries", "num_records", "timestamp", "epoch"),
+        *("chunk_id", "crc", "data_length", "trailer_length", "bloom_size", "reserved"),
+        *("chunk_data", "crc_valid"),
+    )
+)
 _ENTRY = '{"entry_kind":0,"entry_size":%d}'
 _DELIVERED = '{"offset":%d,"entry_index":%d,"record_size":%d,"sections":[117],"message":{"data":"%s"}}'
 _PUBLISHED = (
@@ -245,6 +253,8 @@ class StreamMessages(MessageRules):
         if frame.expert or type(chunk) is not dict or next(reversed(fields)) != "chunk":
             return None
         if chunk.get("chunk_type") != 0 or chunk.get("crc_valid") is not True:
+            return None
+        if not _CHUNK_PLAIN.issuperset(chunk):  # a trailer, whose hook adds its tracking
             return None
         data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
         entries, declared = chunk.get("num_entries"), chunk.get("num_records")
