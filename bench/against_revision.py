@@ -4,10 +4,11 @@ Each side is installed (not edited in place) into its own temp folder with pip, 
 working tree and from `git archive REV`, and runs in a child process with that folder
 first on PYTHONPATH and its output thrown away. Runs alternate between the two sides,
 so both meet the same page cache and machine load; the best of --repeat runs counts.
-Prints seconds, MB/s, messages/s and peak RSS per side and mode, the ratio now / reference
-in seconds (below 1.0: now is faster) and the speedup in messages per second (reference
-seconds / now seconds). Messages are what `stats` counts from the frames' headers (records
-of Publish and Deliver frames, ...), as --messages prints a line for each.
+Prints seconds, CPU seconds (user and system, the least of the runs), MB/s, messages/s and
+peak RSS per side and mode, the ratio now / reference in seconds (below 1.0: now is faster),
+the speedup in messages per second (reference seconds / now seconds) and in CPU time.
+Messages are what `stats` counts from the frames' headers (records of Publish and Deliver
+frames, ...), as --messages prints a line for each.
 
     python bench/against_revision.py CAPTURE... [--rev 10fcc7b] [--repeat 3]
                                      [--modes one-line,stats]   (also json, messages)
@@ -88,7 +89,8 @@ def best(runs: list[Run]) -> Run:
     if not ok:
         return runs[-1]
     fastest = min(ok, key=lambda r: r.seconds)
-    return Run(fastest.seconds, max(r.rss_mib for r in ok), 0, "")
+    # The least CPU time of the runs too: on a shared machine it moves less than wall time.
+    return Run(fastest.seconds, max(r.rss_mib for r in ok), 0, "", cpu=min(r.cpu for r in ok))
 
 
 def main() -> None:
@@ -136,7 +138,8 @@ def run_capture(
     messages = count_messages(capture, sides[now_name])
     counted = f"{messages} messages" if messages is not None else "messages not counted"
     print(f"\n{capture} ({size_mb:.1f} MB, {counted}), best of {repeat}, Python {sys.version.split()[0]}")
-    print(f"{'mode':<10} {'side':<16} {'seconds':>8} {'MB/s':>7} {'messages/s':>11} {'peak RSS':>9}")
+    heads = f"{'seconds':>8} {'CPU s':>7} {'MB/s':>7} {'messages/s':>11} {'peak RSS':>9}"
+    print(f"{'mode':<10} {'side':<16} {heads}")
     for mode in modes:
         argv = [sys.executable, "-m", "streamdump"] + [
             str(capture) if a == "{capture}" else a for a in STREAMDUMP_ARGS[mode]
@@ -152,14 +155,14 @@ def run_capture(
                 continue
             rate = f"{messages / run.seconds:>11,.0f}" if messages else f"{'-':>11}"
             print(
-                f"{mode:<10} {name:<16} {run.seconds:>8.2f} {size_mb / run.seconds:>7.1f} {rate} "
-                f"{run.rss_mib:>6.0f} MiB"
+                f"{mode:<10} {name:<16} {run.seconds:>8.2f} {run.cpu:>7.2f} "
+                f"{size_mb / run.seconds:>7.1f} {rate} {run.rss_mib:>6.0f} MiB"
             )
         now, ref = results[now_name], results[rev]
         if now.ok and ref.ok:
             print(
                 f"{mode:<10} {'ratio':<16} {now.seconds / ref.seconds:>8.3f}  (now / {rev}); "
-                f"messages/s x{ref.seconds / now.seconds:.2f}"
+                f"messages/s x{ref.seconds / now.seconds:.2f}; CPU time x{ref.cpu / now.cpu:.2f}"
             )
 
 

@@ -462,6 +462,128 @@ def test_plain_rows_are_the_rows_of_whole_frames(path: Path) -> None:
         assert plain_frames > 0  # the shortcut is taken where clients publish and consume
 
 
+def check_bare_rows(frame: Frame, decoder: Decoder = DECODER) -> bool:
+    """A frame's rows read from its decode alone (bare_rows, not expanded) are what expanding it
+    and asking plain_rows gives; whether the frame had them."""
+    rules = dissector_of(decoder.protocol).messages(decoder.protocol)
+    if not rules.carries(frame):
+        return False
+    bare = rules.bare_rows(frame, decoder.limits.records)
+    assert not frame.expanded
+    decoder.expand(frame)
+    if bare is not None:
+        assert bare == rules.plain_rows(frame)
+    return bare is not None
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: str(p.relative_to(CAPTURE_ROOT)))
+def test_bare_rows_are_the_plain_rows_of_the_expanded_frame(path: Path) -> None:
+    setup = Options().prepare()
+    bare = [
+        check_bare_rows(frame, setup.decoders[frame.protocol])
+        for frame in setup.session().frames(CaptureFile(path))
+    ]
+    if path.parent.name == "rabbitmq_stream" and path.name in ("session.pcap", "offset_specs.pcap"):
+        assert any(bare)  # the shortcut is taken where clients publish and consume small messages
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(record_bodies, max_size=6), st.integers(0, 7))
+def test_bare_rows_of_publish_frames(bodies: list[bytes], left: int) -> None:
+    decoder = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_bare_rows(decoder.decode(publish(bodies)), decoder)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_entries, st.one_of(st.none(), st.integers(0, 10)), st.integers(0, 10))
+def test_bare_rows_of_deliver_frames(entries: list[Any], declared: int | None, left: int) -> None:
+    decoder = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_bare_rows(decoder.decode(deliver(entries, declared)), decoder)
+
+
+def test_bare_rows_read_plain_frames() -> None:
+    bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
+    assert check_bare_rows(DECODER.decode(publish(bodies)))
+    assert check_bare_rows(DECODER.decode(deliver([simple_entry(b) for b in bodies], None)))
+    # Past the budget, or a body that is more than a data section: expanded.
+    two = Decoder(PROTOCOL, limits=Limits(records=2))
+    assert not check_bare_rows(two.decode(publish(bodies)), two)
+    other = amqp.encode_message([("properties", {"message_id": "x"}), ("data", b"m")])
+    assert not check_bare_rows(DECODER.decode(deliver([simple_entry(other)], None)))
+
+
+def check_bare_json(frame: Frame, decoder: Decoder = DECODER) -> bool:
+    """A frame's JSON line written from its decode alone (bare_fields_json, not expanded) is the
+    line of the frame expanded, as json.dumps writes it; whether the frame had one."""
+    renderer = RENDERER if decoder is DECODER else Renderer(decoder)
+    rules = dissector_of(decoder.protocol).messages(decoder.protocol)
+    bare = rules.bare_fields_json(frame, decoder.limits.records)
+    line = renderer.json_line(frame)
+    if bare is not None:
+        assert not frame.expanded  # written without its records
+        expanded = decoder.expand(replace(frame, expert=list(frame.expert)))
+        assert line == reference_json(renderer, expanded) == renderer.json_line(expanded)
+        assert json.loads(bare) == json.loads(line)["fields"]
+    return bare is not None
+
+
+@pytest.mark.parametrize("path", CAPTURE_FILES, ids=lambda p: str(p.relative_to(CAPTURE_ROOT)))
+def test_bare_json_is_the_json_of_the_expanded_frame(path: Path) -> None:
+    setup = Options().prepare()
+    decoders = setup.decoders
+    bare = [
+        check_bare_json(frame, decoders[frame.protocol])
+        for frame in setup.session().frames(CaptureFile(path))
+    ]
+    if path.parent.name == "rabbitmq_stream" and path.name in ("session.pcap", "offset_specs.pcap"):
+        assert any(bare)  # the shortcut is taken where clients publish small messages
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(record_bodies, max_size=6), st.integers(0, 7))
+def test_bare_json_of_publish_frames(bodies: list[bytes], left: int) -> None:
+    decoder = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_bare_json(decoder.decode(publish(bodies)), decoder)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_entries, st.one_of(st.none(), st.integers(0, 10)), st.integers(0, 10))
+def test_bare_json_of_deliver_frames(entries: list[Any], declared: int | None, left: int) -> None:
+    decoder = Decoder(PROTOCOL, limits=Limits(records=left))
+    check_bare_json(decoder.decode(deliver(entries, declared)), decoder)
+
+
+def test_bare_json_writes_plain_deliver_frames() -> None:
+    bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
+    assert check_bare_json(DECODER.decode(deliver([simple_entry(b) for b in bodies], None)))
+    frame = DECODER.decode(deliver([simple_entry(b) for b in bodies], None))
+    frame.fields["chunk"]["crc_valid"] = False  # as a mismatch leaves it (with its note)
+    assert not check_bare_json(frame)
+
+
+def test_bare_json_leaves_a_chunk_with_a_trailer_to_expansion() -> None:
+    # The trailer's hook adds its producers' sequences when the frame is expanded.
+    trailer = bytes.fromhex("001273747265616d64756d702d747261636b65720000000000000003")
+    chunk = encode_chunk([simple_entry(amqp.encode_message([("data", b"m")]))], chunk_id=1000)
+    header = dict(zip(CHUNK_HEADER_NAMES, CHUNK_HEADER.unpack_from(chunk), strict=True))
+    header["trailer_length"] = len(trailer)
+    fields = header | {"reserved": chunk[45:48], "chunk_data": chunk[48:], "trailer": trailer}
+    wire = DECODER.encode("Deliver", "command", {"subscription_id": 1, "chunk": fields})
+    frame = DECODER.decode(wire)
+    assert "trailer" in frame.fields["chunk"] and not frame.expert
+    assert not check_bare_json(frame)
+    assert "trailer_tracking" in frame.fields["chunk"]
+
+
+def test_bare_json_writes_plain_publish_frames() -> None:
+    bodies = [amqp.encode_message([("data", b"m%d" % n)]) for n in range(3)]
+    assert check_bare_json(DECODER.decode(publish(bodies)))
+    two = Decoder(PROTOCOL, limits=Limits(records=2))
+    assert not check_bare_json(two.decode(publish(bodies)), two)  # past the budget: expanded
+    other = amqp.encode_message([("properties", {"message_id": "x"}), ("data", b"m")])
+    assert not check_bare_json(DECODER.decode(publish([*bodies, other])))
+
+
 # ---------------------------------------------------------------- the conversation tracker
 
 

@@ -19,10 +19,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from conftest import CAPTURE_ROOT, ROOT
+from hypothesis import given
+from hypothesis import strategies as st
 
-from streamdump.views.safe import UNSAFE, escape, quoted
+from streamdump.views.safe import (
+    _JSON_UNSAFE,
+    _JSON_UNSAFE_BYTES,
+    UNSAFE,
+    escape,
+    escape_lines,
+    json_bytes,
+    json_text,
+    quoted,
+)
 
 # ESC [2J clears the screen; ESC ] 52 ; c ; ... BEL sets the clipboard; C1 CSI; bidi override;
 # line separator; DEL; a byte that is not UTF-8.
@@ -185,3 +197,42 @@ def test_escape_writes_what_tshark_writes() -> None:
     assert escape("\udcff", keep="") == "\\xff"  # a byte surrogateescape kept
     assert escape("a\nb", keep="\n") == "a\nb"
     assert quoted('say "hi"\\\x1b') == '"say \\"hi\\"\\\\\\x1b"'
+
+
+# Text a line or a JSON value may hold: mostly printable, with what escapes change mixed in
+# (controls, C1, bidi marks, separators, surrogates, newlines) and other characters past ASCII.
+_MIXED = st.text(
+    alphabet=st.one_of(
+        st.characters(min_codepoint=0x20, max_codepoint=0x7E),
+        st.sampled_from("\n\t\x1b\x7f\x85\x9b\u061c\u200e\u202e\u2028\u2029\u2066\u2026\u00e9\ud800\udcff"),
+        st.characters(),
+    ),
+    max_size=40,
+)
+
+
+@given(st.lists(_MIXED, min_size=1, max_size=8))
+def test_escape_lines_escapes_each_line(lines: list[str]) -> None:
+    # One scan for the block is a shortcut: it must give what escaping each line gives.
+    if any("\n" in line for line in lines):
+        expected = "\n".join(map(escape, lines)) + "\n"
+    else:
+        expected = escape("\n".join(lines), keep="\n") + "\n"
+    assert escape_lines(lines) == expected
+    if not any("\n" in line for line in lines):
+        assert escape_lines(lines) == "".join(escape(line) + "\n" for line in lines)
+
+
+@given(st.lists(_MIXED, max_size=6))
+def test_json_escapes_what_the_expression_finds(values: list[str]) -> None:
+    # The shortcuts (ASCII told at once; the expression on the bytes past ASCII alone) change
+    # nothing: what the expression alone gives, on text and on orjson's UTF-8 bytes.
+    text = json.dumps(values, ensure_ascii=False)
+    assert json_text(text) == _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    try:
+        data = orjson.dumps(values)
+    except TypeError:  # a lone surrogate, which orjson refuses (json.dumps writes that line)
+        return
+    expected = _JSON_UNSAFE_BYTES.sub(lambda m: f"\\u{ord(m.group().decode()):04x}".encode(), data)
+    assert json_bytes(data) == expected
+    assert json.loads(json_bytes(data)) == values

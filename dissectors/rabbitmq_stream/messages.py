@@ -9,10 +9,11 @@ cut counts the records it still holds.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
-from streamdump.dissectors.rabbitmq_stream.osiris import SUB_BATCH, whole_entries
+from streamdump.dissectors.rabbitmq_stream.osiris import SIMPLE, SUB_BATCH, whole_entries
 
 from streamdump.codecs import amqp
 from streamdump.codecs.values import preview
@@ -22,11 +23,33 @@ from streamdump.spec.registry import Protocol
 from streamdump.wire.frame import Frame
 
 PUBLISH, DELIVER, STORE_OFFSET = "Publish", "Deliver", "StoreOffset"
+_U32 = struct.Struct(">I")
 # A consumer's positions, drawn over time (their difference is its lag).
 OFFSET_DELIVERED, OFFSET_STORED = "offset delivered", "offset stored"
 # AMQP properties a line shows, in this order, before the first application properties.
 KEY_PROPERTIES = ("message_id", "correlation_id", "subject", "content_type")
 BODIES = ("data", "amqp_value", "amqp_sequence")
+# A record that is a data section alone of at most 255 bytes (amqp.data_message's shape): its
+# descriptor and vbin8 code, then the body's length in one byte.
+DATA_ALONE = b"\x00\x53\x75\xa0"
+# The bytes of a body a preview of PREVIEW_CHARS characters reads at most (codecs.values.preview).
+PREVIEW_BYTES = PREVIEW_CHARS * 4 + 4
+# A Publish message of such a record, expanded, as JSON: its id, its entry's JSON form (a simple
+# entry's kind and size), and its one record (size, sections, the message's JSON form).
+# A chunk's values that expanding it leaves as they are (its data aside, taken out).
+_CHUNK_PLAIN = frozenset(
+    (
+        *("magic_version", "chunk_type", "num_entries", "num_records", "timestamp", "epoch"),
+        *("chunk_id", "crc", "data_length", "trailer_length", "bloom_size", "reserved"),
+        *("chunk_data", "crc_valid"),
+    )
+)
+_ENTRY = '{"entry_kind":0,"entry_size":%d}'
+_DELIVERED = '{"offset":%d,"entry_index":%d,"record_size":%d,"sections":[117],"message":{"data":"%s"}}'
+_PUBLISHED = (
+    '{"publishing_id":%d,"entry":{"entry_kind":0,"entry_size":%d},'
+    '"records":[{"record_size":%d,"sections":[117],"message":{"data":"%s"}}]}'
+)
 
 
 class StreamMessages(MessageRules):
@@ -125,6 +148,162 @@ class StreamMessages(MessageRules):
             add((f"deliver offset={record.get('offset')}{in_chunk}", size, said))
         return stream, out
 
+    def bare_rows(self, frame: Frame, records: int) -> tuple[str, list[tuple[str, int, str]]] | None:
+        """plain_rows of a complete Publish or Deliver frame not expanded, from its entries'
+        bytes, when every message is a simple entry whose record is a data section alone (what
+        expansion makes an amqp.DataAlone of, previewed as its body) and there are no more
+        than records of them; None for anything else (expanded, then asked again)."""
+        if frame.incomplete is not None or frame.expanded:
+            return None
+        if any(e.group == "malformed" for e in frame.expert):  # expanded by a second decode
+            return None
+        fields = frame.fields
+        stream = (frame.links or {}).get("stream") or "?"
+        out: list[tuple[str, int, str]] = []
+        add = out.append
+        if frame.command == PUBLISH:
+            messages = fields.get("messages") or []
+            if len(messages) > records:
+                return None
+            publisher = f"publish pub={fields.get('publisher_id', '?')}"
+            for message in messages:
+                entry = message.get("entry") if type(message) is dict else None
+                if entry is None or entry.kind != SIMPLE:
+                    return None
+                body = entry.body
+                size = len(body)
+                if size < 5 or body[:4] != DATA_ALONE or body[4] != size - 5:
+                    return None
+                said = preview(bytes(body[5 : 5 + PREVIEW_BYTES]), PREVIEW_CHARS).rstrip()
+                add((f"{publisher} id={message.get('publishing_id', '?')}", size, said))
+            return stream, out
+        chunk = fields.get("chunk")
+        if frame.command != DELIVER or type(chunk) is not dict or chunk.get("chunk_type") != 0:
+            return None  # tracking chunks hold offsets and sequences, told otherwise
+        data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
+        entries, declared = chunk.get("num_entries"), chunk.get("num_records")
+        if (
+            not isinstance(data, bytes | memoryview)
+            or type(first) is not int
+            or type(declared) is not int
+            or entries != declared
+            or declared > records
+        ):
+            return None
+        data = bytes(data)
+        in_chunk = f" chunk={first}"
+        at, end = 0, len(data)
+        for offset in range(first, first + declared):
+            if end - at < 4 or data[at] & 0x80:  # the data ends, or a sub-batch
+                return None
+            (size,) = _U32.unpack_from(data, at)
+            body_at = at + 4
+            if end - body_at < size or size < 5 or not data.startswith(DATA_ALONE, body_at):
+                return None
+            if data[body_at + 4] != size - 5:
+                return None
+            said = preview(data[body_at + 5 : body_at + 5 + min(size - 5, PREVIEW_BYTES)], PREVIEW_CHARS)
+            add((f"deliver offset={offset}{in_chunk}", size, said.rstrip()))
+            at = body_at + size
+        return stream, out
+
+    def bare_fields_json(self, frame: Frame, records: int) -> bytes | None:
+        """The JSON of a complete Publish frame's fields, expanded, from its entries' bytes: the
+        version 1 layout (a publisher and messages of an id and an entry), every entry simple
+        and its record a data section alone of at most 255 bytes, as EntryHook.expand_run makes
+        them (record size, sections [117], the message's data as hex), at most records of them;
+        a Deliver frame's as _bare_chunk_json writes it."""
+        if frame.incomplete is not None or frame.expanded:
+            return None
+        if frame.command == DELIVER:
+            return self._bare_chunk_json(frame, records)
+        if frame.command != PUBLISH or any(e.group == "malformed" for e in frame.expert):
+            return None  # (a frame with such notes is expanded by a second decode)
+        fields = frame.fields
+        publisher, messages = fields.get("publisher_id"), fields.get("messages")
+        if len(fields) != 2 or type(publisher) is not int or type(messages) is not list:
+            return None
+        if len(messages) > records:
+            return None
+        items = []
+        add = items.append
+        for message in messages:
+            # The decode makes each item's dict in the layout's order: two keys are these two.
+            if type(message) is not dict or len(message) != 2:
+                return None
+            pid, entry = message.get("publishing_id"), message.get("entry")
+            if type(pid) is not int or entry is None or entry.kind != SIMPLE:
+                return None
+            body = entry.body
+            size = len(body)
+            if size < 5 or body[:4] != DATA_ALONE or body[4] != size - 5:
+                return None
+            add(_PUBLISHED % (pid, entry.size, size, body[5:].hex()))
+        return b'{"publisher_id":%d,"messages":[%s]}' % (publisher, ",".join(items).encode())
+
+    def _bare_chunk_json(self, frame: Frame, records: int) -> bytes | None:
+        """A Deliver frame's fields' JSON, expanded, from its chunk's bytes, as ChunkHook.expand
+        and _simple_entries make them: the chunk last among the fields, its data (a user chunk
+        whose CRC matched, of simple entries whose records are data sections alone, as many as
+        its header declares of each, and nothing after them) taken out and its entries and
+        records put after the header's values. A frame with any note is left to the second
+        decode that expands it, whose notes would come first."""
+        fields = frame.fields
+        chunk = fields.get("chunk")
+        if frame.expert or type(chunk) is not dict or next(reversed(fields)) != "chunk":
+            return None
+        if chunk.get("chunk_type") != 0 or chunk.get("crc_valid") is not True:
+            return None
+        if not _CHUNK_PLAIN.issuperset(chunk):  # a trailer, whose hook adds its tracking
+            return None
+        data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
+        entries, declared = chunk.get("num_entries"), chunk.get("num_records")
+        if (
+            not isinstance(data, bytes | memoryview)
+            or type(first) is not int
+            or type(declared) is not int
+            or entries != declared
+            or declared > records
+        ):
+            return None
+        data = bytes(data)
+        sizes: list[str] = []
+        texts: list[str] = []
+        at, end = 0, len(data)
+        for index in range(declared):
+            if end - at < 4 or data[at] & 0x80:  # the data ends, or a sub-batch
+                return None
+            (size,) = _U32.unpack_from(data, at)
+            body_at = at + 4
+            if end - body_at < size or size < 5 or not data.startswith(DATA_ALONE, body_at):
+                return None
+            if data[body_at + 4] != size - 5:
+                return None
+            sizes.append(_ENTRY % (size + 4))
+            texts.append(_DELIVERED % (first + index, index, size, data[body_at + 5 : body_at + size].hex()))
+            at = body_at + size
+        if at != end:  # bytes after the last entry: a note
+            return None
+        import orjson  # as the JSON writer's, loaded with the first JSON line
+
+        # The other values as orjson writes them (bytes as hex), which json.dumps's are for
+        # these integer and byte fields.
+        head = {name: value for name, value in fields.items() if name != "chunk"}
+        header = {name: value for name, value in chunk.items() if name != "chunk_data"}
+        try:
+            fields_json = orjson.dumps(head, default=_hex)[:-1]
+            chunk_json = orjson.dumps(header, default=_hex)[:-1]
+        except TypeError:
+            return None
+        tail = b'"entries":[%s],"records":[%s]}}' % (",".join(sizes).encode(), ",".join(texts).encode())
+        return b'%s%s"chunk":%s%s%s' % (
+            fields_json,
+            b"," if head else b"",
+            chunk_json,
+            b"," if header else b"",
+            tail,
+        )
+
     def _row(
         self, stream: str, where: str, record: dict[str, Any], tag: bool, at: tuple[tuple[str, Any], ...]
     ) -> MessageRow:
@@ -219,3 +398,9 @@ def _summary(message: amqp.Message) -> str:
             app = section.value
     text = message_text(body, ((name, props.get(name)) for name in KEY_PROPERTIES), app, "app properties")
     return text + (f"  [warn: {message.error}]" if message.error is not None else "")
+
+
+def _hex(value: Any) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"cannot serialise {type(value).__name__}")

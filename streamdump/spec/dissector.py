@@ -107,6 +107,20 @@ class MessageRules:
         frame holds hundreds. None: ask rows (the default, for a package without the shortcut)."""
         return None
 
+    def bare_rows(self, frame: Frame, records: int) -> tuple[str, list[tuple[str, int, str]]] | None:
+        """plain_rows for a frame not expanded, read from what its decode gave alone, when that
+        is sure to be what expanding it and asking plain_rows would give: a view that shows
+        only rows need not build its records. records: how many its expansion may decode (the
+        frame's budget). None: expand it and ask plain_rows (the default)."""
+        return None
+
+    def bare_fields_json(self, frame: Frame, records: int) -> bytes | None:
+        """The compact JSON (as json.dumps writes it, UTF-8) of the fields expanding a frame not
+        expanded would give, read from what its decode gave alone, when that is sure to be the
+        same and adds no expert note: a JSON writer need not build records only to write them.
+        records: how many its expansion may decode. None: expand it (the default)."""
+        return None
+
     def volume(self, frame: Frame) -> Volume | None:
         return None
 

@@ -8,11 +8,15 @@ the stream or topic, where the message is, its size and what it says.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from streamdump.analysis.fieldnames import Names, names_of
 from streamdump.analysis.grouping import row_values, value_text
 from streamdump.spec.dissector import MessageRow, MessageRules
 from streamdump.wire.frame import Frame
+
+if TYPE_CHECKING:
+    from streamdump.spec.decoder import Decoder
 
 
 class MessageLines:
@@ -31,17 +35,26 @@ class MessageLines:
         rules = self.rules.get(frame.protocol)
         return rules is not None and rules.carries(frame)
 
-    def lines(self, frame: Frame, when: str) -> list[str]:
+    def lines(self, frame: Frame, when: str, decoder: Decoder | None = None) -> list[str]:
         """A frame's message lines, all at once (a frame holds hundreds); when: the frame's time
-        as the caller's clock writes it. Text as decoded: the writer escapes it."""
+        as the caller's clock writes it. Text as decoded: the writer escapes it.
+
+        decoder: the frame's, to expand it when its rows need more than its decode gave
+        (without it, the caller has expanded it)."""
         rules = self.rules.get(frame.protocol)
         if rules is None or not rules.carries(frame):
             return []
         head = f"{frame.number:>6} {when}"
         tag = f"  [incomplete frame: {frame.incomplete}]" if frame.incomplete else ""
         names = self.names.get(frame.protocol)
+        plain = None
+        if decoder is not None:
+            if names is None and not tag and not frame.expanded:
+                plain = rules.bare_rows(frame, decoder.limits.records)
+            if plain is None:
+                decoder.expand(frame)
         if names is None and not tag:
-            plain = rules.plain_rows(frame)
+            plain = plain or rules.plain_rows(frame)
             if plain is not None:
                 # line's commonest lines (f"{size:>8}" of f"{size} B": padded to six, then " B"),
                 # their common start made once

@@ -151,9 +151,8 @@ def write_frames(
             if rows:
                 out.write("\n".join(rows) + "\n")  # each cell escaped already
         elif lines is not None:
-            if lines.carries(frame):
-                renderer.decoder.expand(frame)
-            rows = lines.lines(frame, clock.text(frame.ts))  # hundreds in a frame: one write for them all
+            # Hundreds in a frame: one write for them all. Expanded when its rows need it.
+            rows = lines.lines(frame, clock.text(frame.ts), renderer.decoder)
             if rows:
                 out.write(escape_lines(rows))
         elif console is not None:

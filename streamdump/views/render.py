@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
+from streamdump.spec.dissector import MessageRules, dissector_of
 from streamdump.spec.layout import title
 from streamdump.spec.registry import INT_TYPES, KEYED_TYPES, FieldSpec, Protocol, flat_fields
 from streamdump.views.safe import json_bytes, json_text, quoted, safe_text
@@ -79,6 +80,7 @@ class Renderer:
             if spec.display in _PACKET_DISPLAYS
             or (spec.of is not None and spec.of.display in _PACKET_DISPLAYS)
         )
+        self._rules: MessageRules | None = None  # the package's message rules, with the first JSON line
         # A protocol whose header has no version: JSON says none was on the wire.
         self.versioned = self.protocol.versioned
         # Layouts (key, response?) whose frames orjson writes as json.dumps would: no float
@@ -189,6 +191,9 @@ class Renderer:
         """The frame as JSON-ready data, records and message sections included; with_bytes: its
         bytes as hex and the packets they came from too (-x)."""
         self.decoder.expand(frame)
+        return self._dict(frame, frame.fields, with_bytes)
+
+    def _dict(self, frame: Frame, fields: Any, with_bytes: bool) -> dict[str, Any]:
         data = {
             "frame": frame.number,
             "ts": round(frame.ts, 6),
@@ -201,7 +206,7 @@ class Renderer:
             "version": frame.version if self.versioned else None,
             "size": frame.size,
             "connection": frame.conn or None,
-            "fields": frame.fields,
+            "fields": fields,
             "links": frame.links or {},
             "expert": [e.as_dict() for e in frame.expert],
         } | ({"incomplete": frame.incomplete} if frame.incomplete is not None else {})
@@ -219,12 +224,16 @@ class Renderer:
     def json_text(self, frame: Frame, with_bytes: bool = False) -> bytes | str:
         """The frame's JSON line, without its newline: orjson's UTF-8 bytes where they are what
         json.dumps writes (the frames that carry messages), json.dumps's text otherwise."""
-        data = self.to_dict(frame, with_bytes)
-        if (
-            (frame.key, frame.kind == "response") in self.orjson_layouts
-            and _plain_float(data["ts"])
-            and _plain_links(data["links"])
-        ):
+        orjson_layout = (frame.key, frame.kind == "response") in self.orjson_layouts
+        # A frame whose package writes its expanded fields' JSON from its decode alone (hundreds
+        # of messages) is not expanded: its records would be made only to be written.
+        bare = None
+        if orjson_layout and not frame.expanded:
+            if self._rules is None:
+                self._rules = dissector_of(self.protocol).messages(self.protocol)
+            bare = self._rules.bare_fields_json(frame, self.decoder.limits.records)
+        data = self.to_dict(frame, with_bytes) if bare is None else self._dict(frame, 0, with_bytes)
+        if orjson_layout and _plain_float(data["ts"]) and _plain_links(data["links"]):
             import orjson  # with the first JSON line: text views never load it (nor the zoneinfo it loads)
 
             try:
@@ -238,10 +247,14 @@ class Renderer:
             except TypeError:  # what orjson refuses (ints past 64 bits, surrogates), a float in a message
                 pass
             else:
+                if bare is not None:  # the first "fields" outside a string (keys are never wire text)
+                    out = out.replace(b'"fields":0,', b'"fields":' + bare + b",", 1)
                 # Line and paragraph separators (readers that split lines on every Unicode line
                 # break keep one per frame), bidi and C1 controls as JSON escapes: exact, and
                 # nothing a terminal acts on.
                 return json_bytes(out)
+        if bare is not None:  # json.dumps writes it: expanded after all
+            data = self.to_dict(frame, with_bytes)
         return json_text(json.dumps(data, default=_json_default, ensure_ascii=False, separators=(",", ":")))
 
     # ------------------------------------------------------------ tree

@@ -65,11 +65,31 @@ def escape_lines(lines: list[str]) -> str:
     """Lines joined with newlines (and one after the last), each escaped: one scan for them all
     when no line holds a newline of its own, as the rows of a frame's messages almost never do."""
     block = "\n".join(lines)
-    if _UNSAFE.search(block) is None:
+    if _only_joins(block, len(lines) - 1):
         return block + "\n"
     if block.count("\n") == len(lines) - 1:  # no line brought a newline: escape all but the joins
         return escape(block, keep="\n") + "\n"
     return "\n".join(map(escape, lines)) + "\n"
+
+
+# Printable ASCII and the newline: bytes that are never part of anything escape changes.
+_SAFE_ASCII = bytes(range(0x20, 0x7F)) + b"\n"
+
+
+def _only_joins(block: str, joins: int) -> bool:
+    """Whether the only characters escape would change in block are the newlines joining its lines.
+
+    A regular expression walks a block of hundreds of lines a character at a time (several
+    microseconds a line, and every join matches it); this deletes the safe ASCII bytes of its
+    UTF-8 form in one C pass and scans what is left, its few characters past ASCII."""
+    if block.count("\n") != joins:
+        return False
+    try:
+        data = block.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which escape writes as \xNN or \uNNNN
+        return False
+    rest = data.translate(None, _SAFE_ASCII)
+    return not rest or _UNSAFE.search(rest.decode()) is None
 
 
 def quoted(text: str) -> str:
@@ -101,9 +121,13 @@ _JSON_UNSAFE_BYTES = re.compile(
     rb"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
 )
 
+_ASCII_BUT_DEL = bytes(range(0x7F))
+
 
 def json_text(text: str) -> str:
     """JSON text with the characters JSON writers leave raw written as \\uNNNN escapes."""
+    if text.isascii() and "\x7f" not in text:  # told in C at once, not a character at a time
+        return text
     if _JSON_UNSAFE.search(text) is None:
         return text
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
@@ -111,7 +135,12 @@ def json_text(text: str) -> str:
 
 def json_bytes(data: bytes) -> bytes:
     """json_text for JSON already encoded as UTF-8."""
-    if _JSON_UNSAFE_BYTES.search(data) is None:
+    # A line of hundreds of messages is walked byte by byte by the expression (2.5 ms for 170 kB):
+    # ASCII without DEL, the commonest, is told in C at once; otherwise the expression scans only
+    # the bytes past ASCII and DELs, whose UTF-8 sequences stay whole and in order.
+    if data.isascii() and b"\x7f" not in data:
+        return data
+    if _JSON_UNSAFE_BYTES.search(data.translate(None, _ASCII_BUT_DEL)) is None:
         return data
     return _JSON_UNSAFE_BYTES.sub(lambda m: f"\\u{ord(m.group().decode()):04x}".encode(), data)
 
