@@ -180,17 +180,10 @@ class StreamMessages(MessageRules):
         chunk = fields.get("chunk")
         if frame.command != DELIVER or type(chunk) is not dict or chunk.get("chunk_type") != 0:
             return None  # tracking chunks hold offsets and sequences, told otherwise
-        data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
-        entries, declared = chunk.get("num_entries"), chunk.get("num_records")
-        if (
-            not isinstance(data, bytes | memoryview)
-            or type(first) is not int
-            or type(declared) is not int
-            or entries != declared
-            or declared > records
-        ):
+        plain = _plain_data(chunk, records)
+        if plain is None:
             return None
-        data = bytes(data)
+        data, first, declared = plain
         in_chunk = f" chunk={first}"
         at, end = 0, len(data)
         for offset in range(first, first + declared):
@@ -256,17 +249,10 @@ class StreamMessages(MessageRules):
             return None
         if not _CHUNK_PLAIN.issuperset(chunk):  # a trailer, whose hook adds its tracking
             return None
-        data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
-        entries, declared = chunk.get("num_entries"), chunk.get("num_records")
-        if (
-            not isinstance(data, bytes | memoryview)
-            or type(first) is not int
-            or type(declared) is not int
-            or entries != declared
-            or declared > records
-        ):
+        plain = _plain_data(chunk, records)
+        if plain is None:
             return None
-        data = bytes(data)
+        data, first, declared = plain
         sizes: list[str] = []
         texts: list[str] = []
         at, end = 0, len(data)
@@ -382,6 +368,22 @@ class StreamMessages(MessageRules):
                 return Volume(stream, direction, 0, 0)
             return Volume(stream, direction, chunk.get("num_records") or 0, chunk.get("data_length") or 0)
         return None
+
+
+def _plain_data(chunk: dict[str, Any], records: int) -> tuple[bytes, int, int] | None:
+    """A user chunk's data, first offset and record count, when its entries are one record each
+    and no more than the frame's record budget: what both bare readings of a chunk start from."""
+    data, first = chunk.get("chunk_data"), chunk.get("chunk_id")
+    entries, declared = chunk.get("num_entries"), chunk.get("num_records")
+    if (
+        not isinstance(data, bytes | memoryview)
+        or type(first) is not int
+        or type(declared) is not int
+        or entries != declared
+        or declared > records
+    ):
+        return None
+    return bytes(data), first, declared
 
 
 def _summary(message: amqp.Message) -> str:
