@@ -50,7 +50,7 @@ def test_the_generated_pages_are_current() -> None:
             stale.append(str(path.relative_to(ROOT)))
     assert not stale, f"stale (run `streamdump docs generate`): {stale}"
     made = {p for p, _ in generated(ROOT)}
-    assert set((ROOT / "man").glob("*.1")) <= made, "a man page no command makes"
+    assert set((ROOT / "docs" / "man").glob("*.1")) <= made, "a man page no command makes"
 
 
 def test_the_field_reference_names_every_filter_name() -> None:
@@ -90,7 +90,7 @@ def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
 
 
 def test_the_man_page_of_read_lists_its_options() -> None:
-    page = (ROOT / "man" / "streamdump-read.1").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "man" / "streamdump-read.1").read_text(encoding="utf-8")
     for option in (r"\-Y,", r"\-x,", r"\-w,", r"\-T,", r"\-e,", r"\-\-fail\-on"):
         assert option in page, option
 

@@ -2,7 +2,7 @@
 
 docs/reference/fields.md: every name filters, -e, --column and --by take, per protocol, with its
 type and meaning, from the registry. docs/reference/diagnoses.md: every kind of finding, with
-its group and severities, and a real example of each from the committed captures. man/: a man
+its group and severities, and a real example of each from the committed captures. docs/man/: a man
 page per command, from the command line itself (click-man). The first line of each says it is
 generated; `--check` says which are stale, as the tests do.
 """
@@ -198,7 +198,7 @@ def generated(root: Path) -> Iterator[tuple[Path, str]]:
     yield root / "docs" / "reference" / "fields.md", fields_page()
     yield root / "docs" / "reference" / "diagnoses.md", diagnoses_page()
     for name, text in man_pages().items():
-        yield root / "man" / name, text
+        yield root / "docs" / "man" / name, text
 
 
 @docs_app.command("generate")
@@ -208,14 +208,14 @@ def docs_generate(
         bool, typer.Option("--check", help="Write nothing; exit 1 when a generated page is not current.")
     ] = False,
 ) -> None:
-    """Write the field reference, the diagnoses catalogue and the man pages (docs/reference/, man/)."""
+    """Write the field reference, the diagnoses catalogue and the man pages (docs/reference/, docs/man/)."""
     try:
         pages = list(generated(root))
     except ModuleNotFoundError as exc:
         raise fail(f"{exc.name} is needed to make the man pages: pip install -e '.[test]'") from None
     if check:
         stale = [str(p) for p, text in pages if not p.is_file() or p.read_text(encoding="utf-8") != text]
-        man = root / "man"
+        man = root / "docs" / "man"
         extra = sorted(set(man.glob("*.1")) - {p for p, _ in pages}) if man.is_dir() else []
         if stale or extra:
             raise fail(
