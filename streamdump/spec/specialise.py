@@ -215,11 +215,18 @@ def _emit_text(src: _Source, op: FieldOp, out: str, depth: int) -> None:
         if not op.spec.inline:
             src.add(depth, f"{out}[{op.name!r}] = {value}")
     src.add(depth, f"pos = {after}")
-    if op.hook is not None:
-        hook = src.name("hook", op.hook)
-        guard = "ctx.expand and " if type(op.hook).check is Hook.check else ""
-        src.add(depth, f"if {guard}{value} is not None:")
-        src.add(depth + 1, f"run_hook({hook}, {value}, {out}, {start}, ctx, None)")
+    _emit_hook(src, op, value, out, start, depth)
+
+
+def _emit_hook(src: _Source, op: FieldOp, value: str, out: str, start: str, depth: int) -> None:
+    """The field's hook, run on its value where the spec names one. A hook without checks of its
+    own costs nothing until a view expands the frame."""
+    if op.hook is None:
+        return
+    hook = src.name("hook", op.hook)
+    guard = "ctx.expand and " if type(op.hook).check is Hook.check else ""
+    src.add(depth, f"if {guard}{value} is not None:")
+    src.add(depth + 1, f"run_hook({hook}, {value}, {out}, {start}, ctx, None)")
 
 
 def _emit_words(src: _Source, codec: WordsCodec, stop: str, target: str, depth: int) -> None:
@@ -317,12 +324,7 @@ def _emit_field(src: _Source, op: FieldOp, out: str, depth: int) -> None:
         reader = src.name("codec", codec)
         src.add(depth, f"{value}, pos = {reader}.read(mv, pos, end, ctx, None, {op.name!r})")
     src.add(depth, f"{out}[{op.name!r}] = {value}")
-    if op.hook is not None:
-        hook = src.name("hook", op.hook)
-        # A hook without checks of its own costs nothing until a view expands the frame.
-        guard = "ctx.expand and " if type(op.hook).check is Hook.check else ""
-        src.add(depth, f"if {guard}{value} is not None:")
-        src.add(depth + 1, f"run_hook({hook}, {value}, {out}, {start}, ctx, None)")
+    _emit_hook(src, op, value, out, start, depth)
 
 
 def _emit_struct_array(src: _Source, codec: ArrayCodec, value: str, depth: int) -> None:
