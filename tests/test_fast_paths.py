@@ -17,7 +17,6 @@ import json
 import math
 import pickle
 import struct
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 from conftest import CAPTURE_ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from spec_strategies import encode_chunk
 from streamdump.dissectors.rabbitmq_stream.messages import KEY_PROPERTIES, StreamMessages, _summary
 from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry

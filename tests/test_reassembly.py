@@ -6,13 +6,14 @@ truth is known exactly: each original frame's direction, sequence number and byt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from conftest import CAPTURES, merged
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from streamdump.analysis.pipeline import ReadStats, decode_segments
 from streamdump.spec.decoder import Decoder

@@ -8,11 +8,10 @@ give what it gives without one.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from conftest import CAPTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from streamdump.dissectors.rabbitmq_stream.osiris import read_entry
 
 from streamdump.analysis import tail

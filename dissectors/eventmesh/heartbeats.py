@@ -8,8 +8,9 @@ connection went on, quiet for longer than its own rhythm allows, is told at the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.endings import HEARTBEAT_SLACK
 from streamdump.analysis.rules import Rule, SpecCheck
@@ -20,8 +21,7 @@ from streamdump.wire.frame import Frame
 MAX_BEAT_GAPS = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatSpec:
+class HeartbeatSpec(Struct, frozen=True):
     """The request a peer sends to show it is alive, and how often clients send it."""
 
     command: str
@@ -29,8 +29,7 @@ class HeartbeatSpec:
     hint: str | None = None  # what happens when they stop
 
 
-@dataclass(slots=True)
-class Beats:
+class Beats(Struct):
     """One side's heartbeat requests: how many, the last, and the gaps between them."""
 
     count: int

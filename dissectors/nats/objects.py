@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, SideState
@@ -31,8 +32,7 @@ MAX_CHUNKS = 10_000
 DIGEST_PREFIX = "SHA-256="
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectsSpec:
+class ObjectsSpec(Struct, frozen=True):
     """The fields naming a chunk's nuid (chunk), an object's name (name), its digest, chunk count
     and size, and the field holding a chunk's bytes (data)."""
 
@@ -44,8 +44,7 @@ class ObjectsSpec:
     data: str
 
 
-@dataclass(slots=True)
-class Chunks:
+class Chunks(Struct):
     """Chunks of one nuid from one side of a connection, as they come."""
 
     numbers: list[int] = field(default_factory=list)
@@ -54,8 +53,7 @@ class Chunks:
     held: bool = True  # every byte went into the digest (none past MAX_HELD)
 
 
-@dataclass(frozen=True, slots=True)
-class Meta:
+class Meta(Struct, frozen=True):
     number: int
     name: str
     digest: str

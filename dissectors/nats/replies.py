@@ -16,8 +16,9 @@ is told with that status. With two passes, a request's answer is linked back to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, SideState
@@ -30,8 +31,7 @@ from streamdump.wire.wildcards import matches
 _MANY = "replies.many"
 
 
-@dataclass(frozen=True, slots=True)
-class ManySpec:
+class ManySpec(Struct, frozen=True):
     """Requests answered many times: those whose field has one of the values (when), answered by
     deliveries whose link (via) names a subscription to their reply subject, and by statuses to
     it: heartbeats that keep them open, ends that close them."""
@@ -42,16 +42,14 @@ class ManySpec:
     ends: tuple[int, ...] = ()
 
 
-@dataclass(slots=True)
-class Open:
+class Open(Struct):
     """A request answered many times, while its answers come."""
 
     frame: Frame
     answered: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RepliesSpec:
+class RepliesSpec(Struct, frozen=True):
     """Requests naming where their answer goes (ask: that field), and answers sent there (answer:
     the field naming where a frame goes); status: an answer's status field, statuses: what its
     codes mean for the request."""

@@ -7,8 +7,9 @@ a later request or refused publish about that stream is told what the broker had
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, named
@@ -16,8 +17,7 @@ from streamdump.spec.registry import Protocol, Ref
 from streamdump.wire.frame import Frame
 
 
-@dataclass(frozen=True, slots=True)
-class AnnouncementSpec:
+class AnnouncementSpec(Struct, frozen=True):
     code: Ref  # MetadataUpdate.code
     about: str  # the field naming what it is about (stream)
 

@@ -12,9 +12,9 @@ used twice (a deduplicating consumer then drops the second).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct, field
 from streamdump.dissectors.rabbitmq_stream.osiris import content_of, ids_of
 
 from streamdump.analysis.rules import Rule, SpecCheck
@@ -30,8 +30,7 @@ MAX_DISORDER = 100
 ID_PATIENCE = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class AckSpec:
+class AckSpec(Struct, frozen=True):
     """Items of one frame acknowledged one by one by later frames of the other side."""
 
     name: str
@@ -45,8 +44,7 @@ class AckSpec:
     ordered: bool = False
 
 
-@dataclass(slots=True)
-class SentContent:
+class SentContent(Struct):
     """What one sender's messages said so far (for the content notes): the format of its first,
     and the message ids seen, with the item id and packet of each (the oldest forgotten first)."""
 
@@ -60,8 +58,7 @@ class SentContent:
     reused: int = 0  # reuses after that first one, counted and told when the session ends
 
 
-@dataclass(slots=True)
-class Sent:
+class Sent(Struct):
     """One connection's items in flight, by (ack name, session id)."""
 
     # item id -> (packet, ts) of the frame that sent it

@@ -9,8 +9,9 @@ end. The broker answers a Credit only to refuse it: that answer is linked to its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.rules import Rule, SpecCheck
 from streamdump.analysis.state import ConnState, session_name
@@ -21,23 +22,20 @@ from streamdump.wire.frame import Frame, links_of
 CREDIT_STALL_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class CreditSpec:
+class CreditSpec(Struct, frozen=True):
     session: str
     grant: tuple[Ref, ...]
     spend: str
     refusal: str | None
 
 
-@dataclass(slots=True)
-class Credit:
+class Credit(Struct):
     left: int
     zero: tuple[int, float] | None = None  # (packet, ts) where it reached zero
     stall: tuple[int, float, int, float] | None = None  # zero packet/ts, grant packet/ts
 
 
-@dataclass(slots=True)
-class Credits:
+class Credits(Struct):
     """One connection's subscriptions' credit."""
 
     left: dict[int, Credit] = field(default_factory=dict)

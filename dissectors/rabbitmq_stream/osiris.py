@@ -27,8 +27,9 @@ import re
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.codecs import amqp
 from streamdump.codecs.amqp_content import content_notes, message_id
@@ -93,8 +94,7 @@ def _candidate_starts(data: bytes, exact: bool, amqp_only: bool) -> list[int] | 
 CUT_OFF = -1  # an entry the end of the bytes cuts: where a chain behind an earlier gap stops
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(Struct):
     """One entry's header and body; the body is the record (simple) or the compressed records."""
 
     kind: int
@@ -106,8 +106,25 @@ class Entry:
     length: int = 0
     # Where the entry starts in the frame, and the codec variant that matched once decompressed:
     # facts about one decode, not part of the value.
-    pos: int = field(default=0, compare=False)
-    framing: str | None = field(default=None, compare=False)
+    pos: int = 0
+    framing: str | None = None
+
+    def __eq__(self, other: object) -> bool:
+        # pos and framing are facts about one decode, not part of the value.
+        if other.__class__ is not Entry:
+            return NotImplemented
+        return self._value() == other._value()  # type: ignore[attr-defined]
+
+    def _value(self) -> tuple[Any, ...]:
+        return (
+            self.kind,
+            self.size,
+            bytes(self.body),
+            self.compression,
+            self.record_count,
+            self.uncompressed_length,
+            self.length,
+        )
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"entry_kind": self.kind, "entry_size": self.size}

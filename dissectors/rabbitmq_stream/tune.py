@@ -8,8 +8,9 @@ heartbeat interval allows is told, while the frames go by and at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.analysis.endings import HEARTBEAT_SLACK
 from streamdump.analysis.rules import Rule, SpecCheck
@@ -18,14 +19,12 @@ from streamdump.spec.registry import Protocol, Ref
 from streamdump.wire.frame import Frame
 
 
-@dataclass(frozen=True, slots=True)
-class TuneSpec:
+class TuneSpec(Struct, frozen=True):
     frame_max: Ref  # Tune.frame_max
     heartbeat: str  # its heartbeat field
 
 
-@dataclass(slots=True)
-class Negotiated:
+class Negotiated(Struct):
     frame_max: int
     heartbeat: int
     answered_in: int  # the packet of the client's Tune

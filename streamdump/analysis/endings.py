@@ -18,8 +18,9 @@ Each finding comes back as an Ending; the tracker files it as a diagnosis.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from streamdump.wire.lifecycle import CLOSED, REFUSED, RESET, Life, Mark
 
@@ -35,8 +36,7 @@ HEARTBEAT_SLACK = 1.5
 TOGETHER_S = 0.1
 
 
-@dataclass(frozen=True, slots=True)
-class Ending:
+class Ending(Struct, frozen=True):
     severity: str
     kind: str
     summary: str
@@ -44,8 +44,7 @@ class Ending:
     number: int
 
 
-@dataclass(frozen=True, slots=True)
-class Words:
+class Words(Struct, frozen=True):
     """What the protocol's spec calls things, for the messages."""
 
     server: str  # the broker, the server

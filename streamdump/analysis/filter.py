@@ -13,9 +13,10 @@ import difflib
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
+
+from msgspec import Struct
 
 Lookup = Callable[[str], Sequence[Any]]
 Test = Callable[[Lookup], bool]
@@ -79,8 +80,7 @@ _NUMBERS = (int, float)
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-@dataclass(frozen=True, slots=True)
-class FieldType:
+class FieldType(Struct, frozen=True):
     """What a filter may compare a field with."""
 
     kind: str  # "int", "float", "str", "bytes", "bool", "any"
@@ -116,18 +116,33 @@ class FilterError(ValueError):
         return _LINE_BREAKS.sub(" ", line)
 
 
-@dataclass(frozen=True, slots=True)
 class Filter:
-    """A compiled filter: call it with a frame's lookup to test that frame."""
+    """A compiled filter: call it with a frame's lookup to test that frame. Two filters are
+    equal when their text, names and nativeness are (the compiled test is left out)."""
 
-    text: str
-    names: frozenset[str]  # canonical field names the filter refers to (prefix stripped)
-    _test: Test = field(repr=False, compare=False)
-    # Whether it names anything of this protocol (a field, or the protocol), not only others'.
-    native: bool = True
+    __slots__ = ("_test", "names", "native", "text")
+
+    def __init__(self, text: str, names: frozenset[str], test: Test, native: bool = True) -> None:
+        self.text = text
+        self.names = names  # canonical field names the filter refers to (prefix stripped)
+        self._test = test
+        # Whether it names anything of this protocol (a field, or the protocol), not only others'.
+        self.native = native
 
     def __call__(self, lookup: Lookup) -> bool:
         return self._test(lookup)
+
+    def _key(self) -> tuple[str, frozenset[str], bool]:
+        return (self.text, self.names, self.native)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Filter) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Filter(text={self.text!r}, names={self.names!r}, native={self.native!r})"
 
 
 def is_field_name(text: str) -> bool:

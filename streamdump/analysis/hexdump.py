@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from streamdump.analysis.pipeline import framing_rule
 from streamdump.spec.decoder import Decoder
@@ -35,8 +36,7 @@ _HEX_TOKEN = re.compile(r"(?:[0-9a-fA-F]{2})+")
 _ASCII = bytes(b if 0x20 <= b < 0x7F else 0x2E for b in range(256))
 
 
-@dataclass(slots=True)
-class Dump:
+class Dump(Struct):
     """The bytes of pasted hex: the pieces to decode one by one, and what reading them assumed."""
 
     pieces: list[bytes] = field(default_factory=list)

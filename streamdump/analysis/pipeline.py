@@ -15,9 +15,10 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.decrypting import SPANS_KEPT, Decrypting, packets_of
 from streamdump.analysis.recovering import Recovering
@@ -64,8 +65,7 @@ WATCHED_SEGMENTS = 4
 ENDINGS = {"the connection closed": CLOSED, "the connection was reset": RESET, "the port was reused": REUSED}
 
 
-@dataclass(frozen=True, slots=True)
-class Notice:
+class Notice(Struct, frozen=True):
     """Something about the capture (not a single frame) the user should know."""
 
     severity: str
@@ -80,7 +80,6 @@ class Notice:
     length: int | None = None
 
 
-@dataclass(slots=True)
 class ReadStats(Tally):
     segments_matched: int = 0
     frames: int = 0
@@ -99,28 +98,41 @@ class ReadStats(Tally):
     ended: list[Life] | None = None
 
 
-@dataclass(slots=True, init=False)
 class Side:
     """One direction of a connection: its byte stream and its framer."""
 
+    __slots__ = (
+        "beside",
+        "cipher",
+        "conn",
+        "dst",
+        "floors",
+        "framer",
+        "mixed",
+        "passed_packets",
+        "spans",
+        "src",
+        "stream",
+        "waiting",
+    )
     src: Endpoint
     dst: Endpoint
     stream: Stream
     framer: Framer
-    floors: dict[tuple, int] = field(default_factory=dict)  # layout -> last increasing value
+    floors: dict[tuple, int]  # layout -> last increasing value
     # Layouts with a hooked tail: the last frame's session and the values beside the field,
     # and the layouts whose frames in this direction belonged to more than one session.
-    beside: dict[tuple, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
-    mixed: set[tuple] = field(default_factory=set)
+    beside: dict[tuple, tuple[Any, dict[str, Any]]]
+    mixed: set[tuple]
     # Bytes passed over with runs that may hold elements, waiting for the frame after them:
     # (the piece, its packet number, its time).
-    waiting: tuple[Piece, int, float] | None = None
-    conn: int = 0  # the connection's number
+    waiting: tuple[Piece, int, float] | None
+    conn: int  # the connection's number
     # (start, end, packet) of the segments whose bytes the framer has not cut into pieces yet.
-    spans: deque[tuple[int, int, int]] = field(default_factory=lambda: deque((), SPANS_KEPT))  # noqa: RUF037 (see Stream)
-    passed_packets: tuple[int, ...] = ()  # the packets of the bytes waiting in `waiting`
+    spans: deque[tuple[int, int, int]]
+    passed_packets: tuple[int, ...]  # the packets of the bytes waiting in `waiting`
     # TLS: the spans of the encrypted stream (spans then holds the decrypted stream's).
-    cipher: deque[tuple[int, int, int]] | None = None
+    cipher: deque[tuple[int, int, int]] | None
 
     # Written out (see Stream): two sides are made per connection.
     def __init__(self, src: Endpoint, dst: Endpoint, stream: Stream, framer: Framer, conn: int = 0) -> None:
@@ -157,22 +169,35 @@ class Side:
         return f"{self.src} -> {self.dst}"
 
 
-@dataclass(slots=True, init=False)
 class Connection:
+    __slots__ = (
+        "client",
+        "client_spoke",
+        "finished",
+        "life",
+        "number",
+        "parked",
+        "runtime",
+        "server",
+        "state",
+        "tls",
+        "to_client",
+        "to_server",
+    )
     client: Endpoint
     server: Endpoint
     to_server: Side
     to_client: Side
     runtime: Runtime
     life: Life
-    number: int = 0  # 1, 2, ... in the order connections first appear in the capture
-    finished: bool = False
-    state: DecodeState | None = None  # what decoding remembers between frames (requests' commands)
-    tls: TlsConnection | None = None  # the TLS layer, once the client's first bytes were a ClientHello
-    client_spoke: bool = False  # the client's first bytes were seen (and checked for a ClientHello)
+    number: int  # 1, 2, ... in the order connections first appear in the capture
+    finished: bool
+    state: DecodeState | None  # what decoding remembers between frames (requests' commands)
+    tls: TlsConnection | None  # the TLS layer, once the client's first bytes were a ClientHello
+    client_spoke: bool  # the client's first bytes were seen (and checked for a ClientHello)
     # A TLS connection on no known port: decrypted pieces (from client, piece, packets) held until
     # one side's bytes show the protocol; None once it is known.
-    parked: list[tuple[bool, Any, tuple[int, ...]]] | None = None
+    parked: list[tuple[bool, Any, tuple[int, ...]]] | None
 
     # Written out (see Stream): one is made per connection.
     def __init__(
@@ -200,8 +225,7 @@ class Connection:
         self.parked = None
 
 
-@dataclass(slots=True)
-class Watch:
+class Watch(Struct):
     """A connection on no known port, watched for the protocol its first bytes show."""
 
     segments: list[Segment] = field(default_factory=list)

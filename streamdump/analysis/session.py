@@ -19,9 +19,10 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
+
+from msgspec import Struct, field
 
 from streamdump.analysis.conversations import Conversations
 from streamdump.analysis.fieldnames import FrameFilter
@@ -60,8 +61,7 @@ class OptionError(ValueError):
 # ---------------------------------------------------------------------- options
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
+class Options(Struct, frozen=True):
     """How to read: which protocols, on which server ports, within which bounds, which frames shown.
 
     protocols: every protocol the registry has when empty. ports: extra server ports, for the
@@ -165,8 +165,7 @@ def field_names(decoders: Iterable[Decoder], names: Iterable[str], option: str) 
         raise OptionError(str(exc)) from None
 
 
-@dataclass(frozen=True, slots=True)
-class Setup:
+class Setup(Struct, frozen=True):
     """Options made ready: the protocols' decoders, how a connection's protocol is told, the filter."""
 
     options: Options
@@ -267,8 +266,7 @@ class HexBytes(Source):
 # ---------------------------------------------------------------------- the session
 
 
-@dataclass(slots=True)
-class _Pass:
+class _Pass(Struct):
     """What a first pass gives the second: links frames learn from frames after them, by place."""
 
     later: dict[int, dict[str, Any]] = field(default_factory=dict)

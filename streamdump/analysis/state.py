@@ -10,8 +10,9 @@ knows (the user, the negotiated frame size and heartbeat) in `facts`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.wire.findings import FINDINGS
 from streamdump.wire.frame import Endpoint, Frame
@@ -21,8 +22,7 @@ from streamdump.wire.frame import Endpoint, Frame
 FACTS = ("user", "frame_max", "heartbeat_s", "versions")
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
+class Diagnosis(Struct, frozen=True):
     """One finding about the conversation, as a user should read it."""
 
     severity: str
@@ -50,8 +50,7 @@ class Diagnosis:
 
 
 # Not frozen: one is made per frame (see wire/framing.py's Piece).
-@dataclass(slots=True)
-class Seen:
+class Seen(Struct):
     """What the tracker remembers of a connection's latest frame: enough to name it, not its bytes."""
 
     number: int
@@ -73,14 +72,12 @@ def seen(frame: Frame, length: int | None = None) -> Seen:
     return Seen(frame.number, frame.ts, frame.name, frame.wire_key, frame.version, size, frame.from_client)
 
 
-@dataclass(slots=True)
-class Request:
+class Request(Struct):
     frame: Frame
     corr: int | str
 
 
-@dataclass(slots=True)
-class Session:
+class Session(Struct):
     name: str
     id: int | str
     opened_in: int
@@ -97,8 +94,7 @@ def session_name(kind: str, sid: int | str, session: Session | None) -> str:
     return f"{kind} {sid}" + (f" ({name} {value!r})" if value else "")
 
 
-@dataclass(slots=True)
-class SideState:
+class SideState(Struct):
     """What one side of a connection sent and announced."""
 
     last: Seen | None = None
@@ -106,8 +102,7 @@ class SideState:
     lowest_corr: int | None = None
 
 
-@dataclass(slots=True)
-class ConnState:
+class ConnState(Struct):
     number: int
     protocol: str = ""
     client: Endpoint | None = None

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from streamdump.analysis.grouping import Grouping
 from streamdump.analysis.rows import Rows
@@ -117,8 +119,7 @@ def latency(samples: Samples) -> dict[str, Any]:
     return out
 
 
-@dataclass(slots=True)
-class Volume:
+class Volume(Struct):
     frames: int = 0
     messages: int = 0
     bytes: int = 0
@@ -134,8 +135,7 @@ class Volume:
             self.latency.merge(other.latency)
 
 
-@dataclass(slots=True)
-class Statistics:
+class Statistics(Struct):
     protocol: Protocol
     tracker: Tracker
     frames: int = 0
@@ -306,8 +306,7 @@ class Statistics:
         )
 
 
-@dataclass(slots=True)
-class Partial:
+class Partial(Struct):
     """The statistics of some connections of a capture: counters, latency histograms, one
     summary per connection and the findings. Partials of disjoint connections merge into
     what one read of them all gives; `result()` is the JSON `stats` prints."""

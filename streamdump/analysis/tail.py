@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.spec.hooks import Hook
 from streamdump.spec.layout import ArrayCodec, BadValue, Ctx, FieldOp, FixedRun, RawCodec, Short, StructCodec
 from streamdump.spec.registry import FieldSpec
 
 
-@dataclass(frozen=True, slots=True)
-class TailRule:
+class TailRule(Struct, frozen=True):
     array: str  # name of the frame's last field, an array
     element: StructCodec
     increasing: str  # the element field that must grow
@@ -40,8 +40,7 @@ class TailRule:
     steps: tuple[int | Callable[[bytes, int, int], int | None], ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HookTail:
+class HookTail(Struct, frozen=True):
     """A layout whose last field (optional ones after it aside) is a raw field with a hook
     that takes cuts: the hook finds the items behind a gap."""
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 if TYPE_CHECKING:
     from streamdump.spec.dissector import MessageRules, Volume
@@ -64,8 +65,7 @@ def percentile(bins: Mapping[int, int], p: float) -> float | None:
     return None
 
 
-@dataclass(slots=True)
-class Timeline:
+class Timeline(Struct):
     """Series over time, fed observation by observation, in any order of time."""
 
     level: int = 0  # the bucket width is BASE_WIDTH * 2**level

@@ -18,8 +18,9 @@ it the same way.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import replace
 from typing import Any
+
+from msgspec.structs import replace
 
 from streamdump.analysis.endings import Ending, Words, endings
 from streamdump.analysis.rules import Rule, rule_classes

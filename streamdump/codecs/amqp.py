@@ -63,6 +63,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct
+
 from streamdump.codecs.values import json_float, json_key, plain_float
 
 MAX_DEPTH = 64
@@ -98,8 +100,7 @@ class Timestamp(int):
         return f"Timestamp({int(self)})"
 
 
-@dataclass(frozen=True, slots=True)
-class Decimal:
+class Decimal(Struct, frozen=True):
     """An IEEE 754 decimal32/64/128, kept as its raw bytes (width in bytes: 4, 8 or 16)."""
 
     width: int
@@ -109,8 +110,7 @@ class Decimal:
         return self.raw.hex()
 
 
-@dataclass(frozen=True, slots=True)
-class Described:
+class Described(Struct, frozen=True):
     """A described value: descriptor (usually a ulong or a symbol) and the value it describes."""
 
     descriptor: Any
@@ -120,8 +120,7 @@ class Described:
         return {"descriptor": to_json(self.descriptor), "value": to_json(self.value)}
 
 
-@dataclass(frozen=True, slots=True)
-class Array:
+class Array(Struct, frozen=True):
     """An AMQP array: one element constructor shared by all items."""
 
     element_type: str
@@ -132,8 +131,7 @@ class Array:
         return to_json(self)
 
 
-@dataclass(frozen=True, slots=True)
-class Typed:
+class Typed(Struct, frozen=True):
     """Encoder input: value encoded as the named AMQP type ("uint", "symbol", ...)."""
 
     type_name: str
@@ -143,8 +141,7 @@ class Typed:
         return to_json(self.value)
 
 
-@dataclass(slots=True)
-class Section:
+class Section(Struct):
     """One message section: header, properties, a data body..., with its place in the input."""
 
     code: int  # 0x70..0x78
@@ -154,6 +151,7 @@ class Section:
     value: Any
 
 
+# A dataclass, not a Struct: DataAlone below keeps its own slots and makes these on first read.
 @dataclass(slots=True)
 class Message:
     """A decoded bare message: its sections up to the first malformed byte, that error, and notes."""

@@ -23,10 +23,10 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from dataclasses import dataclass
 
 import cramjam
 import zstandard
+from msgspec import Struct
 
 _SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
 _SNAPPY_XERIAL = b"\x82SNAPPY\x00"
@@ -53,8 +53,7 @@ class TooLarge(DecompressionError):
         self.declared, self.cap = declared, cap
 
 
-@dataclass(frozen=True, slots=True)
-class Decompressed:
+class Decompressed(Struct, frozen=True):
     data: bytes
     framing: str  # which variant matched, e.g. "snappy framed", "lz4 block, size-prefixed"
 

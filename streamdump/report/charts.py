@@ -14,10 +14,10 @@ import io
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
+from msgspec import Struct
 
 matplotlib.use("Agg")  # no display: files only
 
@@ -47,8 +47,7 @@ MAX_LABEL = 60
 SECONDS = "seconds since the capture's first packet"
 
 
-@dataclass(frozen=True, slots=True)
-class Chart:
+class Chart(Struct, frozen=True):
     """One chart: its name (for files), title, and how it draws itself."""
 
     name: str

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.analysis.session import Session
 from streamdump.analysis.statistics import document
@@ -24,8 +25,7 @@ class ReportError(Exception):
     """What a report cannot be made from; str() is one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class CaptureReport:
+class CaptureReport(Struct, frozen=True):
     """One capture: its name, `stats` JSON and series over time."""
 
     name: str
@@ -109,8 +109,7 @@ def summary(captures: list[CaptureReport]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class FindingRow:
+class FindingRow(Struct, frozen=True):
     """One finding as the report's table lists it, with the filters that show it."""
 
     capture: str

@@ -19,12 +19,13 @@ import heapq
 import json
 import pickle
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from streamdump.analysis.conversations import abruptly_left
 from streamdump.analysis.endings import ended_together
@@ -84,16 +85,14 @@ class PipelineError(Exception):
     """The run cannot go on; str() is one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Input:
+class Input(Struct, frozen=True):
     index: int
     path: str  # as given, or as found under a folder given
     size: int
     layout: Layout
 
 
-@dataclass(slots=True)
-class Outcome:
+class Outcome(Struct):
     """What a run wrote and found, for the CLI to tell."""
 
     out: str

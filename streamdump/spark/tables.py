@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from msgspec import Struct
 
 from streamdump.analysis.fieldnames import Names, field_types, messages_declared, names_of, value_items
 from streamdump.analysis.grouping import value_text
@@ -106,8 +106,7 @@ EXCHANGE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Roles:
+class Roles(Struct, frozen=True):
     """Per protocol: the names of its correlation, status and subject fields (None: it has none)."""
 
     correlation: str | None

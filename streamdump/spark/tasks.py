@@ -15,13 +15,13 @@ import pickle
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from msgspec import Struct, field
 
 from streamdump.analysis.pipeline import Notice, ReadStats, report_skips
 from streamdump.analysis.session import Options
@@ -69,8 +69,7 @@ SKIPPED_FLOW = -1
 FOUND = pa.schema([("capture", pa.string()), ("blob", pa.binary())])
 
 
-@dataclass(frozen=True, slots=True)
-class Work:
+class Work(Struct, frozen=True):
     """One range to extract: where its first record is, how many packets come before it, and
     (pcapng) the section it starts in. whole: read the file from its start with the CLI's reader."""
 
@@ -81,8 +80,7 @@ class Work:
     whole: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Capture:
+class Capture(Struct, frozen=True):
     """A capture file as decoding tasks need to know it: packets in all and the last segment's time
     (what the end of a capture gives the connections still open then)."""
 
@@ -94,8 +92,7 @@ class Capture:
     first_ts: float | None = None
 
 
-@dataclass(slots=True)
-class Found:
+class Found(Struct):
     """What one task found about one capture, for the driver to merge with other tasks'."""
 
     counts: dict[str, int] = field(default_factory=dict)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from streamdump.codecs.values import preview
 from streamdump.spec.frozen import Record, frozen
@@ -26,8 +27,7 @@ if TYPE_CHECKING:
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
 # building a row cost more than the rest of a message's line; nothing changes rows anyway.
-@dataclass(slots=True)
-class MessageRow:
+class MessageRow(Struct):
     """One line of `--messages`: where a message is in its frame, its size and what it says.
 
     subject: the stream or topic it is addressed to ("?" when the capture does not show it).
@@ -70,8 +70,7 @@ def message_text(
     return "  ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Volume:
+class Volume(Struct, frozen=True):
     """What a frame moves, from its headers alone: for `stats`' table of messages per subject."""
 
     subject: str

@@ -17,8 +17,9 @@ whole items in the bytes present after each gap (Deliver's records behind a gap)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from streamdump.spec.dissector import dissector_of
 from streamdump.spec.registry import Protocol, SpecError
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
     from streamdump.wire.frame import Node
 
 
-@dataclass(slots=True)
-class Cut:
+class Cut(Struct):
     """A hooked raw field that a gap cut: what its check and expand get instead of its bytes.
 
     head: the field's bytes present before the first gap; size: what its size field says
@@ -53,8 +53,7 @@ class Cut:
         return bytes(self.head).hex()
 
 
-@dataclass(frozen=True, slots=True)
-class Around:
+class Around(Struct, frozen=True):
     """What a hook's tail knows beyond its field's own bytes.
 
     islands: the runs of bytes present after each gap, in order; anchored: the last run

@@ -13,8 +13,9 @@ import ipaddress
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from streamdump.codecs import lenient_json
 from streamdump.codecs.protobuf import ProtobufError, Schema
@@ -57,8 +58,7 @@ class BadValue(Exception):
         self.text = message
 
 
-@dataclass(slots=True)
-class Ctx:
+class Ctx(Struct):
     """Per-decode state: where expert notes go, and the node list when a tree is wanted."""
 
     expert: list[Expert]
@@ -778,8 +778,7 @@ def run_hook(hook: Any, value: Any, out: dict[str, Any], pos: int, ctx: Ctx, nod
 # ---------------------------------------------------------------- what a field's value says
 
 
-@dataclass(frozen=True, slots=True)
-class Checks:
+class Checks(Struct, frozen=True):
     """Work a field needs beyond reading its value: a constant to compare, parts to unpack."""
 
     const: Any = None

@@ -23,9 +23,11 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from streamdump.analysis.fieldnames import FrameFilter
 from streamdump.analysis.pipeline import Notice
@@ -48,8 +50,7 @@ CACHED_BYTES = 64 << 20
 SPOOL_BUFFER = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(Struct, frozen=True):
     """One packet list row, as the list draws it (text as decoded: the list escapes it)."""
 
     index: int  # place in the index (rows are numbered from 0 in capture order)

@@ -10,8 +10,9 @@ them (text as it is, bytes as hex, numbers as numbers), escaped for the terminal
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from streamdump.analysis.fieldnames import Names, frame_lookup
 from streamdump.analysis.grouping import row_values, value_text
@@ -35,8 +36,7 @@ class FieldsError(ValueError):
     """An -E option that is not one of tshark's: str() says which and what it takes."""
 
 
-@dataclass(frozen=True, slots=True)
-class FieldsLayout:
+class FieldsLayout(Struct, frozen=True):
     """What -T fields prints: columns (as named, the name looked up) and the -E options."""
 
     columns: tuple[tuple[str, str], ...]

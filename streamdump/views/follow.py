@@ -11,8 +11,9 @@ Only the text of each frame is kept, escaped for the terminal, not the frame.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from streamdump.analysis.state import ConnState
 from streamdump.views.safe import escape, quoted
@@ -26,8 +27,7 @@ if TYPE_CHECKING:
 MAX_COLUMN = 64
 
 
-@dataclass(slots=True)
-class Row:
+class Row(Struct):
     number: int
     ts: float
     client: str = ""
@@ -35,8 +35,7 @@ class Row:
     answer: str = ""  # "packet N, 0.123 ms" of the response on this row
 
 
-@dataclass(slots=True)
-class Dialogue:
+class Dialogue(Struct):
     """The rows of one connection, built frame by frame in capture order."""
 
     number: int

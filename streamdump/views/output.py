@@ -8,8 +8,9 @@ each protocol's frames are drawn by that protocol's Renderer. Statistics are dra
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from msgspec import Struct
 
 from streamdump.analysis.fieldnames import names_of
 from streamdump.spec.decoder import Decoder
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
     from streamdump.views.messages import MessageLines
 
 
-@dataclass(frozen=True, slots=True)
-class Display:
+class Display(Struct, frozen=True):
     """How frames are shown: the view (-T), its tree (-V), messages (-m), bytes (-x), -T fields'
     columns, the time format (-t), and whether frames are shown at all (-q)."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from streamdump.codecs.values import plain_float
 from streamdump.spec.decoder import Decoder
@@ -27,8 +28,7 @@ PREVIEW_BYTES = 24
 _PACKET_DISPLAYS = ("packet", "request_packet", "response_packet")
 
 
-@dataclass(slots=True)
-class Branch:
+class Branch(Struct):
     """One line of a frame's detail tree, as data: its text as decoded (escaped where it is
     shown), its style, the bytes it stands for (offset and length in the frame; None for what
     the tracker added) and, for a link, the packets of the frames it names."""

@@ -17,11 +17,11 @@ import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import zstandard
+from msgspec import Struct, field
 
 from streamdump.wire.packet import Segment, Skip, parse
 from streamdump.wire.pcapng import PcapngError, Section
@@ -69,8 +69,7 @@ class CaptureError(Exception):
     """The capture cannot be read (further); str() is a one-line explanation."""
 
 
-@dataclass(slots=True)
-class Tally:
+class Tally(Struct):
     """Counts every packet read, TCP or not, and the ones that yielded no segment, for reports."""
 
     packets: int = 0

@@ -14,11 +14,11 @@ makes only a note) has its own entry, the severity added: `...expert.unanswered.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(Struct, frozen=True):
     """One kind of finding."""
 
     # Wireshark's expert group, as its own dissectors use them: malformed, undecoded,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 if TYPE_CHECKING:
     from streamdump.spec.registry import FieldSpec
@@ -12,8 +13,7 @@ if TYPE_CHECKING:
 SEVERITIES = ("chat", "note", "warn", "error")
 
 
-@dataclass(frozen=True, slots=True)
-class Expert:
+class Expert(Struct, frozen=True):
     severity: str
     message: str
     offset: int | None = None  # byte offset in the frame (size prefix included)
@@ -29,8 +29,7 @@ class Expert:
         return out
 
 
-@dataclass(slots=True)
-class Node:
+class Node(Struct):
     """One field in the detail tree, with its position in the frame."""
 
     spec: FieldSpec | None
@@ -41,12 +40,16 @@ class Node:
     children: list[Node] = field(default_factory=list)
 
 
-@dataclass(slots=True)
 class Endpoint:
-    ip: str
-    port: int
-    # Its text, made the first time it is shown: a connection's endpoints are shown on every line.
-    text: str | None = field(default=None, init=False, repr=False, compare=False)
+    """One end of a connection; equal to another with the same address and port."""
+
+    __slots__ = ("ip", "port", "text")
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.port = port
+        # Its text, made the first time it is shown: a connection's endpoints are shown on every line.
+        self.text: str | None = None
 
     def __str__(self) -> str:
         text = self.text
@@ -54,9 +57,18 @@ class Endpoint:
             text = self.text = f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
         return text
 
+    def __repr__(self) -> str:
+        return f"Endpoint(ip={self.ip!r}, port={self.port!r})"
 
-@dataclass(slots=True)
-class Frame:
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Endpoint:
+            return NotImplemented
+        return self.ip == other.ip and self.port == other.port  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (its text is cached), as before
+
+
+class Frame(Struct):
     """One protocol frame, decoded. Capture context (number, ts, src, dst) is set by the reader."""
 
     protocol: str

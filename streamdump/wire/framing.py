@@ -13,7 +13,8 @@ reported, never decoded from garbage. Buffered bytes are bounded by the frame li
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from streamdump.wire.reassembly import Gap
 
@@ -72,8 +73,7 @@ MIN_CUT_PREFIX = 128
 
 
 # Not frozen: one is made per frame, and a frozen dataclass's __init__ costs several times a plain one's.
-@dataclass(slots=True)
-class Piece:
+class Piece(Struct):
     """What the framer found: a frame, an incomplete frame, or bytes it had to pass over."""
 
     kind: str  # "frame", "incomplete" or "skipped"

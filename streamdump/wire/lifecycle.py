@@ -11,7 +11,7 @@ connection whatever it carried.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from streamdump.wire.frame import Endpoint
 from streamdump.wire.reassembly import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN
@@ -24,8 +24,7 @@ REUSED = "reused"  # a new SYN on the same ports began another connection
 
 
 # Not frozen: several are made per connection (see wire/framing.py's Piece).
-@dataclass(slots=True)
-class Mark:
+class Mark(Struct):
     """One flag seen: which packet, when, and who sent it."""
 
     number: int
@@ -33,8 +32,7 @@ class Mark:
     from_client: bool
 
 
-@dataclass(slots=True)
-class Life:
+class Life(Struct):
     """What the capture shows of one connection's opening and ending."""
 
     conn: int

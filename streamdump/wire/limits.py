@@ -9,7 +9,9 @@ A cap that is hit becomes an expert note naming the limit and the option that ra
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+
+from msgspec import Struct
+from msgspec.structs import fields, replace
 
 from streamdump.wire.reassembly import DEFAULT_REORDER_CAP
 
@@ -36,8 +38,7 @@ class LimitError(ValueError):
     """A --limit that names no limit or gives no usable value; str() is one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(Struct, frozen=True):
     frame: int | None = None
     sub_batch: int = 64 << 20
     expanded: int = 64 << 20

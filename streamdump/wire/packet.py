@@ -12,8 +12,9 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import Enum
+
+from msgspec import Struct
 
 _U16 = struct.Struct("!H")
 _U32_LE = struct.Struct("<I")
@@ -49,8 +50,7 @@ class Skip(Enum):
     UNKNOWN_LINK = "unknown link type"
 
 
-@dataclass(slots=True, init=False)
-class Segment:
+class Segment(Struct):
     """One TCP segment as reassembly sees it."""
 
     number: int  # 1-based packet number in the file
@@ -63,34 +63,11 @@ class Segment:
     ack: int
     flags: int
     payload: bytes  # the captured part of the payload
-    wire_len: int  # payload length on the wire
+    wire_len: int = -1  # payload length on the wire; -1: as captured
 
-    # Written out (not a generated __init__ and a __post_init__): one is made per packet.
-    def __init__(
-        self,
-        number: int,
-        ts: float,
-        src: str,
-        dst: str,
-        sport: int,
-        dport: int,
-        seq: int,
-        ack: int,
-        flags: int,
-        payload: bytes,
-        wire_len: int = -1,  # -1: as captured
-    ) -> None:
-        self.number = number
-        self.ts = ts
-        self.src = src
-        self.dst = dst
-        self.sport = sport
-        self.dport = dport
-        self.seq = seq
-        self.ack = ack
-        self.flags = flags
-        self.payload = payload
-        self.wire_len = wire_len if wire_len >= 0 else len(payload)
+    def __post_init__(self) -> None:
+        if self.wire_len < 0:
+            self.wire_len = len(self.payload)
 
 
 # A link parser returns (ethertype-like IP version selector, offset of the IP header) or None.

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import BinaryIO
+
+from msgspec import Struct, field
 
 SHB = 0x0A0D0D0A
 IDB = 0x00000001
@@ -37,8 +38,7 @@ class PcapngError(Exception):
     """The file stops being valid pcapng; str() says where and why."""
 
 
-@dataclass(slots=True)
-class Interface:
+class Interface(Struct):
     linktype: int
     snaplen: int
     units_per_second: int = 1_000_000
@@ -74,8 +74,7 @@ def _interface(body: bytes, order: str) -> Interface:
     return iface
 
 
-@dataclass(slots=True)
-class Section:
+class Section(Struct):
     """What a reader knows at a block boundary: the byte order and interfaces of the section."""
 
     order: str = "<"

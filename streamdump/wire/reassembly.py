@@ -20,7 +20,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+from msgspec import Struct
 
 TCP_FIN = 0x01
 TCP_SYN = 0x02
@@ -35,8 +36,7 @@ DEFAULT_REORDER_CAP = 4 << 20  # bytes waiting for earlier bytes, per direction
 DEFAULT_HISTORY = 256 << 10  # delivered bytes kept to check retransmissions against
 
 
-@dataclass(frozen=True, slots=True)
-class Gap:
+class Gap(Struct, frozen=True):
     """Bytes of the stream the capture does not have: positions [start, end)."""
 
     start: int
@@ -54,8 +54,7 @@ class Gap:
         return self.start % SEQ_MOD, self.end % SEQ_MOD
 
 
-@dataclass(frozen=True, slots=True)
-class Conflict:
+class Conflict(Struct, frozen=True):
     """A retransmitted copy that disagrees with the copy already used."""
 
     start: int
@@ -66,25 +65,41 @@ class Conflict:
 Event = tuple[int, bytes] | Gap  # (position, in-order bytes) or a gap
 
 
-@dataclass(slots=True, init=False)
 class Stream:
-    reorder_cap: int = DEFAULT_REORDER_CAP
-    history_cap: int = DEFAULT_HISTORY
-    on_conflict: Callable[[Conflict], None] | None = None
-    on_late: Callable[[Gap, int], None] | None = None  # (gap it falls into, packet number)
-    next: int | None = None  # position of the next byte to hand on
-    syn_seen: bool = False
-    fin: int | None = None  # position of the FIN, once seen
-    closed: bool = False  # every byte before the FIN has been handed on
-    pending: dict[int, bytes] = field(default_factory=dict)
-    pending_heap: list[int] = field(default_factory=list)
-    pending_bytes: int = 0
-    lost: list[tuple[int, int]] = field(default_factory=list)  # cut by snaplen, ahead of next
-    history: deque[tuple[int, bytes]] = field(default_factory=deque)
-    history_bytes: int = 0
+    __slots__ = (
+        "closed",
+        "fin",
+        "history",
+        "history_bytes",
+        "history_cap",
+        "lost",
+        "next",
+        "on_conflict",
+        "on_late",
+        "pending",
+        "pending_bytes",
+        "pending_heap",
+        "recent_gaps",
+        "reorder_cap",
+        "syn_seen",
+    )
+    reorder_cap: int
+    history_cap: int
+    on_conflict: Callable[[Conflict], None] | None
+    on_late: Callable[[Gap, int], None] | None  # (gap it falls into, packet number)
+    next: int | None  # position of the next byte to hand on
+    syn_seen: bool
+    fin: int | None  # position of the FIN, once seen
+    closed: bool  # every byte before the FIN has been handed on
+    pending: dict[int, bytes]
+    pending_heap: list[int]
+    pending_bytes: int
+    lost: list[tuple[int, int]]  # cut by snaplen, ahead of next
+    history: deque[tuple[int, bytes]]
+    history_bytes: int
     # deque((), n), not deque(maxlen=n): keyword arguments make a deque several times slower to
     # make, and two are made per direction of every connection.
-    recent_gaps: deque[Gap] = field(default_factory=lambda: deque((), 16))  # noqa: RUF037
+    recent_gaps: deque[Gap]
 
     # Written out, not generated: a generated __init__ calls a factory per container, and two
     # streams are made per connection (a capture of short connections makes them by the million).

@@ -15,9 +15,10 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from io import BytesIO
 from typing import BinaryIO
+
+from msgspec import Struct, field
 
 from streamdump.wire.capture import (
     BZIP2_MAGIC,
@@ -62,8 +63,7 @@ class SplitError(Exception):
     """A file cannot be split; str() says why in one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(Struct, frozen=True):
     """What a capture's first bytes say about how its records are laid out."""
 
     kind: str  # pcap, pcapng, or whole (compressed: read from the start only)
@@ -73,8 +73,7 @@ class Layout:
     snaplen: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
+class Split(Struct, frozen=True):
     capture: int  # the file's place among the inputs
     path: str
     index: int  # the range's place in its file
@@ -83,8 +82,7 @@ class Split:
     layout: Layout
 
 
-@dataclass(slots=True)
-class Scan:
+class Scan(Struct):
     """What walking one range found: where its records start and stop, and how many there are."""
 
     first: int | None  # offset of the range's first record (None: no record starts in it)

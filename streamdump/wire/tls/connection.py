@@ -12,8 +12,9 @@ cut by a gap) is a Note, drained by the reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from streamdump.wire.reassembly import Gap
 from streamdump.wire.tls.handshake import (
@@ -58,15 +59,13 @@ SESSIONS_KEPT = 4096
 Output = tuple[int, bytes, int, int] | Gap  # (plain position, plaintext, record start, record end)
 
 
-@dataclass(slots=True)
-class Note:
+class Note(Struct):
     severity: str
     message: str
     number: int
 
 
-@dataclass(slots=True)
-class TlsInfo:
+class TlsInfo(Struct):
     """What every view shows of a connection's TLS layer."""
 
     version: str | None = None
@@ -117,8 +116,7 @@ class Resumption:
         return self.masters.get(ident) if ident else None
 
 
-@dataclass(slots=True)
-class Direction:
+class Direction(Struct):
     from_client: bool
     records: Records = field(default_factory=Records)
     messages: Messages = field(default_factory=Messages)  # plaintext handshake

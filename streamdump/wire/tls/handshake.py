@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 CLIENT_HELLO = 1
 SERVER_HELLO = 2
@@ -107,8 +108,7 @@ def _alpn(data: bytes) -> list[str]:
     return names
 
 
-@dataclass(frozen=True, slots=True)
-class ClientHello:
+class ClientHello(Struct, frozen=True):
     random: bytes
     session_id: bytes
     suites: tuple[int, ...]
@@ -153,8 +153,7 @@ def client_hello(body: bytes) -> ClientHello:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ServerHello:
+class ServerHello(Struct, frozen=True):
     random: bytes
     session_id: bytes
     suite: int

@@ -10,8 +10,9 @@ none of these is junk: counted, the first few kept for the note that says so, ne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 USED = (
     "CLIENT_RANDOM",
@@ -32,8 +33,7 @@ class KeyLogError(Exception):
     """A key log file that cannot be read at all (missing, a directory, unreadable)."""
 
 
-@dataclass(slots=True)
-class KeyLog:
+class KeyLog(Struct):
     """Secrets by client random, from every key log given (files, then a capture's blocks)."""
 
     secrets: dict[bytes, dict[str, bytes]] = field(default_factory=dict)

@@ -8,7 +8,8 @@ the bytes are not TLS (or not from a record boundary). The buffer holds at most 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 CHANGE_CIPHER_SPEC = 20
 ALERT = 21
@@ -39,8 +40,7 @@ def is_client_hello(data: bytes | bytearray | memoryview) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(Struct, frozen=True):
     pos: int  # stream position of its header
     header: bytes
     body: bytes

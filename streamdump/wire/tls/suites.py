@@ -3,9 +3,8 @@ its MAC and the hash of its key schedule (TLS 1.3) or PRF (TLS 1.2)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cryptography.hazmat.primitives import hashes
+from msgspec import Struct
 
 GCM = "gcm"
 CHACHA = "chacha20-poly1305"
@@ -14,8 +13,7 @@ CBC = "cbc"
 HASHES = {"sha1": hashes.SHA1, "sha256": hashes.SHA256, "sha384": hashes.SHA384}
 
 
-@dataclass(frozen=True, slots=True)
-class Suite:
+class Suite(Struct, frozen=True):
     ident: int
     name: str
     tls13: bool
