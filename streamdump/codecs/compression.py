@@ -25,7 +25,6 @@ import struct
 import zlib
 
 import cramjam
-import zstandard
 from msgspec import Struct
 
 _SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"
@@ -235,6 +234,8 @@ def inflate(codec: str, body: bytes | memoryview, limit: int) -> bytes:
             raise DecompressionError("zlib data ends before its stream does")
         return out
     if codec == "zstd":
+        import zstandard  # a RocketMQ zstd body's only: a start-up that needs none skips it
+
         try:
             reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
             out = reader.read(limit + 1)
