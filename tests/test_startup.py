@@ -8,12 +8,14 @@ compiled from the specs does, whatever happened to the cache.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pickle
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -298,3 +300,76 @@ def test_a_read_compiles_no_dataclass_methods(tmp_path: Path) -> None:
     loaded(["read", str(NATS)], env)  # fills the cache
     # Message stays a dataclass: DataAlone, its lazily expanded subclass, keeps slots of its own.
     assert generated_classes(["read", str(NATS)], env) == ["streamdump.codecs.amqp.Message"]
+
+
+def _new_start(monkeypatch: pytest.MonkeyPatch, folder: Path | str) -> list[str]:
+    """What a new process sees of the generated-code store; the sources it compiles."""
+    monkeypatch.setenv("STREAMDUMP_CACHE", str(folder))
+    monkeypatch.setattr(cache, "_codes", None)
+    compiled: list[str] = []
+
+    def counting(source: str, filename: str, mode: str) -> Any:
+        compiled.append(source)
+        return compile(source, filename, mode)
+
+    monkeypatch.setattr(cache, "compile", counting, raising=False)
+    return compiled
+
+
+def _value(code: Any) -> Any:
+    env: dict[str, Any] = {}
+    exec(code, env)
+    return env["x"]
+
+
+def test_generated_code_is_read_back_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _new_start(monkeypatch, tmp_path)
+    assert _value(cache.compiled("x = 1\n", "<one>")) == 1
+    assert _value(cache.compiled("x = 2\n", "<two>")) == 2
+    assert first == ["x = 1\n", "x = 2\n"]
+    second = _new_start(monkeypatch, tmp_path)
+    assert _value(cache.compiled("x = 2\n", "<two>")) == 2
+    assert _value(cache.compiled("x = 1\n", "<one>")) == 1
+    assert second == []
+    # Found by file name and whole source: another source is compiled, never taken for a kept one.
+    assert _value(cache.compiled("x = 3\n", "<one>")) == 3
+    assert cache.compiled("x = 1\n", "<other>").co_filename == "<other>"
+    assert second == ["x = 3\n", "x = 1\n"]
+
+
+def test_a_damaged_code_store_is_compiled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _new_start(monkeypatch, tmp_path)
+    cache.compiled("x = 1\n", "<one>")
+    (store,) = tmp_path.glob("code-*.marshal")
+    whole = store.read_bytes()
+    entry = {k: v[:5] for k, v in marshal.loads(whole).items()}  # an entry cut short
+    for damage in (
+        b"",
+        b"not marshal",
+        whole[: len(whole) // 2],
+        marshal.dumps([1, 2]),
+        marshal.dumps(entry),
+    ):
+        store.write_bytes(damage)
+        again = _new_start(monkeypatch, tmp_path)
+        assert _value(cache.compiled("x = 1\n", "<one>")) == 1
+        assert again == ["x = 1\n"]
+        assert len(marshal.loads(store.read_bytes())) == 1  # rewritten whole, readable
+
+
+def test_the_code_store_is_bounded_and_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "CODE_KEPT", 2)
+    _new_start(monkeypatch, tmp_path)
+    for n in range(5):
+        cache.compiled(f"x = {n}\n", "<n>")
+        (store,) = tmp_path.glob("code-*.marshal")
+        assert len(marshal.loads(store.read_bytes())) <= 2
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the folder would be")
+    compiled = _new_start(monkeypatch, blocked / "streamdump")
+    assert _value(cache.compiled("x = 7\n", "<n>")) == 7
+    assert compiled == ["x = 7\n"]
+    off = _new_start(monkeypatch, cache.OFF)
+    cache.compiled("x = 8\n", "<n>")
+    assert off == ["x = 8\n"]
+    assert not (Path(cache.OFF)).exists()

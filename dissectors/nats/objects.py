@@ -13,7 +13,6 @@ are held for the check (MAX_HELD); a larger object is linked, not checked.
 from __future__ import annotations
 
 import base64
-import hashlib
 from typing import Any
 
 from msgspec import Struct, field
@@ -44,12 +43,19 @@ class ObjectsSpec(Struct, frozen=True):
     data: str
 
 
+def _sha256() -> Any:
+    # hashlib loads OpenSSL (12 million instructions): at the first chunk, not at every start.
+    import hashlib
+
+    return hashlib.sha256()
+
+
 class Chunks(Struct):
     """Chunks of one nuid from one side of a connection, as they come."""
 
     numbers: list[int] = field(default_factory=list)
     size: int = 0
-    digest: Any = field(default_factory=hashlib.sha256)
+    digest: Any = field(default_factory=_sha256)
     held: bool = True  # every byte went into the digest (none past MAX_HELD)
 
 

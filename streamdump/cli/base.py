@@ -17,6 +17,7 @@ and a small capture's read load no more than they use (bench/startup_bench.py).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -339,11 +340,15 @@ def prepare(
         keylogs=tuple(keylogs or ()),
     )
     try:
-        return options.prepare()
+        setup = options.prepare()
     except SpecError as exc:
         raise fail(str(exc)) from None
     except OptionError as exc:
         raise fail(str(exc), EXIT_USAGE) from None
+    # The command started without the collector (streamdump/__main__.py): what lives as long as
+    # the process is made and frozen now, and what the read makes next may need collecting.
+    gc.enable()
+    return setup
 
 
 # ---------------------------------------------------------------------- what a read found

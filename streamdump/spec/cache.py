@@ -1,4 +1,5 @@
-"""What a start keeps for the next one: the compiled registry, pickled in the user's cache folder.
+"""What a start keeps for the next one: the compiled registry, pickled in the user's cache folder,
+and the code objects of the decoders generated from it (`compiled`).
 
 Reading the specs (YAML) and compiling them into the registry's objects is a large part of a
 small capture's read. The compiled form is kept in $STREAMDUMP_CACHE, else
@@ -15,13 +16,20 @@ trusted as the code itself is.
 
 from __future__ import annotations
 
-import hashlib
+import marshal
 import os
 import pickle
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import CodeType
 from typing import TypeVar
+
+try:
+    # CPython's own BLAKE2: hashlib would load OpenSSL at every start (12 million instructions).
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # another Python
+    from hashlib import blake2b as _blake2b
 
 T = TypeVar("T")
 OFF = "off"
@@ -53,7 +61,7 @@ def folder() -> Path | None:
 def digest(contents: Iterable[Path], stamps: Iterable[str], version: str) -> str:
     """A name for what these files make: contents hashed whole, the rest by their stamps
     (python_stamps)."""
-    h = hashlib.sha256(f"{version}\0{sys.version}\0{pickle.HIGHEST_PROTOCOL}\0".encode())
+    h = _blake2b(f"{version}\0{sys.version}\0{pickle.HIGHEST_PROTOCOL}\0".encode())
     for path in contents:
         h.update(str(path).encode() + b"\0")
         h.update(path.read_bytes())
@@ -63,7 +71,7 @@ def digest(contents: Iterable[Path], stamps: Iterable[str], version: str) -> str
 
 def place(path: Path) -> str:
     """A short name for a folder, to keep one copy of a kind for each place it is made from."""
-    return hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    return _blake2b(str(path).encode()).hexdigest()[:8]
 
 
 def python_stamps(*roots: Path) -> list[str]:
@@ -128,3 +136,76 @@ def _keep(where: Path, kind: str, path: Path, made: object) -> None:
                 old.unlink(missing_ok=True)
     except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
         pass  # an unwritable folder (or an object that cannot be kept): the next start compiles again
+
+
+# Generated code kept between starts: (digest of the file name and source) -> marshalled code.
+# Started over past this many entries (sources of code since changed pile up otherwise).
+CODE_KEPT = 2048
+_codes: dict[bytes, bytes] | None = None
+
+
+def compiled(source: str, filename: str) -> CodeType:
+    """compile(source, filename, "exec"), kept in the cache folder for the next start.
+
+    The decoders generated from the registry (spec/specialise.py) are the same source every
+    start, and compiling them was a twentieth of a small capture's read; a code object read
+    back with marshal costs a fraction of that. An entry is found by a digest of its file
+    name and whole source, so it is only ever the code of that very source; the store is kept
+    per Python version, whose bytecode it is. Unreadable or unwritable: compiled as before."""
+    global _codes
+    key = _blake2b(f"{filename}\0{source}".encode(), digest_size=20).digest()
+    where = folder()
+    if _codes is None:
+        _codes = _read_codes(where)
+    kept = _codes.get(key)
+    if kept is not None:
+        try:
+            code = marshal.loads(kept)
+            if isinstance(code, CodeType):
+                return code
+        except (EOFError, ValueError, TypeError):
+            pass  # damaged: compiled again, and replaced
+    code = compile(source, filename, "exec")
+    if where is not None:
+        if len(_codes) >= CODE_KEPT:
+            _codes.clear()
+        _codes[key] = marshal.dumps(code)
+        _write_codes(where, _codes)
+    return code
+
+
+def _codes_path(where: Path) -> Path:
+    return where / f"code-{place(Path(__file__).resolve().parent)}-{sys.implementation.cache_tag}.marshal"
+
+
+def _read_codes(where: Path | None) -> dict[bytes, bytes]:
+    if where is None:
+        return {}
+    try:
+        with _codes_path(where).open("rb") as fh:
+            found = marshal.load(fh)
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(found, dict) or not all(
+        type(k) is bytes and type(v) is bytes for k, v in found.items()
+    ):
+        return {}
+    return found
+
+
+def _write_codes(where: Path, codes: dict[bytes, bytes]) -> None:
+    """The store, written whole and atomically (a start that compiled something new is rare)."""
+    import tempfile
+
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=where, prefix=".code-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                marshal.dump(codes, fh)
+            os.replace(temp, _codes_path(where))
+        except BaseException:
+            os.unlink(temp)
+            raise
+    except (OSError, ValueError):
+        pass  # an unwritable folder: the next start compiles again

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streamdump.spec.cache import compiled
 from streamdump.spec.hooks import Hook
 from streamdump.spec.keyed import MASKED
 from streamdump.spec.layout import (
@@ -92,7 +93,7 @@ def specialise(ops: tuple[Op, ...], label: str) -> Specialised:
             "    if type(buf) is not bytes or mv.nbytes != len(buf) or end != len(buf):",
             "        raise Fallback",
         ]
-    code = compile("\n".join(src.lines) + "\n", f"<specialised {label}>", "exec")
+    code = compiled("\n".join(src.lines) + "\n", f"<specialised {label}>")
     exec(code, src.env)  # the source is generated above from the compiled spec, never from input
     decode: Specialised = src.env["decode"]
     return decode
