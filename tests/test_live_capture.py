@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -42,11 +43,31 @@ def need_capture() -> None:
     need(nats_reachable(), "no NATS server on 127.0.0.1:4222")
 
 
+def capturing(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Wait for `Capturing on 'lo'` on stderr, as a script waits for tshark's: the capture is
+    open and the client may start (a fixed sleep was too short on a loaded machine)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    said = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        line = proc.stderr.readline()
+        if not line:
+            break
+        said += line
+        if line.startswith(b"Capturing on 'lo'"):
+            return
+    proc.kill()
+    raise AssertionError(f"the capture never said it was open: {said!r}")
+
+
 def start(*args: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [*STREAMDUMP, "live", "-P", "nats", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    time.sleep(1.5)  # the capture is open before the client connects
+    capturing(proc)
     return proc
 
 
@@ -126,7 +147,7 @@ def test_rstream_under_live_every_message_decoded() -> None:
 
     proc = subprocess.Popen([*STREAMDUMP, "live", "-P", "rabbitmq_stream", "-T", "jsonl", "--duration", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    time.sleep(1.5)
+    capturing(proc)
 
     async def run() -> None:
         async with Producer("127.0.0.1", username="guest", password="guest") as producer:

@@ -102,6 +102,9 @@ def live(
     capture = Capture(interface, ports, count, duration, str(write) if write else None)
     # Ctrl-C goes to the capturing process, which ends the stream; what it took is still decoded.
     signal.signal(signal.SIGINT, lambda *_: capture.stop())
+    if capture.opened():
+        # As tshark says it, once packets are being taken: a script may start its traffic then.
+        say(f"Capturing on '{interface}'")
     session = setup.session(statistics=True, on_notice=tell_notice)
     with reader_may_leave():
         frames = session.frames(CaptureStream(capture.stream, f"capture on {interface}"))

@@ -43,6 +43,13 @@ class Capture:
         assert self.proc.stdout is not None
         self.stream: IO[bytes] = self.proc.stdout
 
+    def opened(self) -> bool:
+        """Wait until the capture is open: the process writes its pcap header once libpcap
+        captures with the filter set, and ends without one when it cannot. What is waited for
+        stays in the stream (peeked, not read)."""
+        peek = getattr(self.stream, "peek", None)
+        return bool(peek(1)) if peek is not None else True
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(2)  # SIGINT: it flushes what it holds and says what it took
