@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from streamdump.wire.frame import Frame
 
 
-# Not frozen: a frozen dataclass sets each field through object.__setattr__, which made
-# building a row cost more than the rest of a message's line; nothing changes rows anyway.
+# Not frozen: nothing changes rows, and a row is made per message (a frozen dataclass, as it
+# once was, set each field through object.__setattr__, more than the rest of the line cost).
 class MessageRow(Struct):
     """One line of `--messages`: where a message is in its frame, its size and what it says.
 

@@ -240,8 +240,8 @@ class Renderer:
                 out = orjson.dumps(
                     data,
                     default=_orjson_default,
-                    # Dataclasses (an Osiris entry, an AMQP message) have JSON forms of their own:
-                    # orjson asks _orjson_default for them instead of writing their attributes.
+                    # Records with JSON forms of their own (an Osiris entry, an AMQP message) go to
+                    # _orjson_default: orjson writes no Struct, and a dataclass passes through.
                     option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME,
                 )
             except TypeError:  # what orjson refuses (ints past 64 bits, surrogates), a float in a message
