@@ -33,6 +33,8 @@ EVERY_PROTOCOL = [
     "liftbridge/session.pcap",
 ]
 
+# Runs a command in a fresh interpreter, then prints (as JSON, on its last line) what AFTER
+# finds in the process it leaves.
 PROBE = """
 import io, contextlib, json, sys
 sys.argv = ["streamdump", *json.loads(sys.argv[1])]
@@ -42,32 +44,9 @@ with contextlib.redirect_stdout(io.StringIO()):
         main()
     except SystemExit:
         pass
-print(json.dumps(sorted(sys.modules)))
 """
-
-
-def loaded(args: list[str], env: dict[str, str] | None = None) -> set[str]:
-    """The modules a command has imported by its end."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        cwd=ROOT,
-    )
-    return set(json.loads(done.stdout.splitlines()[-1]))
-
-
+MODULES = "print(json.dumps(sorted(sys.modules)))"
 GENERATED = """
-import io, contextlib, json, sys
-sys.argv = ["streamdump", *json.loads(sys.argv[1])]
-from streamdump.cli import main
-with contextlib.redirect_stdout(io.StringIO()):
-    try:
-        main()
-    except SystemExit:
-        pass
 made = []
 for name, module in list(sys.modules.items()):
     if not name.startswith("streamdump") or module is None:
@@ -81,19 +60,28 @@ print(json.dumps(sorted(made)))
 """
 
 
-def generated_classes(args: list[str], env: dict[str, str]) -> list[str]:
-    """streamdump's classes a command made through dataclasses with generated methods: each
-    compiles its methods' source at every start (about 2.5 million instructions a class, 4.4
-    frozen), where a msgspec Struct or a frozen record (spec/frozen.py) compiles nothing."""
+def probe(after: str, args: list[str], env: dict[str, str] | None) -> Any:
     done = subprocess.run(
-        [sys.executable, "-c", GENERATED, json.dumps(args)],
+        [sys.executable, "-c", PROBE + after, json.dumps(args)],
         capture_output=True,
         text=True,
         env=env,
         check=True,
         cwd=ROOT,
     )
-    return list(json.loads(done.stdout.splitlines()[-1]))
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def loaded(args: list[str], env: dict[str, str] | None = None) -> set[str]:
+    """The modules a command has imported by its end."""
+    return set(probe(MODULES, args, env))
+
+
+def generated_classes(args: list[str], env: dict[str, str]) -> list[str]:
+    """streamdump's classes a command made through dataclasses with generated methods: each
+    compiles its methods' source at every start (about 2.5 million instructions a class, 4.4
+    frozen), where a msgspec Struct or a frozen record (spec/frozen.py) compiles nothing."""
+    return list(probe(GENERATED, args, env))
 
 
 def environment(cache_dir: Path | str) -> dict[str, str]:
