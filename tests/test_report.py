@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CAPTURE_ROOT, ROOT, need
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamdump.analysis.session import CaptureFile, Options
@@ -61,6 +61,11 @@ def _feed(timeline: Timeline, seen: list[tuple[str, str, float, float]]) -> Time
 
 
 @given(observations, st.integers(0, 60))
+# One part spans exactly MAX_BUCKETS; the other's bucket makes the merge coarser half way, after
+# which the rest of the part's buckets were placed at twice their time.
+@example(
+    [("count", "a", 1700000000.0, 0.0), ("count", "a", 1700002456.0, 0.0), ("count", "a", 1700000003.0, 0.0)], 1
+)
 @settings(max_examples=60, deadline=None)
 def test_two_parts_merged_are_the_whole_read(seen: list, cut: int) -> None:
     """Spark's tasks each see some of a capture: their series merged are what one read makes."""

@@ -157,7 +157,7 @@ class Timeline(Struct):
         for name, series in other.counts.items():
             for key, buckets in series.items():
                 for index, (messages, size) in buckets.items():
-                    self.count(name, key, (index + 0.5) * self.width, messages, size)
+                    self.count(name, key, (index + 0.5) * other.width, messages, size)
         for name, series in other.latencies.items():
             for key, buckets in series.items():
                 for index, bins in buckets.items():
