@@ -64,7 +64,12 @@ def _feed(timeline: Timeline, seen: list[tuple[str, str, float, float]]) -> Time
 # One part spans exactly MAX_BUCKETS; the other's bucket makes the merge coarser half way, after
 # which the rest of the part's buckets were placed at twice their time.
 @example(
-    [("count", "a", 1700000000.0, 0.0), ("count", "a", 1700002456.0, 0.0), ("count", "a", 1700000003.0, 0.0)], 1
+    [
+        ("count", "a", 1_700_000_000.0, 0.0),
+        ("count", "a", 1_700_002_456.0, 0.0),
+        ("count", "a", 1_700_000_003.0, 0.0),
+    ],
+    1,
 )
 @settings(max_examples=60, deadline=None)
 def test_two_parts_merged_are_the_whole_read(seen: list, cut: int) -> None:
