@@ -1,0 +1,127 @@
+"""The floor under the one-line view in Python, against the framing-only tshark, in one run.
+
+Issue 40 asks the one-line read for at most 1.3x tshark with a Lua dissector that only frames.
+This measures what no Python read can skip and still do what a read does, each step in a child
+process of its own, CPU time (user and system), best of --repeat:
+
+    start    the interpreter starting and importing what the steps below use
+    wire     + every packet read and parsed, TCP reassembled, the frames cut by the spec's
+             framing rule (nothing decoded)
+    ids      + every Publish's messages walked for their publishing ids (a u64 and a u32 size
+             each, one struct unpack): the least a read that links confirms to their publishes
+             (publish-to-confirm latency, unconfirmed publishes) must read
+    crc      + every Deliver's chunk checked against its CRC-32 (zlib over the bytes after the
+             chunk's header), as every read checks it
+
+and beside them streamdump's one-line read and tshark's framing-only pass (bench/vs_tshark.py's
+Lua). The last lines compare `crc`, the whole floor, with 1.3x the framing-only pass: where the
+floor is over it, the target is out of reach for any Python read, before a field is decoded, a
+frame tracked or a line written.
+
+    python bench/one_line_floor.py [CAPTURE ...] [--repeat 3]
+
+The captures are bench/make_captures.py's (root and a running RabbitMQ make them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import struct
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+from vs_tshark import FRAMING_LUA, STREAMDUMP, best_of, tshark_argv, tshark_env
+
+TARGET = 1.3
+STEPS = ("start", "wire", "ids", "crc")
+CAPTURES = [Path("/tmp/streamdump-bench/flood1m-mtu1500.pcap"), Path("/tmp/streamdump-bench/flood1m-lo.pcap")]
+PUBLISH = b"\x00\x02"  # the key of a Publish request
+DELIVER = b"\x00\x08"
+# A Deliver (v1): size, key, version, subscription id, then the chunk header (48 bytes).
+CHUNK_DATA = 4 + 2 + 2 + 1 + 48
+HEAD = struct.Struct(">IHHBI")  # size, key, version, publisher id, message count
+MESSAGE = struct.Struct(">QI")  # publishing id, message size
+
+
+def floor(capture: str, step: str) -> None:
+    """One step of the floor (run in a child: its CPU time is the step's, start included)."""
+    from streamdump.analysis.pipeline import framing_rule
+    from streamdump.analysis.session import decoders_of
+    from streamdump.wire.capture import read_segments
+    from streamdump.wire.framing import Framer
+    from streamdump.wire.reassembly import Stream
+
+    if step == "start":
+        return
+    rule = framing_rule(decoders_of(("rabbitmq_stream",))["rabbitmq_stream"])
+    sides: dict[tuple[str, int, str, int], tuple[Stream, Framer]] = {}
+    ids = 0
+    for seg in read_segments(capture):
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        side = sides.get(key)
+        if side is None:
+            stream = Stream()
+            stream.syn_seen = True
+            stream.next = (seg.seq + (1 if seg.flags & 2 else 0)) & 0xFFFFFFFF
+            side = sides[key] = (stream, Framer(rule, synced=True))
+        stream, framer = side
+        for event in stream.accept(seg.seq, seg.flags, seg.payload, seg.wire_len, seg.number):
+            if type(event) is not tuple:
+                continue  # a gap: the bench captures have none
+            for piece in framer.feed(event[0], event[1]):
+                data = piece.data
+                if step == "crc" and data[4:6] == DELIVER:
+                    zlib.crc32(memoryview(data)[CHUNK_DATA:])
+                if step == "wire" or data[4:6] != PUBLISH or len(data) < HEAD.size:
+                    continue
+                count = HEAD.unpack_from(data, 0)[4]
+                pos = HEAD.size
+                unpack = MESSAGE.unpack_from
+                for _ in range(count):
+                    _, size = unpack(data, pos)
+                    pos += MESSAGE.size + size
+                ids += count
+    print(f"{step}: {ids} publishing ids", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("captures", type=Path, nargs="*", default=CAPTURES)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark")
+    parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)  # the child's side
+    args = parser.parse_args()
+    if args.step:
+        floor(str(args.captures[0]), args.step)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        lua = Path(tmp) / "framing.lua"
+        lua.write_text(FRAMING_LUA)
+        env = tshark_env(Path(tmp))
+        for capture in args.captures:
+            cpu: dict[str, float] = {}
+            for step in STEPS:
+                run = best_of([sys.executable, __file__, str(capture), "--step", step], args.repeat)
+                cpu[step] = run.cpu
+            cpu["streamdump read"] = best_of([*STREAMDUMP, "read", str(capture)], args.repeat).cpu
+            framing = tshark_argv(args.tshark, capture, lua, [])
+            cpu["tshark framing-only"] = best_of(framing, args.repeat, env).cpu
+            report(capture, cpu, args.repeat)
+
+
+def report(capture: Path, cpu: dict[str, float], repeat: int) -> None:
+    reference = cpu["tshark framing-only"]
+    allowed = TARGET * reference
+    print(f"\n{capture.name}, CPU seconds (user + system), best of {repeat}")
+    for name, seconds in cpu.items():
+        print(f"  {name:22s} {seconds:6.2f} s")
+    left = "over: out of reach in Python" if cpu["crc"] > allowed else f"{allowed - cpu['crc']:.2f} s left"
+    print(f"  the floor (crc) {cpu['crc']:.2f} s against {TARGET}x framing-only, {allowed:.2f} s: {left}")
+    print(f"  streamdump read / framing-only: {cpu['streamdump read'] / reference:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
