@@ -612,8 +612,7 @@ def test_live_in_tmux_frames_appear_as_the_client_sends_them(tmp_path: Path) -> 
     need_capture()
     tmux = Tmux(f"{UI} --live -P nats", tmp_path / "status")
     try:
-        tmux.wait_for("0 frames", "capturing")
-        time.sleep(1.0)  # the capture is open before the client connects
+        tmux.wait_for("0 frames", "capturing")  # said once the capture is open
         traffic(5)
         screen = tmux.wait_for("Publish command PUB", "subject=live.x", "Message command MSG")
         assert "Frame " in screen  # the newest frame selected: the list follows the tail

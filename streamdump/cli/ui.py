@@ -82,6 +82,9 @@ def ui(
 
         ports = set(setup.dissection.ports) | set(setup.dissection.guess)
         capture = Capture(interface, ports, count or 0, 0.0, None)
+        # The screen says "capturing" once packets are being taken (a capture that could not
+        # open ends its stream at once, and the screen tells why).
+        capture.opened()
         source = CaptureStream(capture.stream, f"capture on {interface}")
     else:
         source = capture_source(file, read_file)
