@@ -411,10 +411,12 @@ HOOKS.osiris_entry = {
   end end)(string.byte),
   -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
   -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
-  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit.
+  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit. HEAD is its first
+  -- skip_head bytes, which the loop may have read with the integers before it (one call).
+  skip_head = 4,
   skip_source = [[
       if n - at + 1 < 4 then FAIL end
-      local a, b, c, d = byte(s, at, at + 3)
+      local a, b, c, d = HEAD
       if a < 128 then
         local size = ((a * 256 + b) * 256 + c) * 256 + d
         if n - at - 3 < size then FAIL end

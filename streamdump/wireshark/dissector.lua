@@ -750,7 +750,8 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
+    local hook = HOOKS[m.hook]
+    return { name = m.name, skip = hook.skip, source = hook.skip_source, head = hook.skip_head }
   end
   return nil
 end
@@ -853,74 +854,133 @@ end
 -- what the general reader must explain, the loop returns how many it read and where that one
 -- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
 -- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
+-- Consecutive integers, and the first bytes of a step over a hook's bytes after them (its
+-- skip_head), are read by one string.byte call behind one bounds check: a Publish frame's id and
+-- its entry's size are 12 bytes of one call, not two (a C call each, per message). A counted
+-- array is a numeric for loop, which tests no condition of its own per element.
+LITE.GROUP_MAX = 32  -- bytes of one call: its values are locals, and a function has 200 at most
 LITE.compile = function(plan)
-  local src = { "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
-    "return function(s, n, count, items)\n  local i, index = 1, 0\n",
-    "  while (count == nil and i <= n) or (count ~= nil and index < count) do\n    local at = i\n" }
-  local function put(text) src[#src + 1] = text end
-  local names, skips = {}, {}
-  local function int_step(k, width, signed)
-    local vars = ({ [1] = { "a" }, [2] = { "a", "b" }, [4] = { "a", "b", "c", "d" },
-      [8] = { "a", "b", "c", "d", "e", "f", "g", "h" } })[width]
-    local list = table.concat(vars, ", ")
-    put(string.format("    do\n      if at + %d > n then return index, i end\n", width - 1))
-    put(string.format("      local %s = byte(s, at, at + %d)\n", list, width - 1))
+  local body, names, skips = {}, {}, {}
+  local function put(text) body[#body + 1] = text end
+  local letters = { "a", "b", "c", "d", "e", "f", "g", "h" }
+  -- v<k> from the bytes named by vars (in wire order)
+  local function int_value(k, width, signed, vars)
     if LITTLE and width > 1 then
       local reversed = {}
       for j = width, 1, -1 do reversed[#reversed + 1] = vars[j] end
-      put(string.format("      %s = %s\n", list, table.concat(reversed, ", ")))
+      vars = reversed
     end
-    local expr = vars[1]
-    local first = 1
+    local expr, first = vars[1], 1
     if width == 8 then
       -- 2^46 or more, or negative: the general reader's
-      put("      if a ~= 0 or b ~= 0 or c >= 64 then return index, i end\n")
-      expr, first = "c", 3
+      put(string.format("      if %s ~= 0 or %s ~= 0 or %s >= 64 then FAIL end\n", vars[1], vars[2], vars[3]))
+      expr, first = vars[3], 3
     end
     for j = first + 1, width do expr = "(" .. expr .. ") * 256 + " .. vars[j] end
     put(string.format("      v%d = %s\n", k, expr))
     if width == 8 then
-      put(string.format("      if v%d >= 1000000000000 then return index, i end\n", k))
+      put(string.format("      if v%d >= 1000000000000 then FAIL end\n", k))
     elseif signed then
       local range = ({ [1] = "256", [2] = "65536", [4] = "4294967296" })[width]  -- text: 5.4 keeps it an integer
-      put(string.format("      if a >= 128 then v%d = v%d - %s end\n", k, k, range))
+      put(string.format("      if %s >= 128 then v%d = v%d - %s end\n", vars[1], k, k, range))
     end
-    put(string.format("      at = at + %d\n    end\n", width))
   end
-  for k, step in ipairs(plan) do
-    put(string.format("    local v%d\n", k))
+  -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD its first bytes, read here
+  -- unless the group before it read them), in a block of its own.
+  local function skip_source(k, step, head)
+    local body_text = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at")
+    body_text = body_text:gsub("HEAD", head or string.format("byte(s, at, at + %d)", (step.head or 1) - 1))
+    put("    do\n" .. body_text .. "    end\n")
+  end
+  local k = 1
+  while k <= #plan do
+    local step = plan[k]
     if step.width then
-      int_step(k, step.width, step.signed)
-    elseif step.prefix then
-      int_step(k, step.prefix, step.signed)
-      -- v is the string's length: -1 a null where the prefix is signed
-      put(string.format("    if v%d >= 0 then\n", k))
-      put(string.format("      if at + v%d - 1 > n then return index, i end\n", k))
-      put(string.format("      local text = sub(s, at, at + v%d - 1)\n", k))
-      put("      if not valid(text) then return index, i end\n")
-      put(string.format("      at, v%d = at + v%d, text\n", k, k))
-      put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
-      put("    else\n      return index, i\n    end\n")
-    elseif step.source then
-      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
-      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
-      put("    do\n" .. body .. "    end\n")
+      -- a group: integers from k on, and the head of a hook's step right after them
+      local group, bytes = {}, 0
+      while plan[k] and plan[k].width and bytes + plan[k].width <= LITE.GROUP_MAX do
+        group[#group + 1] = k
+        bytes = bytes + plan[k].width
+        k = k + 1
+      end
+      local after = plan[k]
+      local head = after and after.source and after.head and bytes + after.head <= LITE.GROUP_MAX and after.head
+      local vars, all = {}, {}
+      for _, j in ipairs(group) do
+        put(string.format("    local v%d\n", j))
+        vars[j] = {}
+        for b = 1, plan[j].width do
+          vars[j][b] = letters[b] .. j
+          all[#all + 1] = vars[j][b]
+        end
+      end
+      local head_vars = {}
+      if head then
+        put(string.format("    local v%d\n", k))
+        for b = 1, head do
+          head_vars[b] = "w" .. k .. "_" .. b
+          all[#all + 1] = head_vars[b]
+        end
+      end
+      put(string.format("    do\n      if at + %d > n then FAIL end\n", #all - 1))
+      put(string.format("      local %s = byte(s, at, at + %d)\n", table.concat(all, ", "), #all - 1))
+      for _, j in ipairs(group) do int_value(j, plan[j].width, plan[j].signed, vars[j]) end
+      put(string.format("      at = at + %d\n", bytes))
+      if head then
+        skip_source(k, after, table.concat(head_vars, ", "))
+        k = k + 1
+      end
+      put("    end\n")
     else
-      skips[#skips + 1] = step.skip
-      put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
-      put(string.format("    if v%d == nil then return index, i end\n    at = after%d\n", k, k))
+      put(string.format("    local v%d\n", k))
+      if step.prefix then
+        put("    do\n")
+        local vars = {}
+        for b = 1, step.prefix do vars[b] = letters[b] end
+        put(string.format("      if at + %d > n then FAIL end\n", step.prefix - 1))
+        put(string.format("      local %s = byte(s, at, at + %d)\n", table.concat(vars, ", "), step.prefix - 1))
+        int_value(k, step.prefix, step.signed, vars)
+        put(string.format("      at = at + %d\n    end\n", step.prefix))
+        -- v is the string's length: -1 a null where the prefix is signed
+        put(string.format("    if v%d >= 0 then\n", k))
+        put(string.format("      if at + v%d - 1 > n then FAIL end\n", k))
+        put(string.format("      local text = sub(s, at, at + v%d - 1)\n", k))
+        put("      if not valid(text) then FAIL end\n")
+        put(string.format("      at, v%d = at + v%d, text\n", k, k))
+        put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
+        put("    else\n      FAIL\n    end\n")
+      elseif step.source then
+        skip_source(k, step, nil)
+      else
+        skips[#skips + 1] = step.skip
+        put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
+        put(string.format("    if v%d == nil then FAIL end\n    at = after%d\n", k, k))
+      end
+      k = k + 1
     end
-    names[k] = string.format("[%q] = v%d", step.name or "", k)
   end
-  put("    index = index + 1\n")
+  for j, step in ipairs(plan) do names[j] = string.format("[%q] = v%d", step.name or "", j) end
+  local store
   if plan.scalar then
-    put("    items[index] = v1\n")
+    store = "v1"
   elseif plan.projected then
-    put(string.format("    items[index] = v%d\n", plan.projected_k))
+    store = "v" .. plan.projected_k
   else
-    put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
+    store = "{ " .. table.concat(names, ", ") .. " }"
   end
-  put("    i = at\n  end\n  return index, i\nend\n")
+  local element = table.concat(body)
+  local src = {
+    "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
+    "return function(s, n, count, items)\n  local i = 1\n",
+    -- counted: elements 1..count while they are plain
+    "  if count ~= nil then\n    for index = 1, count do\n    local at = i\n",
+    (element:gsub("FAIL", "return index - 1, i")),
+    "    items[index] = " .. store .. "\n    i = at\n    end\n    return count, i\n  end\n",
+    -- not counted: elements to the end of the bytes
+    "  local index = 0\n  while i <= n do\n    local at = i\n",
+    (element:gsub("FAIL", "return index, i")),
+    "    index = index + 1\n    items[index] = " .. store .. "\n    i = at\n  end\n  return index, i\nend\n",
+  }
   local chunk = assert(load(table.concat(src), "=lite plan", "t"))
   return chunk(utf8_valid, skips)
 end
