@@ -6456,6 +6456,9 @@ end
 -- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
 -- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
 local LITE = { plans = {}, measured = {} }
+-- Arrays of integers the loop read whole, each one more than the one before (a Publish frame's
+-- ids, a confirm's): the tracker takes them as one run without checking each id again.
+LITE.runs = setmetatable({}, { __mode = "k" })
 
 -- An element's plan at a version: { name, width, signed }, { name, prefix, signed } (a string)
 -- and { name, skip } steps of a struct, one nameless step for a plain integer; or false.
@@ -6554,16 +6557,18 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   local n = limit - pos
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
-  local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local index, i, breaks = plan.fn(tvb:raw(pos, n), n, count, items)
+  local whole = not ((count ~= nil and index < count) or (count == nil and i <= n))
   local name = plan.projected
   if name then
-    if (count ~= nil and index < count) or (count == nil and i <= n) then
+    if not whole then
       -- The general reader takes the rest, element by element, as tables: these become theirs.
       for k = 1, index do items[k] = { [name] = items[k] } end
     else
       items.projected = name
     end
   end
+  if whole and breaks == 1 then LITE.runs[items] = true end
   return index, pos + i - 1
 end
 
@@ -6678,6 +6683,9 @@ LITE.compile = function(plan)
   end
   for j, step in ipairs(plan) do names[j] = string.format("[%q] = v%d", step.name or "", j) end
   local store
+  -- An array of integers counts where a value is not one more than the one before (breaks: 1
+  -- where they all follow on from the first).
+  local follow = ""
   if plan.scalar then
     store = "v1"
   elseif plan.projected then
@@ -6685,18 +6693,21 @@ LITE.compile = function(plan)
   else
     store = "{ " .. table.concat(names, ", ") .. " }"
   end
+  if plan.scalar or plan.projected then
+    follow = string.format("    if %s ~= follows then breaks = breaks + 1 end\n    follows = %s + 1\n", store, store)
+  end
   local element = table.concat(body)
   local src = {
     "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
-    "return function(s, n, count, items)\n  local i = 1\n",
+    "return function(s, n, count, items)\n  local i, follows, breaks = 1, nil, 0\n",
     -- counted: elements 1..count while they are plain
     "  if count ~= nil then\n    for index = 1, count do\n    local at = i\n",
-    (element:gsub("FAIL", "return index - 1, i")),
-    "    items[index] = " .. store .. "\n    i = at\n    end\n    return count, i\n  end\n",
+    (element:gsub("FAIL", "return index - 1, i, breaks")),
+    "    items[index] = " .. store .. "\n" .. follow .. "    i = at\n    end\n    return count, i, breaks\n  end\n",
     -- not counted: elements to the end of the bytes
     "  local index = 0\n  while i <= n do\n    local at = i\n",
-    (element:gsub("FAIL", "return index, i")),
-    "    index = index + 1\n    items[index] = " .. store .. "\n    i = at\n  end\n  return index, i\nend\n",
+    (element:gsub("FAIL", "return index, i, breaks")),
+    "    index = index + 1\n    items[index] = " .. store .. "\n" .. follow .. "    i = at\n  end\n  return index, i, breaks\nend\n",
   }
   local chunk = assert(load(table.concat(src), "=lite plan", "t"))
   return chunk(utf8_valid, skips)
@@ -10524,7 +10535,7 @@ do
       local lo, hi = ids[1], ids[n]
       local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
         and (flight.top == nil or lo > flight.top)
-      if run then
+      if run and not LITE.runs[ids] then  -- (ids the loop read found following on: no check each)
         for k = 2, n do
           if ids[k] ~= lo + k - 1 then
             run = false
@@ -10643,11 +10654,14 @@ do
       -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
       -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
       local run = next(flight.loose) == nil and flight.at or nil
+      local follows = LITE.runs[list]  -- each id one more than the one before (the loop saw)
       while k <= n do
         local id = list[k]
         if run and id == run.next and id <= run.hi and run.gone == nil then
           local j, stop = k, math.min(n, k + (run.hi - id))
-          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          if follows then j = stop else
+            while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          end
           run.next = list[j] + 1
           put(index + 1, index + 1 + j - k, run.sent)
           index, k = index + 1 + j - k, j + 1

@@ -82,7 +82,7 @@ do
       local lo, hi = ids[1], ids[n]
       local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
         and (flight.top == nil or lo > flight.top)
-      if run then
+      if run and not LITE.runs[ids] then  -- (ids the loop read found following on: no check each)
         for k = 2, n do
           if ids[k] ~= lo + k - 1 then
             run = false
@@ -201,11 +201,14 @@ do
       -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
       -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
       local run = next(flight.loose) == nil and flight.at or nil
+      local follows = LITE.runs[list]  -- each id one more than the one before (the loop saw)
       while k <= n do
         local id = list[k]
         if run and id == run.next and id <= run.hi and run.gone == nil then
           local j, stop = k, math.min(n, k + (run.hi - id))
-          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          if follows then j = stop else
+            while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          end
           run.next = list[j] + 1
           put(index + 1, index + 1 + j - k, run.sent)
           index, k = index + 1 + j - k, j + 1
