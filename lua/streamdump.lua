@@ -8230,6 +8230,24 @@ local function closing(conn, f)
     "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
 end
 
+-- A value kept for a frame's links (links.kept: { name, value } pairs). A session's values are
+-- one list, made when it opens and shared by every frame that uses it (a list and a pair a frame
+-- were two or three tables more, each kept for later passes and marked by every cycle of the
+-- collector); a shared list (shared = true) is copied before a frame's own value is added.
+local function keep_link(links, name, value)
+  local kept = links.kept
+  if kept == nil then
+    kept = {}
+    links.kept = kept
+  elseif kept.shared then
+    local own = {}
+    for i, pair in ipairs(kept) do own[i] = pair end
+    kept = own
+    links.kept = own
+  end
+  kept[#kept + 1] = { name, value }
+end
+
 local function sessions(conn, f)
   for _, role in ipairs(SESSION_OF[f.command] or {}) do
     local spec = CONV.sessions[role.name]
@@ -8242,9 +8260,12 @@ local function sessions(conn, f)
         end
       end
       if role.role == "open" and f.kind ~= "response" then
-        local values = {}
+        local values, kept = {}, { shared = true }
         for i, name in ipairs(spec.keep) do values[spec.keep_as[i]] = f.fields[name] end
-        conn.sessions[key] = { opened_in = f.number, values = values, keep = spec.keep_as, uses = 0 }
+        for _, name in ipairs(spec.keep_as) do
+          if values[name] ~= nil then kept[#kept + 1] = { name, values[name] } end
+        end
+        conn.sessions[key] = { opened_in = f.number, values = values, kept = kept, uses = 0 }
         conn.ended[key] = nil
       elseif role.role == "close" and f.kind ~= "response" then
         local session = conn.sessions[key]
@@ -8260,9 +8281,10 @@ local function sessions(conn, f)
         if session then
           local links = links_of(f)
           links.opened_in = session.opened_in
-          links.kept = links.kept or {}
-          for _, name in ipairs(session.keep) do
-            if session.values[name] ~= nil then table.insert(links.kept, { name, session.values[name] }) end
+          if links.kept == nil then
+            links.kept = session.kept
+          else
+            for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
           end
           session.uses = session.uses + 1
           if session.limit and session.uses >= session.limit then
@@ -8999,11 +9021,7 @@ do
     local function keep(request, f)
       for _, kept in ipairs(spec.keep) do
         local v = request.fields[kept[2]]
-        if v ~= nil then
-          local links = links_of(f)
-          links.kept = links.kept or {}
-          table.insert(links.kept, { kept[1], v })
-        end
+        if v ~= nil then keep_link(links_of(f), kept[1], v) end
       end
     end
     local function failed(conn, request, f, status, meaning)
