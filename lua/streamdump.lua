@@ -7541,12 +7541,33 @@ end
 
 -- The fields of one layout or struct, in order, into out; returns the position after them.
 decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
+  -- Without a tree, a plain integer (nothing to check, split or hook) that the copy of the
+  -- frame's first bytes holds is read from it here, without the walk below: a chunk header's
+  -- dozen fields, a frame header's three. Anything else, or a value the copy cannot give (short,
+  -- 2^46 or more), takes the walk, which explains it.
+  local raw = tree == nil and ctx.raw_tvb == tvb and ctx.raw or nil
+  local raw_end = raw and math.min(ctx.raw_n, stop)
   for _, spec in ipairs(specs) do
-    if spec.entry and ctx.entries_layout then
+    local value = nil
+    if raw then
+      local plain = spec.__plain
+      if plain == nil then
+        plain = spec.width ~= nil and not (spec.entry or spec.when or spec.optional or spec.hook or spec.bits
+          or spec.const ~= nil or spec.inline or spec.length_of or spec.secret)
+        spec.__plain = plain
+      end
+      local width = spec.width
+      if plain and pos + width <= raw_end and (spec.since or 1) <= version then
+        value = LITE.int_at(raw, pos + 1, width, spec.type)
+      end
+    end
+    if value ~= nil then
+      out[spec.name] = value
+      pos = pos + spec.width
+    elseif spec.entry and ctx.entries_layout then
       if (spec.since or 1) <= version then read_entry_field(spec, ctx, out, tree) end
     elseif (spec.when == nil and not spec.optional and (spec.since or 1) <= version)
         or present(spec, out, pos, stop, version) then
-      local value
       local t = spec.type
       if t == "raw" then
         value, pos = read_raw(spec, tvb, pos, stop, out, ctx)
