@@ -6576,10 +6576,12 @@ end
 -- what the general reader must explain, the loop returns how many it read and where that one
 -- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
 -- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
--- Consecutive integers, and the first bytes of a step over a hook's bytes after them (its
--- skip_head), are read by one string.byte call behind one bounds check: a Publish frame's id and
--- its entry's size are 12 bytes of one call, not two (a C call each, per message). A counted
--- array is a numeric for loop, which tests no condition of its own per element.
+-- Consecutive integers, and the first four bytes of a step over a hook's bytes after them (its
+-- skip_head, HEAD32 in its source: a big-endian uint32), are read by one string.byte call
+-- behind one bounds check: a Publish frame's id and its entry's size are 12 bytes of one call,
+-- not two (a C call each, per message). (Struct.unpack, a 64-bit value as two 32-bit halves,
+-- took the same CPU time and more instructions.) A counted array is a numeric for loop, which
+-- tests no condition of its own per element.
 LITE.GROUP_MAX = 32  -- bytes of one call: its values are locals, and a function has 200 at most
 LITE.compile = function(plan)
   local body, names, skips = {}, {}, {}
@@ -6607,12 +6609,19 @@ LITE.compile = function(plan)
       put(string.format("      if %s >= 128 then v%d = v%d - %s end\n", vars[1], k, k, range))
     end
   end
-  -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD its first bytes, read here
-  -- unless the group before it read them), in a block of its own.
+  -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD32 its first four bytes,
+  -- read by the group before it, or here), in a block of its own.
   local function skip_source(k, step, head)
     local body_text = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at")
-    body_text = body_text:gsub("HEAD", head or string.format("byte(s, at, at + %d)", (step.head or 1) - 1))
-    put("    do\n" .. body_text .. "    end\n")
+    local read = ""
+    if step.head and head == nil then
+      head = "head" .. k
+      read = string.format("      if at + 3 > n then FAIL end\n      local %s, %s, %s, %s = byte(s, at, at + 3)\n"
+        .. "      local %s = ((%s * 256 + %s) * 256 + %s) * 256 + %s\n",
+        head .. "_1", head .. "_2", head .. "_3", head .. "_4", head, head .. "_1", head .. "_2", head .. "_3", head .. "_4")
+    end
+    if head then body_text = body_text:gsub("HEAD32", head) end
+    put("    do\n" .. read .. body_text .. "    end\n")
   end
   local k = 1
   while k <= #plan do
@@ -6626,10 +6635,13 @@ LITE.compile = function(plan)
         k = k + 1
       end
       local after = plan[k]
-      local head = after and after.source and after.head and bytes + after.head <= LITE.GROUP_MAX and after.head
+      local head = after and after.source and after.head and bytes + 4 <= LITE.GROUP_MAX
+      for _, j in ipairs(group) do put(string.format("    local v%d\n", j)) end
+      if head then put(string.format("    local v%d\n", k)) end
+      put(string.format("    do\n      if at + %d > n then FAIL end\n", bytes + (head and 4 or 0) - 1))
+      local head_name = "head" .. k
       local vars, all = {}, {}
       for _, j in ipairs(group) do
-        put(string.format("    local v%d\n", j))
         vars[j] = {}
         for b = 1, plan[j].width do
           vars[j][b] = letters[b] .. j
@@ -6638,18 +6650,20 @@ LITE.compile = function(plan)
       end
       local head_vars = {}
       if head then
-        put(string.format("    local v%d\n", k))
-        for b = 1, head do
-          head_vars[b] = "w" .. k .. "_" .. b
+        for b = 1, 4 do
+          head_vars[b] = head_name .. "_" .. b
           all[#all + 1] = head_vars[b]
         end
       end
-      put(string.format("    do\n      if at + %d > n then FAIL end\n", #all - 1))
       put(string.format("      local %s = byte(s, at, at + %d)\n", table.concat(all, ", "), #all - 1))
       for _, j in ipairs(group) do int_value(j, plan[j].width, plan[j].signed, vars[j]) end
+      if head then
+        put(string.format("      local %s = ((%s * 256 + %s) * 256 + %s) * 256 + %s\n", head_name,
+          head_vars[1], head_vars[2], head_vars[3], head_vars[4]))
+      end
       put(string.format("      at = at + %d\n", bytes))
       if head then
-        skip_source(k, after, table.concat(head_vars, ", "))
+        skip_source(k, after, head_name)
         k = k + 1
       end
       put("    end\n")
@@ -10271,19 +10285,19 @@ HOOKS.osiris_entry = {
   end end)(string.byte),
   -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
   -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
-  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit. HEAD is its first
-  -- skip_head bytes, which the loop may have read with the integers before it (one call).
+  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit. HEAD32 is its first
+  -- four bytes as a big-endian uint32 (skip_head), which the loop reads, with the integers
+  -- before it where it can (one call).
   skip_head = 4,
   skip_source = [[
       if n - at + 1 < 4 then FAIL end
-      local a, b, c, d = HEAD
-      if a < 128 then
-        local size = ((a * 256 + b) * 256 + c) * 256 + d
+      local size = HEAD32
+      if size < 2147483648 then
         if n - at - 3 < size then FAIL end
         VALUE, AFTER = true, at + 4 + size
       else
         if n - at + 1 < 11 then FAIL end
-        a, b, c, d = byte(s, at + 7, at + 10)
+        local a, b, c, d = byte(s, at + 7, at + 10)
         local length = ((a * 256 + b) * 256 + c) * 256 + d
         if length > 2147483647 or n - at - 10 < length then FAIL end
         VALUE, AFTER = true, at + 11 + length
