@@ -7683,8 +7683,26 @@ local function short_value(spec, value, response)
   return tostring(value)
 end
 
+-- Of a list of specs, those that can add to Info (found once per list: most add nothing, and
+-- every frame walked them all).
+local INFO_SPECS = {}
+local function info_specs(specs)
+  local found = INFO_SPECS[specs]
+  if found == nil then
+    found = {}
+    for _, spec in ipairs(specs) do
+      if (spec.hook and SPEC.hook_info[spec.hook]) or (spec.inline and spec.struct and spec.type ~= "switch")
+          or ((spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct) or spec.info then
+        found[#found + 1] = spec
+      end
+    end
+    INFO_SPECS[specs] = found
+  end
+  return found
+end
+
 local function info_parts(specs, values, parts, response)
-  for _, spec in ipairs(specs) do
+  for _, spec in ipairs(info_specs(specs)) do
     local value = values[spec.name]
     if spec.hook and SPEC.hook_info[spec.hook] and value ~= nil then
       info_parts(SPEC.hook_info[spec.hook], values, parts, response)  -- what its hook adds beside it
@@ -7721,9 +7739,10 @@ end
 
 -- Header fields whose values land in the frame's fields (inline members, bit parts too).
 local HEADER_INFO = {}
-local FRAME_OWN = { size = true, key = true, version = true }
-local HEADER_NAMES = {}
+-- The frame's own values (size, key, version) that the header names: not fields of the frame.
+local FRAME_OWN = {}
 do
+  local HEADER_NAMES = {}
   local function walk(specs)
     for _, spec in ipairs(specs) do
       HEADER_NAMES[spec.name] = true
@@ -7739,6 +7758,9 @@ do
     end
   end
   walk(SPEC.header)
+  for _, name in ipairs({ "size", "key", "version" }) do
+    if HEADER_NAMES[name] then FRAME_OWN[#FRAME_OWN + 1] = name end
+  end
 end
 
 -- The header's part of the Info column: a request's key field is its command (shown
@@ -7895,17 +7917,17 @@ local function decode_frame(tvb, tree, lookup, lite)
   local pos
   if lite then
     -- No items to add: the probe's reading is the header's (its notes and state carried over).
+    -- (the probe's context is the frame's from here, with ctx's notes and the entries' state
+    -- worked out above: the rest of ctx it holds already)
     frame.fields, pos = probe, result
-    for k, v in pairs(probe_ctx) do
-      if k ~= "notes" then ctx[k] = v end
-    end
     for _, n in ipairs(probe_ctx.notes) do ctx.notes[#ctx.notes + 1] = n end
+    probe_ctx.notes = ctx.notes
+    probe_ctx.taken_entries, probe_ctx.entries_field = ctx.taken_entries, ctx.entries_field
+    ctx = probe_ctx
   else
     pos = decode_fields(SPEC.header, 1, tvb, 0, stop, frame.fields, tree, ctx)
   end
-  for name in pairs(FRAME_OWN) do
-    if HEADER_NAMES[name] then frame.fields[name] = nil end
-  end
+  for _, name in ipairs(FRAME_OWN) do frame.fields[name] = nil end
   if layout == nil then
     frame.kind = response and "response" or (oneway and command and "command") or "unknown"
     if key == nil and response then
@@ -8157,6 +8179,12 @@ local function rules()
     for _, key in ipairs(CONV.rule_order) do
       if CONV_RULES[key] then ORDERED_RULES[#ORDERED_RULES + 1] = CONV_RULES[key] end
     end
+    -- the rules' before and feed functions, in order: what track calls for every frame
+    ORDERED_RULES.before, ORDERED_RULES.feed = {}, {}
+    for _, rule in ipairs(ORDERED_RULES) do
+      if rule.before then table.insert(ORDERED_RULES.before, rule.before) end
+      if rule.feed then table.insert(ORDERED_RULES.feed, rule.feed) end
+    end
   end
   return ORDERED_RULES
 end
@@ -8343,9 +8371,7 @@ end
 
 local function track(conn, f)
   local ordered = rules()
-  for _, rule in ipairs(ordered) do
-    if rule.before then rule.before(conn, f) end
-  end
+  for _, before in ipairs(ordered.before) do before(conn, f) end
   if SETUP[f.command] then conn.setup_seen = true end
   -- A response whose command is its request's is tracked even when the request is missing.
   local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
@@ -8353,9 +8379,7 @@ local function track(conn, f)
     if CONV.correlation then correlate(conn, f) end
     closing(conn, f)
     if SESSION_OF[f.command] then sessions(conn, f) end
-    for _, rule in ipairs(ordered) do
-      if rule.feed then rule.feed(conn, f) end
-    end
+    for _, feed in ipairs(ordered.feed) do feed(conn, f) end
   end
   if f.from_client then
     conn.client_last = f
