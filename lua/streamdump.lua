@@ -6596,8 +6596,9 @@ LITE.compile = function(plan)
     end
     local expr, first = vars[1], 1
     if width == 8 then
-      -- 2^46 or more, or negative: the general reader's
-      put(string.format("      if %s ~= 0 or %s ~= 0 or %s >= 64 then FAIL end\n", vars[1], vars[2], vars[3]))
+      -- 2^46 or more, or negative: the general reader's (the top two bytes here, the third by
+      -- the test of 10^12 below: 64 there is 2^46 and more)
+      put(string.format("      if %s + %s ~= 0 then FAIL end\n", vars[1], vars[2]))
       expr, first = vars[3], 3
     end
     for j = first + 1, width do expr = "(" .. expr .. ") * 256 + " .. vars[j] end
@@ -6610,7 +6611,7 @@ LITE.compile = function(plan)
     end
   end
   -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD32 its first four bytes,
-  -- read by the group before it, or here), in a block of its own.
+  -- read, after a test that they are there, by the group before it or here), in a block of its own.
   local function skip_source(k, step, head)
     local body_text = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at")
     local read = ""
@@ -10310,15 +10311,13 @@ HOOKS.osiris_entry = {
   -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
   -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
   -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit. HEAD32 is its first
-  -- four bytes as a big-endian uint32 (skip_head), which the loop reads, with the integers
-  -- before it where it can (one call).
+  -- four bytes as a big-endian uint32 (skip_head), which the loop reads once it has found them
+  -- there, with the integers before it where it can (one call).
   skip_head = 4,
   skip_source = [[
-      if n - at + 1 < 4 then FAIL end
-      local size = HEAD32
-      if size < 2147483648 then
-        if n - at - 3 < size then FAIL end
-        VALUE, AFTER = true, at + 4 + size
+      if HEAD32 < 2147483648 then
+        if n - at - 3 < HEAD32 then FAIL end
+        VALUE, AFTER = true, at + 4 + HEAD32
       else
         if n - at + 1 < 11 then FAIL end
         local a, b, c, d = byte(s, at + 7, at + 10)

@@ -879,8 +879,9 @@ LITE.compile = function(plan)
     end
     local expr, first = vars[1], 1
     if width == 8 then
-      -- 2^46 or more, or negative: the general reader's
-      put(string.format("      if %s ~= 0 or %s ~= 0 or %s >= 64 then FAIL end\n", vars[1], vars[2], vars[3]))
+      -- 2^46 or more, or negative: the general reader's (the top two bytes here, the third by
+      -- the test of 10^12 below: 64 there is 2^46 and more)
+      put(string.format("      if %s + %s ~= 0 then FAIL end\n", vars[1], vars[2]))
       expr, first = vars[3], 3
     end
     for j = first + 1, width do expr = "(" .. expr .. ") * 256 + " .. vars[j] end
@@ -893,7 +894,7 @@ LITE.compile = function(plan)
     end
   end
   -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD32 its first four bytes,
-  -- read by the group before it, or here), in a block of its own.
+  -- read, after a test that they are there, by the group before it or here), in a block of its own.
   local function skip_source(k, step, head)
     local body_text = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at")
     local read = ""
