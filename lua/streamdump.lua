@@ -11231,17 +11231,19 @@ local function connection_text(pinfo, from_client)
   return dst .. " \226\134\146 " .. src
 end
 
--- The packet's connection key, made once per packet (a packet holds many PDUs): kept in
--- conns under the number 0, which no key is.
-local function conn_key(pinfo)
-  local number = pinfo.number
+-- The packet's connection key and direction (whether it goes to the server), worked out once
+-- per packet (a packet holds many PDUs): kept in conns under the number 0, which no key is.
+-- number: the packet's, where the caller has read it (each read is a C call).
+local function conn_key(pinfo, number)
+  number = number or pinfo.number
   local last = conns[0]
-  if last and last[1] == number then return last[2] end
+  if last and last[1] == number then return last[2], last[3] end
   local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
   local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
   local key = a < b and a .. "|" .. b or b .. "|" .. a
-  if last then last[1], last[2] = number, key else conns[0] = { number, key } end
-  return key
+  local from_client = to_server(pinfo)
+  if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
+  return key, from_client
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
@@ -11346,21 +11348,24 @@ local function dissect_pdu(tvb, pinfo, root)
   private.sd_pdus = tostring(count)
   local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
   local f = memo[pdu]
-  local from_client = to_server(pinfo)
-  local ckey = conn_key(pinfo)
+  local ckey, from_client = conn_key(pinfo, number)
   -- A response whose key field holds its status has its request's command: found by
-  -- correlation id on the first pass, remembered for the later ones.
-  local function lookup(what, corr, key)
-    if f then return f.key end
-    local requests = conn_of(pinfo, ckey).requests
-    if what == "request" then
-      requests[side_key(from_client) .. tostring(corr)] = key
-      return key
+  -- correlation id on the first pass, remembered for the later ones. (Only where that is
+  -- how responses are known: a closure a frame is not free.)
+  local lookup = nil
+  if SPEC.frame.response_key == "request" then
+    lookup = function(what, corr, key)
+      if f then return f.key end
+      local requests = conn_of(pinfo, ckey).requests
+      if what == "request" then
+        requests[side_key(from_client) .. tostring(corr)] = key
+        return key
+      end
+      local asker = side_key(not from_client) .. tostring(corr)
+      local found = requests[asker]
+      requests[asker] = nil
+      return found
     end
-    local asker = side_key(not from_client) .. tostring(corr)
-    local found = requests[asker]
-    requests[asker] = nil
-    return found
   end
   PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
   local frame = decode_frame(tvb, tree, lookup, tree == nil)
@@ -11400,11 +11405,11 @@ local function dissect_pdu(tvb, pinfo, root)
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   local cols = pinfo.cols
   cols.protocol = SPEC.short
-  local seen = tostring(number) .. tostring(visited)
-  if private.sd_seen == seen then
+  -- The dissection's first PDU (of any protocol of the plugin: pinfo.private is the
+  -- dissection's, shared by them) sets Info, the others add to it.
+  if count > 1 then
     cols.info:append("; " .. text)
   else
-    private.sd_seen = seen
     cols.info = text
   end
   for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
@@ -11442,7 +11447,7 @@ end
 
 local function through_tls(tvb, pinfo)
   if pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
-  local key = conn_key(pinfo)
+  local key = conn_key(pinfo, nil)
   local from = tls_from[key]
   if from == nil and not pinfo.visited and to_server(pinfo) then
     local conn = conn_of(pinfo, key)
