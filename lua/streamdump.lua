@@ -7794,11 +7794,24 @@ local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
   if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
 end
-local function key_text(key)
-  if key == nil then return "?" end
-  if KEY_HEX and type(key) == "number" then return hex(key, KEY_HEX) end
-  if KEY_NAMES and KEY_NAMES[key] then return KEY_NAMES[key] end
-  return tostring(key)
+local key_text
+do
+  -- a number key's text, made once per key (every frame's is kept for the tracker's findings)
+  local texts = {}
+  key_text = function(key)
+    if key == nil then return "?" end
+    local text = texts[key]
+    if text then return text end
+    if KEY_HEX and type(key) == "number" then
+      text = hex(key, KEY_HEX)
+    elseif KEY_NAMES and KEY_NAMES[key] then
+      text = KEY_NAMES[key]
+    else
+      text = tostring(key)
+    end
+    if type(key) == "number" then texts[key] = text end
+    return text
+  end
 end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
@@ -8312,12 +8325,32 @@ local function keep_link(links, name, value)
   kept[#kept + 1] = { name, value }
 end
 
+-- A session's key in a connection's tables ("publisher:1"): made once per name and id, not
+-- written out again for every frame that uses it.
+local session_key
+do
+  local keys = {}
+  session_key = function(name, sid)
+    local by_id = keys[name]
+    if by_id == nil then
+      by_id = {}
+      keys[name] = by_id
+    end
+    local key = by_id[sid]
+    if key == nil then
+      key = name .. ":" .. tostring(sid)
+      by_id[sid] = key
+    end
+    return key
+  end
+end
+
 local function sessions(conn, f)
   for _, role in ipairs(SESSION_OF[f.command] or {}) do
     local spec = CONV.sessions[role.name]
     local sid = f.fields[spec.id]
     if is_number(sid) or type(sid) == "string" then
-      local key = role.name .. ":" .. tostring(sid)
+      local key = session_key(role.name, sid)
       if (role.role == "open" or role.role == "close") and f.kind == "request" and is_number(sid) then
         for _, rule in ipairs(rules()) do
           if rule.session_ended then rule.session_ended(conn, role.name, sid) end
@@ -10655,7 +10688,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
-      local key = ack.name .. ":" .. sid
+      local key = session_key(ack.name, sid)
       all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
@@ -10696,7 +10729,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      local flight = flights(conn)[session_key(ack.name, sid)] or new_flight()
       -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
       -- come from a few frames): the frame that sent them and the wait since.
       local sent_in, waited = { runs = {} }, { runs = {} }
@@ -11234,16 +11267,25 @@ end
 -- The packet's connection key and direction (whether it goes to the server), worked out once
 -- per packet (a packet holds many PDUs): kept in conns under the number 0, which no key is.
 -- number: the packet's, where the caller has read it (each read is a C call).
-local function conn_key(pinfo, number)
-  number = number or pinfo.number
-  local last = conns[0]
-  if last and last[1] == number then return last[2], last[3] end
-  local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
-  local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  local key = a < b and a .. "|" .. b or b .. "|" .. a
-  local from_client = to_server(pinfo)
-  if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
-  return key, from_client
+local conn_key
+do
+  -- ":port" for each port met, made once (a number written as text is a sprintf)
+  local port_text = setmetatable({}, { __index = function(t, port)
+    local text = ":" .. port
+    t[port] = text
+    return text
+  end })
+  conn_key = function(pinfo, number)
+    number = number or pinfo.number
+    local last = conns[0]
+    if last and last[1] == number then return last[2], last[3] end
+    local a = tostring(pinfo.src) .. port_text[pinfo.src_port]
+    local b = tostring(pinfo.dst) .. port_text[pinfo.dst_port]
+    local key = a < b and a .. "|" .. b or b .. "|" .. a
+    local from_client = to_server(pinfo)
+    if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
+    return key, from_client
+  end
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
@@ -11345,8 +11387,16 @@ local function dissect_pdu(tvb, pinfo, root)
   -- pinfo.cols a new userdata each)
   local private, number, visited = pinfo.private, int(pinfo.number), pinfo.visited
   local count = (tonumber(private.sd_pdus) or 0) + 1
-  private.sd_pdus = tostring(count)
-  local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
+  private.sd_pdus = count == 1 and "1" or tostring(count)
+  -- Its key: a number where one holds the three exactly (2^53), else text. (A number written
+  -- as text costs a sprintf each: three a PDU.)
+  local offset = int(tvb:offset())
+  local pdu
+  if number < 67108864 and offset < 131072 and count < 1024 then
+    pdu = (number * 131072 + offset) * 1024 + count
+  else
+    pdu = number .. ":" .. offset .. ":" .. count
+  end
   local f = memo[pdu]
   local ckey, from_client = conn_key(pinfo, number)
   -- A response whose key field holds its status has its request's command: found by

@@ -126,7 +126,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
-      local key = ack.name .. ":" .. sid
+      local key = session_key(ack.name, sid)
       all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
@@ -167,7 +167,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      local flight = flights(conn)[session_key(ack.name, sid)] or new_flight()
       -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
       -- come from a few frames): the frame that sent them and the wait since.
       local sent_in, waited = { runs = {} }, { runs = {} }

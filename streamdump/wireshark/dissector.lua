@@ -2077,11 +2077,24 @@ local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
   if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
 end
-local function key_text(key)
-  if key == nil then return "?" end
-  if KEY_HEX and type(key) == "number" then return hex(key, KEY_HEX) end
-  if KEY_NAMES and KEY_NAMES[key] then return KEY_NAMES[key] end
-  return tostring(key)
+local key_text
+do
+  -- a number key's text, made once per key (every frame's is kept for the tracker's findings)
+  local texts = {}
+  key_text = function(key)
+    if key == nil then return "?" end
+    local text = texts[key]
+    if text then return text end
+    if KEY_HEX and type(key) == "number" then
+      text = hex(key, KEY_HEX)
+    elseif KEY_NAMES and KEY_NAMES[key] then
+      text = KEY_NAMES[key]
+    else
+      text = tostring(key)
+    end
+    if type(key) == "number" then texts[key] = text end
+    return text
+  end
 end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
@@ -2595,12 +2608,32 @@ local function keep_link(links, name, value)
   kept[#kept + 1] = { name, value }
 end
 
+-- A session's key in a connection's tables ("publisher:1"): made once per name and id, not
+-- written out again for every frame that uses it.
+local session_key
+do
+  local keys = {}
+  session_key = function(name, sid)
+    local by_id = keys[name]
+    if by_id == nil then
+      by_id = {}
+      keys[name] = by_id
+    end
+    local key = by_id[sid]
+    if key == nil then
+      key = name .. ":" .. tostring(sid)
+      by_id[sid] = key
+    end
+    return key
+  end
+end
+
 local function sessions(conn, f)
   for _, role in ipairs(SESSION_OF[f.command] or {}) do
     local spec = CONV.sessions[role.name]
     local sid = f.fields[spec.id]
     if is_number(sid) or type(sid) == "string" then
-      local key = role.name .. ":" .. tostring(sid)
+      local key = session_key(role.name, sid)
       if (role.role == "open" or role.role == "close") and f.kind == "request" and is_number(sid) then
         for _, rule in ipairs(rules()) do
           if rule.session_ended then rule.session_ended(conn, role.name, sid) end

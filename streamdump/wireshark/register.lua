@@ -82,16 +82,25 @@ end
 -- The packet's connection key and direction (whether it goes to the server), worked out once
 -- per packet (a packet holds many PDUs): kept in conns under the number 0, which no key is.
 -- number: the packet's, where the caller has read it (each read is a C call).
-local function conn_key(pinfo, number)
-  number = number or pinfo.number
-  local last = conns[0]
-  if last and last[1] == number then return last[2], last[3] end
-  local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
-  local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  local key = a < b and a .. "|" .. b or b .. "|" .. a
-  local from_client = to_server(pinfo)
-  if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
-  return key, from_client
+local conn_key
+do
+  -- ":port" for each port met, made once (a number written as text is a sprintf)
+  local port_text = setmetatable({}, { __index = function(t, port)
+    local text = ":" .. port
+    t[port] = text
+    return text
+  end })
+  conn_key = function(pinfo, number)
+    number = number or pinfo.number
+    local last = conns[0]
+    if last and last[1] == number then return last[2], last[3] end
+    local a = tostring(pinfo.src) .. port_text[pinfo.src_port]
+    local b = tostring(pinfo.dst) .. port_text[pinfo.dst_port]
+    local key = a < b and a .. "|" .. b or b .. "|" .. a
+    local from_client = to_server(pinfo)
+    if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
+    return key, from_client
+  end
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
@@ -193,8 +202,16 @@ local function dissect_pdu(tvb, pinfo, root)
   -- pinfo.cols a new userdata each)
   local private, number, visited = pinfo.private, int(pinfo.number), pinfo.visited
   local count = (tonumber(private.sd_pdus) or 0) + 1
-  private.sd_pdus = tostring(count)
-  local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
+  private.sd_pdus = count == 1 and "1" or tostring(count)
+  -- Its key: a number where one holds the three exactly (2^53), else text. (A number written
+  -- as text costs a sprintf each: three a PDU.)
+  local offset = int(tvb:offset())
+  local pdu
+  if number < 67108864 and offset < 131072 and count < 1024 then
+    pdu = (number * 131072 + offset) * 1024 + count
+  else
+    pdu = number .. ":" .. offset .. ":" .. count
+  end
   local f = memo[pdu]
   local ckey, from_client = conn_key(pinfo, number)
   -- A response whose key field holds its status has its request's command: found by
