@@ -311,10 +311,9 @@ local function client_hello(tvb)
 end
 
 local function through_tls(tvb, pinfo)
-  if pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
-  local key = conn_key(pinfo, nil)
+  local key, from_client = conn_key(pinfo, nil)
   local from = tls_from[key]
-  if from == nil and not pinfo.visited and to_server(pinfo) then
+  if from == nil and from_client and not pinfo.visited then
     local conn = conn_of(pinfo, key)
     if not conn.client_spoke then
       conn.client_spoke = true
@@ -324,7 +323,9 @@ local function through_tls(tvb, pinfo)
       end
     end
   end
-  return from ~= nil and int(pinfo.number) >= from
+  -- (asked only on a connection that went TLS: pinfo.private is a new userdata a read)
+  if from == nil or pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
+  return int(pinfo.number) >= from
 end
 
 function P.dissector(tvb, pinfo, tree)
