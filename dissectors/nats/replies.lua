@@ -17,11 +17,7 @@ do
     local function keep(request, f)
       for _, kept in ipairs(spec.keep) do
         local v = request.fields[kept[2]]
-        if v ~= nil then
-          local links = links_of(f)
-          links.kept = links.kept or {}
-          table.insert(links.kept, { kept[1], v })
-        end
+        if v ~= nil then keep_link(links_of(f), kept[1], v) end
       end
     end
     local function failed(conn, request, f, status, meaning)

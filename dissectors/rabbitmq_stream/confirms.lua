@@ -82,7 +82,7 @@ do
       local lo, hi = ids[1], ids[n]
       local run = type(lo) == "number" and type(hi) == "number" and hi - lo == n - 1
         and (flight.top == nil or lo > flight.top)
-      if run then
+      if run and not LITE.runs[ids] then  -- (ids the loop read found following on: no check each)
         for k = 2, n do
           if ids[k] ~= lo + k - 1 then
             run = false
@@ -126,7 +126,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local all = flights(conn)
-      local key = ack.name .. ":" .. sid
+      local key = session_key(ack.name, sid)
       all[key] = all[key] or new_flight()
       local flight = all[key]
       local sent = f  -- the sending frame itself, for all its items: a confirm links back to it
@@ -167,7 +167,7 @@ do
       local sid = f.fields[CONV.sessions[ack.session].id]
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
-      local flight = flights(conn)[ack.name .. ":" .. sid] or new_flight()
+      local flight = flights(conn)[session_key(ack.name, sid)] or new_flight()
       -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
       -- come from a few frames): the frame that sent them and the wait since.
       local sent_in, waited = { runs = {} }, { runs = {} }
@@ -201,11 +201,14 @@ do
       -- The commonest case, ids confirmed in the order they were sent: the ids that follow the
       -- last one in its run (no loose ids, none of that run confirmed out of order) taken at once.
       local run = next(flight.loose) == nil and flight.at or nil
+      local follows = LITE.runs[list]  -- each id one more than the one before (the loop saw)
       while k <= n do
         local id = list[k]
         if run and id == run.next and id <= run.hi and run.gone == nil then
           local j, stop = k, math.min(n, k + (run.hi - id))
-          while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          if follows then j = stop else
+            while j < stop and list[j + 1] == list[j] + 1 do j = j + 1 end
+          end
           run.next = list[j] + 1
           put(index + 1, index + 1 + j - k, run.sent)
           index, k = index + 1 + j - k, j + 1

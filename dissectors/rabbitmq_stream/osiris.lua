@@ -411,17 +411,17 @@ HOOKS.osiris_entry = {
   end end)(string.byte),
   -- The same step as Lua source, which the lite loop of an array (LITE.compile) pastes in, so a
   -- Publish frame's hundreds of entries cost no call each: it reads s at `at` (n bytes in all)
-  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit.
+  -- and sets VALUE and AFTER, or runs FAIL where the entry does not fit. HEAD32 is its first
+  -- four bytes as a big-endian uint32 (skip_head), which the loop reads once it has found them
+  -- there, with the integers before it where it can (one call).
+  skip_head = 4,
   skip_source = [[
-      if n - at + 1 < 4 then FAIL end
-      local a, b, c, d = byte(s, at, at + 3)
-      if a < 128 then
-        local size = ((a * 256 + b) * 256 + c) * 256 + d
-        if n - at - 3 < size then FAIL end
-        VALUE, AFTER = true, at + 4 + size
+      if HEAD32 < 2147483648 then
+        if n - at - 3 < HEAD32 then FAIL end
+        VALUE, AFTER = true, at + 4 + HEAD32
       else
         if n - at + 1 < 11 then FAIL end
-        a, b, c, d = byte(s, at + 7, at + 10)
+        local a, b, c, d = byte(s, at + 7, at + 10)
         local length = ((a * 256 + b) * 256 + c) * 256 + d
         if length > 2147483647 or n - at - 10 < length then FAIL end
         VALUE, AFTER = true, at + 11 + length

@@ -739,6 +739,9 @@ end
 -- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
 -- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
 local LITE = { plans = {}, measured = {} }
+-- Arrays of integers the loop read whole, each one more than the one before (a Publish frame's
+-- ids, a confirm's): the tracker takes them as one run without checking each id again.
+LITE.runs = setmetatable({}, { __mode = "k" })
 
 -- An element's plan at a version: { name, width, signed }, { name, prefix, signed } (a string)
 -- and { name, skip } steps of a struct, one nameless step for a plain integer; or false.
@@ -750,7 +753,8 @@ LITE.step = function(m)
   elseif m.type == "string" and plain and not m.size and (m.prefix_width == 2 or m.prefix_width == 4) then
     return { name = m.name, prefix = m.prefix_width, signed = m.prefix_signed == true }
   elseif m.type == "hook" and not m.inline and HOOKS[m.hook] and HOOKS[m.hook].skip then
-    return { name = m.name, skip = HOOKS[m.hook].skip, source = HOOKS[m.hook].skip_source }
+    local hook = HOOKS[m.hook]
+    return { name = m.name, skip = hook.skip, source = hook.skip_source, head = hook.skip_head }
   end
   return nil
 end
@@ -836,16 +840,18 @@ LITE.read_array = function(plan, tvb, pos, limit, count, items)
   local n = limit - pos
   if n <= 0 then return 0, pos end
   plan.fn = plan.fn or LITE.compile(plan)
-  local index, i = plan.fn(tvb:raw(pos, n), n, count, items)
+  local index, i, breaks = plan.fn(tvb:raw(pos, n), n, count, items)
+  local whole = not ((count ~= nil and index < count) or (count == nil and i <= n))
   local name = plan.projected
   if name then
-    if (count ~= nil and index < count) or (count == nil and i <= n) then
+    if not whole then
       -- The general reader takes the rest, element by element, as tables: these become theirs.
       for k = 1, index do items[k] = { [name] = items[k] } end
     else
       items.projected = name
     end
   end
+  if whole and breaks == 1 then LITE.runs[items] = true end
   return index, pos + i - 1
 end
 
@@ -853,74 +859,154 @@ end
 -- what the general reader must explain, the loop returns how many it read and where that one
 -- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
 -- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
+-- Consecutive integers, and the first four bytes of a step over a hook's bytes after them (its
+-- skip_head, HEAD32 in its source: a big-endian uint32), are read by one string.byte call
+-- behind one bounds check: a Publish frame's id and its entry's size are 12 bytes of one call,
+-- not two (a C call each, per message). (Struct.unpack, a 64-bit value as two 32-bit halves,
+-- took the same CPU time and more instructions.) A counted array is a numeric for loop, which
+-- tests no condition of its own per element.
+LITE.GROUP_MAX = 32  -- bytes of one call: its values are locals, and a function has 200 at most
 LITE.compile = function(plan)
-  local src = { "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
-    "return function(s, n, count, items)\n  local i, index = 1, 0\n",
-    "  while (count == nil and i <= n) or (count ~= nil and index < count) do\n    local at = i\n" }
-  local function put(text) src[#src + 1] = text end
-  local names, skips = {}, {}
-  local function int_step(k, width, signed)
-    local vars = ({ [1] = { "a" }, [2] = { "a", "b" }, [4] = { "a", "b", "c", "d" },
-      [8] = { "a", "b", "c", "d", "e", "f", "g", "h" } })[width]
-    local list = table.concat(vars, ", ")
-    put(string.format("    do\n      if at + %d > n then return index, i end\n", width - 1))
-    put(string.format("      local %s = byte(s, at, at + %d)\n", list, width - 1))
+  local body, names, skips = {}, {}, {}
+  local function put(text) body[#body + 1] = text end
+  local letters = { "a", "b", "c", "d", "e", "f", "g", "h" }
+  -- v<k> from the bytes named by vars (in wire order)
+  local function int_value(k, width, signed, vars)
     if LITTLE and width > 1 then
       local reversed = {}
       for j = width, 1, -1 do reversed[#reversed + 1] = vars[j] end
-      put(string.format("      %s = %s\n", list, table.concat(reversed, ", ")))
+      vars = reversed
     end
-    local expr = vars[1]
-    local first = 1
+    local expr, first = vars[1], 1
     if width == 8 then
-      -- 2^46 or more, or negative: the general reader's
-      put("      if a ~= 0 or b ~= 0 or c >= 64 then return index, i end\n")
-      expr, first = "c", 3
+      -- 2^46 or more, or negative: the general reader's (the top two bytes here, the third by
+      -- the test of 10^12 below: 64 there is 2^46 and more)
+      put(string.format("      if %s + %s ~= 0 then FAIL end\n", vars[1], vars[2]))
+      expr, first = vars[3], 3
     end
     for j = first + 1, width do expr = "(" .. expr .. ") * 256 + " .. vars[j] end
     put(string.format("      v%d = %s\n", k, expr))
     if width == 8 then
-      put(string.format("      if v%d >= 1000000000000 then return index, i end\n", k))
+      put(string.format("      if v%d >= 1000000000000 then FAIL end\n", k))
     elseif signed then
       local range = ({ [1] = "256", [2] = "65536", [4] = "4294967296" })[width]  -- text: 5.4 keeps it an integer
-      put(string.format("      if a >= 128 then v%d = v%d - %s end\n", k, k, range))
+      put(string.format("      if %s >= 128 then v%d = v%d - %s end\n", vars[1], k, k, range))
     end
-    put(string.format("      at = at + %d\n    end\n", width))
   end
-  for k, step in ipairs(plan) do
-    put(string.format("    local v%d\n", k))
+  -- A hook's step as source (VALUE, AFTER, FAIL its placeholders; HEAD32 its first four bytes,
+  -- read, after a test that they are there, by the group before it or here), in a block of its own.
+  local function skip_source(k, step, head)
+    local body_text = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at")
+    local read = ""
+    if step.head and head == nil then
+      head = "head" .. k
+      read = string.format("      if at + 3 > n then FAIL end\n      local %s, %s, %s, %s = byte(s, at, at + 3)\n"
+        .. "      local %s = ((%s * 256 + %s) * 256 + %s) * 256 + %s\n",
+        head .. "_1", head .. "_2", head .. "_3", head .. "_4", head, head .. "_1", head .. "_2", head .. "_3", head .. "_4")
+    end
+    if head then body_text = body_text:gsub("HEAD32", head) end
+    put("    do\n" .. read .. body_text .. "    end\n")
+  end
+  local k = 1
+  while k <= #plan do
+    local step = plan[k]
     if step.width then
-      int_step(k, step.width, step.signed)
-    elseif step.prefix then
-      int_step(k, step.prefix, step.signed)
-      -- v is the string's length: -1 a null where the prefix is signed
-      put(string.format("    if v%d >= 0 then\n", k))
-      put(string.format("      if at + v%d - 1 > n then return index, i end\n", k))
-      put(string.format("      local text = sub(s, at, at + v%d - 1)\n", k))
-      put("      if not valid(text) then return index, i end\n")
-      put(string.format("      at, v%d = at + v%d, text\n", k, k))
-      put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
-      put("    else\n      return index, i\n    end\n")
-    elseif step.source then
-      -- the hook's step as source (VALUE, AFTER, FAIL its placeholders), in a block of its own
-      local body = step.source:gsub("VALUE", "v" .. k):gsub("AFTER", "at"):gsub("FAIL", "return index, i")
-      put("    do\n" .. body .. "    end\n")
+      -- a group: integers from k on, and the head of a hook's step right after them
+      local group, bytes = {}, 0
+      while plan[k] and plan[k].width and bytes + plan[k].width <= LITE.GROUP_MAX do
+        group[#group + 1] = k
+        bytes = bytes + plan[k].width
+        k = k + 1
+      end
+      local after = plan[k]
+      local head = after and after.source and after.head and bytes + 4 <= LITE.GROUP_MAX
+      for _, j in ipairs(group) do put(string.format("    local v%d\n", j)) end
+      if head then put(string.format("    local v%d\n", k)) end
+      put(string.format("    do\n      if at + %d > n then FAIL end\n", bytes + (head and 4 or 0) - 1))
+      local head_name = "head" .. k
+      local vars, all = {}, {}
+      for _, j in ipairs(group) do
+        vars[j] = {}
+        for b = 1, plan[j].width do
+          vars[j][b] = letters[b] .. j
+          all[#all + 1] = vars[j][b]
+        end
+      end
+      local head_vars = {}
+      if head then
+        for b = 1, 4 do
+          head_vars[b] = head_name .. "_" .. b
+          all[#all + 1] = head_vars[b]
+        end
+      end
+      put(string.format("      local %s = byte(s, at, at + %d)\n", table.concat(all, ", "), #all - 1))
+      for _, j in ipairs(group) do int_value(j, plan[j].width, plan[j].signed, vars[j]) end
+      if head then
+        put(string.format("      local %s = ((%s * 256 + %s) * 256 + %s) * 256 + %s\n", head_name,
+          head_vars[1], head_vars[2], head_vars[3], head_vars[4]))
+      end
+      put(string.format("      at = at + %d\n", bytes))
+      if head then
+        skip_source(k, after, head_name)
+        k = k + 1
+      end
+      put("    end\n")
     else
-      skips[#skips + 1] = step.skip
-      put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
-      put(string.format("    if v%d == nil then return index, i end\n    at = after%d\n", k, k))
+      put(string.format("    local v%d\n", k))
+      if step.prefix then
+        put("    do\n")
+        local vars = {}
+        for b = 1, step.prefix do vars[b] = letters[b] end
+        put(string.format("      if at + %d > n then FAIL end\n", step.prefix - 1))
+        put(string.format("      local %s = byte(s, at, at + %d)\n", table.concat(vars, ", "), step.prefix - 1))
+        int_value(k, step.prefix, step.signed, vars)
+        put(string.format("      at = at + %d\n    end\n", step.prefix))
+        -- v is the string's length: -1 a null where the prefix is signed
+        put(string.format("    if v%d >= 0 then\n", k))
+        put(string.format("      if at + v%d - 1 > n then FAIL end\n", k))
+        put(string.format("      local text = sub(s, at, at + v%d - 1)\n", k))
+        put("      if not valid(text) then FAIL end\n")
+        put(string.format("      at, v%d = at + v%d, text\n", k, k))
+        put(string.format("    elseif v%d == -1 and %s then\n      v%d = nil\n", k, tostring(step.signed), k))
+        put("    else\n      FAIL\n    end\n")
+      elseif step.source then
+        skip_source(k, step, nil)
+      else
+        skips[#skips + 1] = step.skip
+        put(string.format("    local after%d\n    v%d, after%d = skips[%d](s, at, n)\n", k, k, k, #skips))
+        put(string.format("    if v%d == nil then FAIL end\n    at = after%d\n", k, k))
+      end
+      k = k + 1
     end
-    names[k] = string.format("[%q] = v%d", step.name or "", k)
   end
-  put("    index = index + 1\n")
+  for j, step in ipairs(plan) do names[j] = string.format("[%q] = v%d", step.name or "", j) end
+  local store
+  -- An array of integers counts where a value is not one more than the one before (breaks: 1
+  -- where they all follow on from the first).
+  local follow = ""
   if plan.scalar then
-    put("    items[index] = v1\n")
+    store = "v1"
   elseif plan.projected then
-    put(string.format("    items[index] = v%d\n", plan.projected_k))
+    store = "v" .. plan.projected_k
   else
-    put("    items[index] = { " .. table.concat(names, ", ") .. " }\n")
+    store = "{ " .. table.concat(names, ", ") .. " }"
   end
-  put("    i = at\n  end\n  return index, i\nend\n")
+  if plan.scalar or plan.projected then
+    follow = string.format("    if %s ~= follows then breaks = breaks + 1 end\n    follows = %s + 1\n", store, store)
+  end
+  local element = table.concat(body)
+  local src = {
+    "local byte, sub, valid = string.byte, string.sub, ...\nlocal skips = select(2, ...)\n",
+    "return function(s, n, count, items)\n  local i, follows, breaks = 1, nil, 0\n",
+    -- counted: elements 1..count while they are plain
+    "  if count ~= nil then\n    for index = 1, count do\n    local at = i\n",
+    (element:gsub("FAIL", "return index - 1, i, breaks")),
+    "    items[index] = " .. store .. "\n" .. follow .. "    i = at\n    end\n    return count, i, breaks\n  end\n",
+    -- not counted: elements to the end of the bytes
+    "  local index = 0\n  while i <= n do\n    local at = i\n",
+    (element:gsub("FAIL", "return index, i, breaks")),
+    "    index = index + 1\n    items[index] = " .. store .. "\n" .. follow .. "    i = at\n  end\n  return index, i, breaks\nend\n",
+  }
   local chunk = assert(load(table.concat(src), "=lite plan", "t"))
   return chunk(utf8_valid, skips)
 end
@@ -1753,12 +1839,33 @@ end
 
 -- The fields of one layout or struct, in order, into out; returns the position after them.
 decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
+  -- Without a tree, a plain integer (nothing to check, split or hook) that the copy of the
+  -- frame's first bytes holds is read from it here, without the walk below: a chunk header's
+  -- dozen fields, a frame header's three. Anything else, or a value the copy cannot give (short,
+  -- 2^46 or more), takes the walk, which explains it.
+  local raw = tree == nil and ctx.raw_tvb == tvb and ctx.raw or nil
+  local raw_end = raw and math.min(ctx.raw_n, stop)
   for _, spec in ipairs(specs) do
-    if spec.entry and ctx.entries_layout then
+    local value = nil
+    if raw then
+      local plain = spec.__plain
+      if plain == nil then
+        plain = spec.width ~= nil and not (spec.entry or spec.when or spec.optional or spec.hook or spec.bits
+          or spec.const ~= nil or spec.inline or spec.length_of or spec.secret)
+        spec.__plain = plain
+      end
+      local width = spec.width
+      if plain and pos + width <= raw_end and (spec.since or 1) <= version then
+        value = LITE.int_at(raw, pos + 1, width, spec.type)
+      end
+    end
+    if value ~= nil then
+      out[spec.name] = value
+      pos = pos + spec.width
+    elseif spec.entry and ctx.entries_layout then
       if (spec.since or 1) <= version then read_entry_field(spec, ctx, out, tree) end
     elseif (spec.when == nil and not spec.optional and (spec.since or 1) <= version)
         or present(spec, out, pos, stop, version) then
-      local value
       local t = spec.type
       if t == "raw" then
         value, pos = read_raw(spec, tvb, pos, stop, out, ctx)
@@ -1860,8 +1967,26 @@ local function short_value(spec, value, response)
   return tostring(value)
 end
 
+-- Of a list of specs, those that can add to Info (found once per list: most add nothing, and
+-- every frame walked them all).
+local INFO_SPECS = {}
+local function info_specs(specs)
+  local found = INFO_SPECS[specs]
+  if found == nil then
+    found = {}
+    for _, spec in ipairs(specs) do
+      if (spec.hook and SPEC.hook_info[spec.hook]) or (spec.inline and spec.struct and spec.type ~= "switch")
+          or ((spec.type == "struct" or spec.type == "pairs" or spec.type == "json") and spec.struct) or spec.info then
+        found[#found + 1] = spec
+      end
+    end
+    INFO_SPECS[specs] = found
+  end
+  return found
+end
+
 local function info_parts(specs, values, parts, response)
-  for _, spec in ipairs(specs) do
+  for _, spec in ipairs(info_specs(specs)) do
     local value = values[spec.name]
     if spec.hook and SPEC.hook_info[spec.hook] and value ~= nil then
       info_parts(SPEC.hook_info[spec.hook], values, parts, response)  -- what its hook adds beside it
@@ -1898,9 +2023,10 @@ end
 
 -- Header fields whose values land in the frame's fields (inline members, bit parts too).
 local HEADER_INFO = {}
-local FRAME_OWN = { size = true, key = true, version = true }
-local HEADER_NAMES = {}
+-- The frame's own values (size, key, version) that the header names: not fields of the frame.
+local FRAME_OWN = {}
 do
+  local HEADER_NAMES = {}
   local function walk(specs)
     for _, spec in ipairs(specs) do
       HEADER_NAMES[spec.name] = true
@@ -1916,6 +2042,9 @@ do
     end
   end
   walk(SPEC.header)
+  for _, name in ipairs({ "size", "key", "version" }) do
+    if HEADER_NAMES[name] then FRAME_OWN[#FRAME_OWN + 1] = name end
+  end
 end
 
 -- The header's part of the Info column: a request's key field is its command (shown
@@ -1948,11 +2077,24 @@ local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
   if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
 end
-local function key_text(key)
-  if key == nil then return "?" end
-  if KEY_HEX and type(key) == "number" then return hex(key, KEY_HEX) end
-  if KEY_NAMES and KEY_NAMES[key] then return KEY_NAMES[key] end
-  return tostring(key)
+local key_text
+do
+  -- a number key's text, made once per key (every frame's is kept for the tracker's findings)
+  local texts = {}
+  key_text = function(key)
+    if key == nil then return "?" end
+    local text = texts[key]
+    if text then return text end
+    if KEY_HEX and type(key) == "number" then
+      text = hex(key, KEY_HEX)
+    elseif KEY_NAMES and KEY_NAMES[key] then
+      text = KEY_NAMES[key]
+    else
+      text = tostring(key)
+    end
+    if type(key) == "number" then texts[key] = text end
+    return text
+  end
 end
 
 -- The whole length of the frame that starts tvb at offset, from its length field.
@@ -2072,17 +2214,17 @@ local function decode_frame(tvb, tree, lookup, lite)
   local pos
   if lite then
     -- No items to add: the probe's reading is the header's (its notes and state carried over).
+    -- (the probe's context is the frame's from here, with ctx's notes and the entries' state
+    -- worked out above: the rest of ctx it holds already)
     frame.fields, pos = probe, result
-    for k, v in pairs(probe_ctx) do
-      if k ~= "notes" then ctx[k] = v end
-    end
     for _, n in ipairs(probe_ctx.notes) do ctx.notes[#ctx.notes + 1] = n end
+    probe_ctx.notes = ctx.notes
+    probe_ctx.taken_entries, probe_ctx.entries_field = ctx.taken_entries, ctx.entries_field
+    ctx = probe_ctx
   else
     pos = decode_fields(SPEC.header, 1, tvb, 0, stop, frame.fields, tree, ctx)
   end
-  for name in pairs(FRAME_OWN) do
-    if HEADER_NAMES[name] then frame.fields[name] = nil end
-  end
+  for _, name in ipairs(FRAME_OWN) do frame.fields[name] = nil end
   if layout == nil then
     frame.kind = response and "response" or (oneway and command and "command") or "unknown"
     if key == nil and response then
@@ -2334,6 +2476,12 @@ local function rules()
     for _, key in ipairs(CONV.rule_order) do
       if CONV_RULES[key] then ORDERED_RULES[#ORDERED_RULES + 1] = CONV_RULES[key] end
     end
+    -- the rules' before and feed functions, in order: what track calls for every frame
+    ORDERED_RULES.before, ORDERED_RULES.feed = {}, {}
+    for _, rule in ipairs(ORDERED_RULES) do
+      if rule.before then table.insert(ORDERED_RULES.before, rule.before) end
+      if rule.feed then table.insert(ORDERED_RULES.feed, rule.feed) end
+    end
   end
   return ORDERED_RULES
 end
@@ -2442,21 +2590,62 @@ local function closing(conn, f)
     "the " .. server_of(conn) .. " " .. close.says .. what .. said .. last)
 end
 
+-- A value kept for a frame's links (links.kept: { name, value } pairs). A session's values are
+-- one list, made when it opens and shared by every frame that uses it (a list and a pair a frame
+-- were two or three tables more, each kept for later passes and marked by every cycle of the
+-- collector); a shared list (shared = true) is copied before a frame's own value is added.
+local function keep_link(links, name, value)
+  local kept = links.kept
+  if kept == nil then
+    kept = {}
+    links.kept = kept
+  elseif kept.shared then
+    local own = {}
+    for i, pair in ipairs(kept) do own[i] = pair end
+    kept = own
+    links.kept = own
+  end
+  kept[#kept + 1] = { name, value }
+end
+
+-- A session's key in a connection's tables ("publisher:1"): made once per name and id, not
+-- written out again for every frame that uses it.
+local session_key
+do
+  local keys = {}
+  session_key = function(name, sid)
+    local by_id = keys[name]
+    if by_id == nil then
+      by_id = {}
+      keys[name] = by_id
+    end
+    local key = by_id[sid]
+    if key == nil then
+      key = name .. ":" .. tostring(sid)
+      by_id[sid] = key
+    end
+    return key
+  end
+end
+
 local function sessions(conn, f)
   for _, role in ipairs(SESSION_OF[f.command] or {}) do
     local spec = CONV.sessions[role.name]
     local sid = f.fields[spec.id]
     if is_number(sid) or type(sid) == "string" then
-      local key = role.name .. ":" .. tostring(sid)
+      local key = session_key(role.name, sid)
       if (role.role == "open" or role.role == "close") and f.kind == "request" and is_number(sid) then
         for _, rule in ipairs(rules()) do
           if rule.session_ended then rule.session_ended(conn, role.name, sid) end
         end
       end
       if role.role == "open" and f.kind ~= "response" then
-        local values = {}
+        local values, kept = {}, { shared = true }
         for i, name in ipairs(spec.keep) do values[spec.keep_as[i]] = f.fields[name] end
-        conn.sessions[key] = { opened_in = f.number, values = values, keep = spec.keep_as, uses = 0 }
+        for _, name in ipairs(spec.keep_as) do
+          if values[name] ~= nil then kept[#kept + 1] = { name, values[name] } end
+        end
+        conn.sessions[key] = { opened_in = f.number, values = values, kept = kept, uses = 0 }
         conn.ended[key] = nil
       elseif role.role == "close" and f.kind ~= "response" then
         local session = conn.sessions[key]
@@ -2472,9 +2661,10 @@ local function sessions(conn, f)
         if session then
           local links = links_of(f)
           links.opened_in = session.opened_in
-          links.kept = links.kept or {}
-          for _, name in ipairs(session.keep) do
-            if session.values[name] ~= nil then table.insert(links.kept, { name, session.values[name] }) end
+          if links.kept == nil then
+            links.kept = session.kept
+          else
+            for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
           end
           session.uses = session.uses + 1
           if session.limit and session.uses >= session.limit then
@@ -2498,9 +2688,7 @@ end
 
 local function track(conn, f)
   local ordered = rules()
-  for _, rule in ipairs(ordered) do
-    if rule.before then rule.before(conn, f) end
-  end
+  for _, before in ipairs(ordered.before) do before(conn, f) end
   if SETUP[f.command] then conn.setup_seen = true end
   -- A response whose command is its request's is tracked even when the request is missing.
   local orphan = f.kind == "response" and SPEC.frame.response_key == "request"
@@ -2508,9 +2696,7 @@ local function track(conn, f)
     if CONV.correlation then correlate(conn, f) end
     closing(conn, f)
     if SESSION_OF[f.command] then sessions(conn, f) end
-    for _, rule in ipairs(ordered) do
-      if rule.feed then rule.feed(conn, f) end
-    end
+    for _, feed in ipairs(ordered.feed) do feed(conn, f) end
   end
   if f.from_client then
     conn.client_last = f

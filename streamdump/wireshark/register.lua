@@ -79,17 +79,28 @@ local function connection_text(pinfo, from_client)
   return dst .. " \226\134\146 " .. src
 end
 
--- The packet's connection key, made once per packet (a packet holds many PDUs): kept in
--- conns under the number 0, which no key is.
-local function conn_key(pinfo)
-  local number = pinfo.number
-  local last = conns[0]
-  if last and last[1] == number then return last[2] end
-  local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
-  local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-  local key = a < b and a .. "|" .. b or b .. "|" .. a
-  if last then last[1], last[2] = number, key else conns[0] = { number, key } end
-  return key
+-- The packet's connection key and direction (whether it goes to the server), worked out once
+-- per packet (a packet holds many PDUs): kept in conns under the number 0, which no key is.
+-- number: the packet's, where the caller has read it (each read is a C call).
+local conn_key
+do
+  -- ":port" for each port met, made once (a number written as text is a sprintf)
+  local port_text = setmetatable({}, { __index = function(t, port)
+    local text = ":" .. port
+    t[port] = text
+    return text
+  end })
+  conn_key = function(pinfo, number)
+    number = number or pinfo.number
+    local last = conns[0]
+    if last and last[1] == number then return last[2], last[3] end
+    local a = tostring(pinfo.src) .. port_text[pinfo.src_port]
+    local b = tostring(pinfo.dst) .. port_text[pinfo.dst_port]
+    local key = a < b and a .. "|" .. b or b .. "|" .. a
+    local from_client = to_server(pinfo)
+    if last then last[1], last[2], last[3] = number, key, from_client else conns[0] = { number, key, from_client } end
+    return key, from_client
+  end
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
@@ -191,24 +202,35 @@ local function dissect_pdu(tvb, pinfo, root)
   -- pinfo.cols a new userdata each)
   local private, number, visited = pinfo.private, int(pinfo.number), pinfo.visited
   local count = (tonumber(private.sd_pdus) or 0) + 1
-  private.sd_pdus = tostring(count)
-  local pdu = number .. ":" .. int(tvb:offset()) .. ":" .. count
+  private.sd_pdus = count == 1 and "1" or tostring(count)
+  -- Its key: a number where one holds the three exactly (2^53), else text. (A number written
+  -- as text costs a sprintf each: three a PDU.)
+  local offset = int(tvb:offset())
+  local pdu
+  if number < 67108864 and offset < 131072 and count < 1024 then
+    pdu = (number * 131072 + offset) * 1024 + count
+  else
+    pdu = number .. ":" .. offset .. ":" .. count
+  end
   local f = memo[pdu]
-  local from_client = to_server(pinfo)
-  local ckey = conn_key(pinfo)
+  local ckey, from_client = conn_key(pinfo, number)
   -- A response whose key field holds its status has its request's command: found by
-  -- correlation id on the first pass, remembered for the later ones.
-  local function lookup(what, corr, key)
-    if f then return f.key end
-    local requests = conn_of(pinfo, ckey).requests
-    if what == "request" then
-      requests[side_key(from_client) .. tostring(corr)] = key
-      return key
+  -- correlation id on the first pass, remembered for the later ones. (Only where that is
+  -- how responses are known: a closure a frame is not free.)
+  local lookup = nil
+  if SPEC.frame.response_key == "request" then
+    lookup = function(what, corr, key)
+      if f then return f.key end
+      local requests = conn_of(pinfo, ckey).requests
+      if what == "request" then
+        requests[side_key(from_client) .. tostring(corr)] = key
+        return key
+      end
+      local asker = side_key(not from_client) .. tostring(corr)
+      local found = requests[asker]
+      requests[asker] = nil
+      return found
     end
-    local asker = side_key(not from_client) .. tostring(corr)
-    local found = requests[asker]
-    requests[asker] = nil
-    return found
   end
   PDU_CONTEXT.pinfo, PDU_CONTEXT.root, PDU_CONTEXT.carried = pinfo, root, {}
   local frame = decode_frame(tvb, tree, lookup, tree == nil)
@@ -248,11 +270,11 @@ local function dissect_pdu(tvb, pinfo, root)
   -- The short name: the Protocol column is narrow. Expert notes stay in Expert Info, out of Info.
   local cols = pinfo.cols
   cols.protocol = SPEC.short
-  local seen = tostring(number) .. tostring(visited)
-  if private.sd_seen == seen then
+  -- The dissection's first PDU (of any protocol of the plugin: pinfo.private is the
+  -- dissection's, shared by them) sets Info, the others add to it.
+  if count > 1 then
     cols.info:append("; " .. text)
   else
-    private.sd_seen = seen
     cols.info = text
   end
   for _, pending in ipairs(carried_now) do pending[1]:call(pending[2], pinfo, root) end
@@ -289,10 +311,9 @@ local function client_hello(tvb)
 end
 
 local function through_tls(tvb, pinfo)
-  if pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
-  local key = conn_key(pinfo)
+  local key, from_client = conn_key(pinfo, nil)
   local from = tls_from[key]
-  if from == nil and not pinfo.visited and to_server(pinfo) then
+  if from == nil and from_client and not pinfo.visited then
     local conn = conn_of(pinfo, key)
     if not conn.client_spoke then
       conn.client_spoke = true
@@ -302,7 +323,9 @@ local function through_tls(tvb, pinfo)
       end
     end
   end
-  return from ~= nil and int(pinfo.number) >= from
+  -- (asked only on a connection that went TLS: pinfo.private is a new userdata a read)
+  if from == nil or pinfo.private.sd_tls == SPEC.name then return false end  -- the plaintext TLS hands back
+  return int(pinfo.number) >= from
 end
 
 function P.dissector(tvb, pinfo, tree)
