@@ -16,6 +16,7 @@ trusted as the code itself is.
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import pickle
@@ -117,25 +118,29 @@ def kept(kind: str, key: str, make: Callable[[], T], expect: type[T]) -> T:
 
 
 def _keep(where: Path, kind: str, path: Path, made: object) -> None:
-    """Write made atomically (a reader never sees half a file) and drop older copies of kind."""
-    import tempfile  # only when writing: a start that reads the cache back needs none of it
-
+    """Write made and drop older copies of kind."""
     try:
-        where.mkdir(parents=True, exist_ok=True)
-        data = pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL)
-        fd, temp = tempfile.mkstemp(dir=where, prefix=f".{kind}-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(temp, path)
-        except BaseException:
-            os.unlink(temp)
-            raise
+        _write(where, path, pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
         for old in where.glob(f"{kind}-*.pickle"):
             if old != path:
                 old.unlink(missing_ok=True)
     except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
         pass  # an unwritable folder (or an object that cannot be kept): the next start compiles again
+
+
+def _write(where: Path, path: Path, data: bytes) -> None:
+    """data as path's content, atomically: a reader never sees half a file."""
+    import tempfile  # only when writing: a start that reads the cache back needs none of it
+
+    where.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=where, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
 
 
 # Generated code kept between starts: (digest of the file name and source) -> marshalled code.
@@ -148,8 +153,8 @@ def compiled(source: str, filename: str) -> CodeType:
     """compile(source, filename, "exec"), kept in the cache folder for the next start.
 
     The decoders generated from the registry (spec/specialise.py) are the same source every
-    start, and compiling them was a twentieth of a small capture's read; a code object read
-    back with marshal costs a fraction of that. An entry is found by a digest of its file
+    start, and compiling them was about 4% of a small capture's read; a code object read back
+    with marshal costs a fraction of that. An entry is found by a digest of its file
     name and whole source, so it is only ever the code of that very source; the store is kept
     per Python version, whose bytecode it is. Unreadable or unwritable: compiled as before."""
     global _codes
@@ -170,7 +175,9 @@ def compiled(source: str, filename: str) -> CodeType:
         if len(_codes) >= CODE_KEPT:
             _codes.clear()
         _codes[key] = marshal.dumps(code)
-        _write_codes(where, _codes)
+        # Written whole (a start that compiles something new is rare); unwritable: compiled again.
+        with contextlib.suppress(OSError, ValueError):
+            _write(where, _codes_path(where), marshal.dumps(_codes))
     return code
 
 
@@ -191,21 +198,3 @@ def _read_codes(where: Path | None) -> dict[bytes, bytes]:
     ):
         return {}
     return found
-
-
-def _write_codes(where: Path, codes: dict[bytes, bytes]) -> None:
-    """The store, written whole and atomically (a start that compiled something new is rare)."""
-    import tempfile
-
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=where, prefix=".code-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                marshal.dump(codes, fh)
-            os.replace(temp, _codes_path(where))
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except (OSError, ValueError):
-        pass  # an unwritable folder: the next start compiles again
