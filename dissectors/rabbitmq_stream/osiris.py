@@ -110,7 +110,6 @@ class Entry(Struct):
     framing: str | None = None
 
     def __eq__(self, other: object) -> bool:
-        # pos and framing are facts about one decode, not part of the value.
         if other.__class__ is not Entry:
             return NotImplemented
         return self._value() == other._value()  # type: ignore[attr-defined]
@@ -119,7 +118,7 @@ class Entry(Struct):
         return (
             self.kind,
             self.size,
-            bytes(self.body),
+            self.body,  # a memoryview compares by its bytes
             self.compression,
             self.record_count,
             self.uncompressed_length,
