@@ -656,6 +656,10 @@ class Reader(Decrypting, Recovering):
             if side.waiting is not None:
                 waiting, side.waiting = side.waiting, None
                 self._passed_over(side, conn, *waiting, out)
+        for side in (conn.to_server, conn.to_client):
+            # The stream's callbacks hold their side: let go, an ended connection is freed as
+            # soon as the last reference goes, not left in a cycle for the collector to find.
+            side.stream.on_conflict = side.stream.on_late = None
         del self.connections[key]
         self.tls_pending.discard(key)
         self.closed[key] = None
