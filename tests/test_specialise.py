@@ -10,7 +10,7 @@ from conftest import CAPTURES, ROCKETMQ_CAPTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spec_strategies import struct_strategy
-from streamdump.dissectors.rabbitmq_stream.osiris import simple_entry
+from streamdump.dissectors.rabbitmq_stream.osiris import records_body, simple_entry, sub_batch_entry
 
 from streamdump.analysis.pipeline import ReadStats, read_frames
 from streamdump.spec.decoder import Decoder
@@ -98,6 +98,40 @@ def test_a_frame_that_falls_back_keeps_no_trace_of_the_fast_attempt() -> None:
     assert [m["publishing_id"] for m in frame.fields["messages"]] == [0, 1, 2]
     assert "entry" not in frame.fields["messages"][2]
     assert [e.severity for e in frame.expert] == ["error"]
+
+
+def test_a_publishs_messages_are_read_in_one_call_sub_batches_among_them() -> None:
+    """The hook reads the whole messages array while nothing expands; a sub-batch between simple
+    entries is read there too, not left to the general decoder; expanding reads them one by one."""
+    entries = [
+        simple_entry(b"one"),
+        sub_batch_entry([b"a", b"bc"], 0, records_body([b"a", b"bc"])),
+        simple_entry(b""),
+    ]
+    messages = [{"publishing_id": 7 + n, "entry": entry} for n, entry in enumerate(entries)]
+    wire = FAST.encode("Publish", "command", {"publisher_id": 2, "messages": messages})
+    calls: list[int] = []
+    fast = FAST.fast[0x0002, False, 1]
+    reader = type(FAST.hooks["osiris_entry"])
+    original = reader.read_items
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        got = original(self, *args)
+        calls.append(len(got[0]) if got is not None else -1)
+        return got
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reader, "read_items", counted)
+        out: dict = {}
+        assert fast(memoryview(wire), 8, len(wire), out, Ctx([])) == len(wire)
+        assert calls == [3]
+        expanded: dict = {}
+        fast(memoryview(wire), 8, len(wire), expanded, Ctx([], expand=True))
+        assert calls == [3]
+    assert [m["publishing_id"] for m in out["messages"]] == [7, 8, 9]
+    assert [m["entry"] for m in out["messages"]] == entries
+    assert [m["entry"].pos for m in out["messages"]] == [m["entry"].pos for m in expanded["messages"]]
+    same_decode(wire)
 
 
 @pytest.mark.parametrize(("command", "kind", "version"), ENTRIES, ids=lambda v: str(v))

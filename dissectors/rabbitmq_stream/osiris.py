@@ -48,6 +48,8 @@ CONTENT = FINDINGS["content"].group
 
 _U32 = struct.Struct(">I")
 _SUB_BATCH = struct.Struct(">BHII")  # flags, record count, uncompressed length, length
+# The integers before an entry (a Publish's publishing id) and the entry's size, by their format.
+_WITH_SIZE: dict[str, struct.Struct] = {}
 _U64 = struct.Struct(">Q")
 SIMPLE, SUB_BATCH = 0, 1
 MAGIC = 5
@@ -199,6 +201,47 @@ class EntryHook(Hook):
 
     def write(self, buf: bytearray, value: Any) -> None:
         write_entry(buf, value)
+
+    def read_items(
+        self,
+        mv: memoryview,
+        pos: int,
+        end: int,
+        count: int,
+        head: struct.Struct,
+        names: tuple[str, ...],
+        name: str,
+    ) -> tuple[list[dict[str, Any]], int] | None:
+        # A Publish's messages: each id and its simple entry's size in one unpack, the entry as
+        # read_entry makes it; a sub-batch is read_entry's. An entry the bytes cut: None.
+        if len(names) != 1:
+            return None
+        both = _WITH_SIZE.get(head.format)
+        if both is None:
+            both = _WITH_SIZE[head.format] = struct.Struct(head.format + "I")
+        key = names[0]
+        step = both.size
+        items: list[dict[str, Any]] = []
+        append = items.append
+        for _ in range(count):
+            if end - pos < step:
+                return None
+            ident, size = both.unpack_from(mv, pos)
+            start = pos + step
+            if size & 0x80000000:
+                try:
+                    entry, pos = read_entry(mv, start - 4, end, name)
+                except (Short, BadValue):
+                    return None
+                append({key: ident, name: entry})
+                continue
+            if end - start < size:
+                return None
+            append(
+                {key: ident, name: Entry(SIMPLE, 4 + size, mv[start : start + size], 0, 1, 0, 0, start - 4)}
+            )
+            pos = start + size
+        return items, pos
 
     def skip(self, data: bytes, pos: int, end: int) -> int | None:
         # read_entry's sizes, without its Entry

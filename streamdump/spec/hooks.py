@@ -26,6 +26,8 @@ from streamdump.spec.registry import Protocol, SpecError
 from streamdump.wire.wildcards import captures
 
 if TYPE_CHECKING:
+    import struct
+
     from streamdump.spec.layout import Ctx
     from streamdump.wire.frame import Node
 
@@ -129,6 +131,22 @@ class Hook:
         siblings has what the frame's bytes before the gap gave (empty when its start was
         lost). Only for `cuts` hooks."""
         return 0, 0
+
+    def read_items(
+        self,
+        mv: memoryview,
+        pos: int,
+        end: int,
+        count: int,
+        head: struct.Struct,
+        names: tuple[str, ...],
+        name: str,
+    ) -> tuple[list[dict[str, Any]], int] | None:
+        """count elements of an array from pos, each the integers head unpacks (named names) and
+        then this hook's value (under name), in one call: the dicts, and where they end, equal to
+        what reading them one by one gives. None where an element is not of the form the hook
+        takes at once: the caller then reads them one by one. The base takes none."""
+        return None
 
     def expand_run(self, holders: list[Any], start: int, name: str, ctx: Ctx) -> int:
         """expand, without a tree, for the run of holders from start (each holding this hook's

@@ -340,9 +340,50 @@ def _emit_struct_array(src: _Source, codec: ArrayCodec, value: str, depth: int) 
     src.add(depth, f"if {count} < 0 or {count} * {codec.element.min_size} > end - pos - {width}:")
     src.add(depth + 1, "raise Fallback")
     src.add(depth, f"pos += {width}")
+    whole = _items_hook(codec.element.ops)
+    if whole is not None:
+        # Elements a hook reads all at once (fixed integers, then its value): while nothing
+        # expands, one call for the array; an element it does not take, and the frame is
+        # decoded again by the general decoder.
+        run, op = whole
+        got = src.name("got")
+        src.add(depth, "if not ctx.expand:")
+        src.add(
+            depth + 1,
+            f"{got} = {src.name('hook', op.hook)}.read_items(mv, pos, end, {count}, "
+            f"{src.name('st', run.st)}, {run.names!r}, {op.name!r})",
+        )
+        src.add(depth + 1, f"if {got} is None:")
+        src.add(depth + 2, "raise Fallback")
+        src.add(depth + 1, f"{value}, pos = {got}")
+        src.add(depth, "else:")
+        depth += 1
     src.add(depth, f"{value} = []")
     item = src.name("item")
     src.add(depth, f"for _ in range({count}):")
     src.add(depth + 1, f"{item} = {{}}")
     _emit_ops(src, codec.element.ops, item, depth + 1)
     src.add(depth + 1, f"{value}.append({item})")
+
+
+def _items_hook(ops: tuple[Op, ...]) -> tuple[FixedRun, FieldOp] | None:
+    """An array element a hook can read whole arrays of: a plain run of integers, then a field
+    of the hook's own type, unconditional, that the hook checks nothing of (its checks would
+    run per value)."""
+    if len(ops) != 2:
+        return None
+    run, op = ops
+    if not isinstance(run, FixedRun) or run.checks or not isinstance(op, FieldOp):
+        return None
+    hook = op.hook
+    if (
+        hook is None
+        or op.codec is not hook
+        or type(hook).read_items is Hook.read_items
+        or type(hook).check is not Hook.check
+        or op.checks is not None
+        or op.when is not None
+        or op.optional
+    ):
+        return None
+    return run, op
