@@ -45,7 +45,7 @@ from streamdump.views.render import Renderer, _json_default, _orjson_default
 from streamdump.views.safe import json_text
 from streamdump.wire.frame import Frame
 from streamdump.wire.limits import Limits
-from streamdump.wire.paths import path_values
+from streamdump.wire.paths import int_values, path_values
 
 PROTOCOL = default_registry().get("rabbitmq_stream")
 DECODER = Decoder(PROTOCOL)
@@ -645,7 +645,9 @@ path_trees = st.recursive(
     st.lists(st.sampled_from("ab"), max_size=3),
 )
 def test_path_values_are_the_stepwise_values(fields: dict[str, Any], path: list[str]) -> None:
-    assert path_values(fields, tuple(path)) == stepwise_path_values(fields, tuple(path))
+    stepwise = stepwise_path_values(fields, tuple(path))
+    assert path_values(fields, tuple(path)) == stepwise
+    assert int_values(fields, tuple(path)) == [v for v in stepwise if isinstance(v, int)]
 
 
 @settings(max_examples=200, deadline=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 
@@ -12,13 +13,28 @@ def path_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
     pass over its messages, not a generator per message, and a step with no list among its
     values (the types they have say so) no loop of Python's.
     """
+    return _walk(fields, path)[0]
+
+
+def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> tuple[list[Any], set[type]]:
+    """path_values' values, and the types among them (None's left out with the Nones)."""
     level: list[Any] = [fields]
+    kinds: set[type] = _DICTS
     for step in path:
-        values = [holder.get(step) for holder in level if isinstance(holder, dict)]
+        try:
+            # Every holder a dict, the commonest (a frame's messages): dict.get mapped over
+            # them, in C.
+            values = list(map(dict.get, level, repeat(step)))
+        except TypeError:  # not all dicts: the others have nothing to step into
+            values = [holder.get(step) for holder in level if isinstance(holder, dict)]
         kinds = set(map(type, values))
         if not any(issubclass(kind, list) for kind in kinds):
             # The commonest step: no lists to step into (a message's id), decided per type.
-            level = [v for v in values if v is not None] if type(None) in kinds else values
+            if _NONE in kinds:
+                level = [v for v in values if v is not None]
+                kinds.discard(_NONE)
+            else:
+                level = values
             continue
         found: list[Any] = []
         for value in values:
@@ -27,12 +43,19 @@ def path_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
             elif value is not None:
                 found.append(value)
         level = found
-    return level
+        kinds = _UNKNOWN
+    return level, kinds
 
 
 def int_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
     """Every integer a path names."""
-    values = path_values(fields, path)
-    if set(map(type, values)) <= {int}:  # the commonest: ids, nothing to leave out
+    values, kinds = _walk(fields, path)
+    if kinds <= _INTS:  # the commonest: ids, nothing to leave out
         return values
     return [v for v in values if isinstance(v, int)]
+
+
+_DICTS: set[type] = {dict}
+_INTS: set[type] = {int}
+_UNKNOWN: set[type] = {object}  # the types of a level just stepped into: not looked at
+_NONE = type(None)
