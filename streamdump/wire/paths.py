@@ -50,6 +50,8 @@ def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> tuple[list[Any], set
 def int_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
     """Every integer a path names."""
     values, kinds = _walk(fields, path)
+    if kinds is _UNKNOWN:
+        kinds = set(map(type, values))
     if kinds <= _INTS:  # the commonest: ids, nothing to leave out
         return values
     return [v for v in values if isinstance(v, int)]
