@@ -223,9 +223,8 @@ class Confirms(Rule):
             # Keyed by the sending packet's number, not by (number, time): hashing a time per
             # id cost more than the rest of the confirm's work on it.
             sent_in = list(map(_FIRST, sents))
-            by_packet = {number: round(frame.ts - ts, 6) for number, ts in dict(sents).items()}
-            waited = list(map(by_packet.__getitem__, sent_in))
-            waits = by_packet
+            waits = {number: round(frame.ts - ts, 6) for number, ts in dict(sents).items()}
+            waited = list(map(waits.__getitem__, sent_in))
         if waits:
             links = links_of(frame)
             links["publish_in"] = sent_in

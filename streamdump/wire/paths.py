@@ -16,10 +16,11 @@ def path_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
     return _walk(fields, path)[0]
 
 
-def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> tuple[list[Any], set[type]]:
-    """path_values' values, and the types among them (None's left out with the Nones)."""
+def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> tuple[list[Any], set[type] | None]:
+    """path_values' values, and the types among them (None's left out with the Nones); None
+    where they were not looked at (the last step stepped into lists, or there was no step)."""
     level: list[Any] = [fields]
-    kinds: set[type] = _DICTS
+    kinds: set[type] | None = None
     for step in path:
         try:
             # Every holder a dict, the commonest (a frame's messages): dict.get mapped over
@@ -43,21 +44,19 @@ def _walk(fields: dict[str, Any], path: tuple[str, ...]) -> tuple[list[Any], set
             elif value is not None:
                 found.append(value)
         level = found
-        kinds = _UNKNOWN
+        kinds = None
     return level, kinds
 
 
 def int_values(fields: dict[str, Any], path: tuple[str, ...]) -> list[int]:
     """Every integer a path names."""
     values, kinds = _walk(fields, path)
-    if kinds is _UNKNOWN:
+    if kinds is None:
         kinds = set(map(type, values))
     if kinds <= _INTS:  # the commonest: ids, nothing to leave out
         return values
     return [v for v in values if isinstance(v, int)]
 
 
-_DICTS: set[type] = {dict}
 _INTS: set[type] = {int}
-_UNKNOWN: set[type] = {object}  # the types of a level just stepped into: not looked at
 _NONE = type(None)
