@@ -155,6 +155,25 @@ class Stream:
             return [(nxt, payload)]
         if flags & TCP_RST:
             return []  # a reset's sequence number says nothing about the byte stream
+        if not payload and not wire_len:
+            # A bare SYN opening the stream, or a bare FIN where the bytes end: a connection of
+            # a few frames has four of them, so they skip position and _settle too.
+            if nxt is None and flags & (TCP_SYN | TCP_FIN) == TCP_SYN:
+                self.next = (seq + 1) % SEQ_MOD
+                self.syn_seen = True
+                return []
+            if nxt is not None and flags & TCP_FIN:
+                pos = nxt + ((seq - nxt + HALF) % SEQ_MOD) - HALF
+                if not flags & TCP_SYN and pos == nxt:
+                    self.fin = pos
+                    self.closed = True
+                    return []
+        return self._accept(seq, flags, payload, wire_len, number)
+
+    def _accept(self, seq: int, flags: int, payload: bytes, wire_len: int, number: int) -> list[Event]:
+        """accept for any segment, without its shortcuts (the reference they are tested against)."""
+        if flags & TCP_RST:
+            return []
         events: list[Event] = []
         if flags & TCP_SYN:
             if self.next is not None and self.syn_seen and self.position(seq) + 1 == self.next:
