@@ -19,7 +19,7 @@ from streamdump.analysis.pipeline import ReadStats, decode_segments
 from streamdump.spec.decoder import Decoder
 from streamdump.wire.capture import Segment, read_segments
 from streamdump.wire.frame import Frame
-from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_SYN, Stream
+from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Stream
 
 SESSION = list(read_segments(CAPTURES / "session.pcap"))
 
@@ -363,3 +363,61 @@ def check_damage(
     reported = [(str(n.src), n.start, n.start + n.length) for n in stats.notices if n.kind == "gap"]
     assert merged(reported) == merged(lost)
     assert {n.kind for n in stats.notices} <= {"gap", "skipped"}
+
+
+def _state(stream: Stream) -> tuple[Any, ...]:
+    return (
+        stream.next,
+        stream.syn_seen,
+        stream.fin,
+        stream.closed,
+        dict(stream.pending),
+        list(stream.lost),
+        list(stream.history),
+    )
+
+
+# Segments around one stream whose first byte follows ISN: control flags, empty or short
+# payloads, sequence numbers at, before, after and far from the bytes handed on, some cut by
+# the snap length (wire_len above the payload's length).
+_SEGMENT = st.tuples(
+    st.sampled_from([0, TCP_SYN, TCP_FIN, TCP_SYN | TCP_FIN, TCP_RST, TCP_FIN | TCP_RST]),
+    # Near the stream's start most often, where the control segments fall.
+    st.one_of(st.integers(-1, 2), st.integers(-3, 12)),
+    st.one_of(st.just(b""), st.binary(max_size=4)),
+    st.one_of(st.just(0), st.integers(0, 3)),
+)
+ISN = SEQ_MOD - 6  # the stream crosses 2**32
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SEGMENT, max_size=12))
+def test_accepts_shortcuts_do_what_its_general_path_does(segments: list[tuple[int, int, bytes, int]]) -> None:
+    """accept's shortcuts (the next bytes in order, a bare SYN opening the stream, a bare FIN
+    where the bytes end) leave the stream as its general path does and hand on the same events."""
+    fast, general = Stream(), Stream()
+    for number, (flags, offset, payload, cut) in enumerate(segments, 1):
+        flags |= TCP_ACK
+        seq = (ISN + offset) % SEQ_MOD
+        wire_len = len(payload) + cut
+        assert fast.accept(seq, flags, payload, wire_len, number) == general._accept(
+            seq, flags, payload, wire_len, number
+        )
+        assert _state(fast) == _state(general)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_SEGMENT, max_size=10), st.integers(0, 3))
+def test_an_ack_of_exactly_the_bytes_handed_on_declares_nothing(
+    segments: list[tuple[int, int, bytes, int]], wraps: int
+) -> None:
+    """The reader skips acked for an acknowledgement equal to the next byte's sequence number
+    (modulo 2**32): acked finds nothing there and changes nothing."""
+    stream = Stream()
+    for number, (flags, offset, payload, cut) in enumerate(segments, 1):
+        stream.accept((ISN + offset) % SEQ_MOD, flags | TCP_ACK, payload, len(payload) + cut, number)
+    if stream.next is None:
+        return
+    before = _state(stream)
+    assert stream.acked((stream.next + wraps * SEQ_MOD) % SEQ_MOD, len(segments) + 1) == []
+    assert _state(stream) == before

@@ -460,7 +460,9 @@ class Reader(Decrypting, Recovering):
         else:  # what Life.saw does for a segment without those flags
             conn.life.last_ts = seg.ts
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
-        if flags & TCP_ACK:
+        # An acknowledgement of exactly the bytes handed on (most are) declares nothing missing:
+        # acked would find so, at a call a packet.
+        if flags & TCP_ACK and (acked := other.stream.next) is not None and (seg.ack - acked) % SEQ_MOD:
             events = other.stream.acked(seg.ack, seg.number)
             if events:
                 self._events(conn, other, events, seg, 0, out)
@@ -634,15 +636,18 @@ class Reader(Decrypting, Recovering):
             return
         conn.finished = True
         life = conn.life
-        life.cut = {
-            side is conn.to_server: held
-            for side in (conn.to_server, conn.to_client)
-            if (held := side.framer.unfinished())
-        }
+        to_server, to_client = conn.to_server, conn.to_client
+        held_to_server, held_to_client = to_server.framer.unfinished(), to_client.framer.unfinished()
+        if held_to_server or held_to_client:
+            life.cut = {
+                from_client: held
+                for from_client, held in ((True, held_to_server), (False, held_to_client))
+                if held
+            }
         life.finish(ENDINGS.get(why), number, self.ts)
         if conn.parked is None:  # a TLS connection whose protocol never showed is none of ours
             self.stats.lives[conn.number] = life
-        for side in (conn.to_server, conn.to_client):
+        for side in (to_server, to_client):
             if side.stream.next is None:
                 continue
             events = side.stream.finish(number)
@@ -656,10 +661,10 @@ class Reader(Decrypting, Recovering):
             if side.waiting is not None:
                 waiting, side.waiting = side.waiting, None
                 self._passed_over(side, conn, *waiting, out)
-        for side in (conn.to_server, conn.to_client):
-            # The stream's callbacks hold their side: let go, an ended connection is freed as
-            # soon as the last reference goes, not left in a cycle for the collector to find.
-            side.stream.on_conflict = side.stream.on_late = None
+        # The streams' callbacks hold their sides: let go, an ended connection is freed as soon
+        # as the last reference goes, not left in a cycle for the collector to find.
+        to_server.stream.on_conflict = to_server.stream.on_late = None
+        to_client.stream.on_conflict = to_client.stream.on_late = None
         del self.connections[key]
         self.tls_pending.discard(key)
         self.closed[key] = None
