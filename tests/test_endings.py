@@ -225,3 +225,36 @@ def test_connections_ended_at_the_same_instant_are_told_together() -> None:
     ((conn, found),) = ended_together(lives, {1, 2, 3})
     assert conn == 1 and found.kind == "ended_together"
     assert "ended 3 connections within 0.0 ms" in found.message
+
+
+@pytest.mark.parametrize("end", [CLOSED, RESET, REFUSED, None])
+@pytest.mark.parametrize("cut", [{}, {True: 7}])
+@pytest.mark.parametrize("close", [None, "Close"])
+@pytest.mark.parametrize("fins", [(), (True,), (False, True)])
+@pytest.mark.parametrize("last", [None, False, True])
+def test_a_silent_ending_is_one_endings_finds_nothing_in(
+    end: str | None, cut: dict[bool, int], close: str | None, fins: tuple[bool, ...], last: bool | None
+) -> None:
+    """The tracker skips endings for a connection `silent` names (most of a capture's): there,
+    whatever the connection carried and whoever closed it, endings finds nothing."""
+    from streamdump.analysis.endings import Words, endings, silent
+    from streamdump.analysis.state import ConnState, Seen
+
+    client, server = Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 5552)
+    life = Life(1, "rabbitmq_stream", client, server, Mark(1, 0.0, True), syn=Mark(1, 0.0, True))
+    life.syn_ack = Mark(2, 0.0, False)
+    for n, from_client in enumerate(fins, 10):
+        life.fins[from_client] = Mark(n, n / 10, from_client)
+    if end in (RESET, REFUSED):
+        life.reset = Mark(20, 2.0, False)
+    life.cut = dict(cut)
+    life.end = end
+    words = Words("broker", close, {})
+    conns: list[ConnState | None] = [None, ConnState(1)]
+    if last is not None:
+        conns.append(ConnState(1, last=Seen(5, 0.5, "Deliver", 8, 1, 100, last)))
+    found = [list(endings(life, conn, words)) for conn in conns]
+    if silent(life, words):
+        assert found == [[] for _ in conns]
+    else:
+        assert end not in (CLOSED, RESET) or cut or close is not None

@@ -269,7 +269,9 @@ class Replies(Rule):
                 self._no_reply(conn, frame)
         if asked:
             asked.clear()
-        opened: dict[tuple[bool | None, str], Open] = conn.rules.pop(_MANY, None) or {}
+        opened: dict[tuple[bool | None, str], Open] | None = conn.rules.pop(_MANY, None)
+        if not opened:
+            return
         for (asker, _), many in sorted(opened.items(), key=lambda item: item[1].frame.number):
             if asker is not False and not many.answered:
                 self._no_reply(conn, many.frame)

@@ -95,6 +95,12 @@ def ended_together(lives: Mapping[int, Life], abrupt: Collection[int]) -> Iterat
             )
 
 
+def silent(life: Life, words: Words) -> bool:
+    """Whether endings finds nothing whatever the connection carried: it closed or was reset
+    with no frame cut, and the protocol has no close of its own to miss (most connections)."""
+    return not life.cut and words.close is None and life.end in (CLOSED, RESET)
+
+
 def endings(life: Life, conn: ConnState | None, words: Words) -> Iterator[Ending]:
     """The findings about how one connection ended."""
     server = words.server

@@ -22,7 +22,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from streamdump.analysis.endings import Ending, Words, endings
+from streamdump.analysis.endings import Ending, Words, endings, silent
 from streamdump.analysis.rules import Rule, rule_classes
 from streamdump.analysis.sessions import Sessions
 from streamdump.analysis.state import ConnState, Diagnosis, Request, Seen, SideState, named, seen
@@ -348,6 +348,8 @@ class Tracker:
 
     def _ending(self, number: int, life: Life, conn: ConnState | None) -> None:
         words = self.words
+        if silent(life, words):
+            return
         if conn is not None and (server := self.server(conn)) != words.server:
             words = replace(words, server=server)
         for e in endings(life, conn, words):
