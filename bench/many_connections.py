@@ -269,6 +269,11 @@ def main() -> int:
     print(f"of the per-connection figure: {info:.1f} µs its INFO frame (long with INFO minus long), "
           f"{own:.1f} µs the handshake, FINs and the connection itself (short minus long "
           "with INFO)")  # fmt: skip
+    # What the 1.5x ratio leaves the connections at this per-frame cost: half a long session's
+    # frames, less the INFO frame the short capture carries a session more.
+    budget = 0.5 * took(l_read) / args.sessions * 1e6 - info
+    print(f"the 1.5x ratio at this cost a frame leaves opening and ending {budget:.1f} µs a "
+          f"connection; they take {own:.1f} µs   target <= 50 µs: {verdict(own, 50)}")  # fmt: skip
     if tshark_run is not None and tshark_run.ok:
         vs = took(l_read) / took(tshark_run)
         print(f"long read / tshark TCP pass: {vs:.2f}x   target <= 2x: {verdict(vs, 2)}")
