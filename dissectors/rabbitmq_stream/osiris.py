@@ -96,7 +96,7 @@ def _candidate_starts(data: bytes, exact: bool, amqp_only: bool) -> list[int] | 
 CUT_OFF = -1  # an entry the end of the bytes cuts: where a chain behind an earlier gap stops
 
 
-class Entry(Struct, gc=False):
+class Entry(Struct):
     """One entry's header and body; the body is the record (simple) or the compressed records."""
 
     kind: int

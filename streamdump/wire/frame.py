@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 SEVERITIES = ("chat", "note", "warn", "error")
 
 
-class Expert(Struct, frozen=True, gc=False):
+class Expert(Struct, frozen=True):
     severity: str
     message: str
     offset: int | None = None  # byte offset in the frame (size prefix included)

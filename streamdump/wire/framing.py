@@ -73,7 +73,7 @@ MIN_CUT_PREFIX = 128
 
 
 # Not frozen: one is made per frame, and a frozen dataclass's __init__ costs several times a plain one's.
-class Piece(Struct, gc=False):
+class Piece(Struct):
     """What the framer found: a frame, an incomplete frame, or bytes it had to pass over."""
 
     kind: str  # "frame", "incomplete" or "skipped"

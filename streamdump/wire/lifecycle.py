@@ -24,7 +24,7 @@ REUSED = "reused"  # a new SYN on the same ports began another connection
 
 
 # Not frozen: several are made per connection (see wire/framing.py's Piece).
-class Mark(Struct, gc=False):
+class Mark(Struct):
     """One flag seen: which packet, when, and who sent it."""
 
     number: int

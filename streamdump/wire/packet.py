@@ -49,7 +49,7 @@ class Skip(Enum):
     UNKNOWN_LINK = "unknown link type"
 
 
-class Segment(Struct, gc=False):
+class Segment(Struct):
     """One TCP segment as reassembly sees it."""
 
     number: int  # 1-based packet number in the file

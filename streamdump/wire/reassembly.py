@@ -36,7 +36,7 @@ DEFAULT_REORDER_CAP = 4 << 20  # bytes waiting for earlier bytes, per direction
 DEFAULT_HISTORY = 256 << 10  # delivered bytes kept to check retransmissions against
 
 
-class Gap(Struct, frozen=True, gc=False):
+class Gap(Struct, frozen=True):
     """Bytes of the stream the capture does not have: positions [start, end)."""
 
     start: int
@@ -54,7 +54,7 @@ class Gap(Struct, frozen=True, gc=False):
         return self.start % SEQ_MOD, self.end % SEQ_MOD
 
 
-class Conflict(Struct, frozen=True, gc=False):
+class Conflict(Struct, frozen=True):
     """A retransmitted copy that disagrees with the copy already used."""
 
     start: int
