@@ -10,6 +10,10 @@ process of its own, CPU time (user and system), best of --repeat:
     ids      + every Publish's messages walked for their publishing ids (a u64 and a u32 size
              each, one struct unpack): the least a read that links confirms to their publishes
              (publish-to-confirm latency, unconfirmed publishes) must read
+    link     + those ids kept in flight with the packet that sent them, and each confirm's ids
+             (one struct unpack a confirm) paired with theirs: a dict filled and emptied in C
+             (dict.fromkeys, update, map of pop), the least the links publish_in and
+             confirm_time cost
     crc      + every Deliver's chunk checked against its CRC-32 (zlib over the bytes after the
              chunk's header), as every read checks it
 
@@ -31,14 +35,16 @@ import struct
 import sys
 import tempfile
 import zlib
+from itertools import repeat
 from pathlib import Path
 
 from vs_tshark import FRAMING_LUA, STREAMDUMP, best_of, tshark_argv, tshark_env
 
 TARGET = 1.3
-STEPS = ("start", "wire", "ids", "crc")
+STEPS = ("start", "wire", "ids", "link", "crc")
 CAPTURES = [Path("/tmp/streamdump-bench/flood1m-mtu1500.pcap"), Path("/tmp/streamdump-bench/flood1m-lo.pcap")]
 PUBLISH = b"\x00\x02"  # the key of a Publish request
+CONFIRM = b"\x00\x03"  # a PublishConfirm: size, key, version, publisher id, id count, ids
 DELIVER = b"\x00\x08"
 # A Deliver (v1): size, key, version, subscription id, then the chunk header (48 bytes).
 CHUNK_DATA = 4 + 2 + 2 + 1 + 48
@@ -59,6 +65,10 @@ def floor(capture: str, step: str) -> None:
     rule = framing_rule(decoders_of(("rabbitmq_stream",))["rabbitmq_stream"])
     sides: dict[tuple[str, int, str, int], tuple[Stream, Framer]] = {}
     ids = 0
+    at = STEPS.index(step)
+    link, crc = at >= STEPS.index("link"), at >= STEPS.index("crc")
+    flight: dict[int, int] = {}
+    paired = 0
     for seg in read_segments(capture):
         key = (seg.src, seg.sport, seg.dst, seg.dport)
         side = sides.get(key)
@@ -73,18 +83,32 @@ def floor(capture: str, step: str) -> None:
                 continue  # a gap: the bench captures have none
             for piece in framer.feed(event[0], event[1]):
                 data = piece.data
-                if step == "crc" and data[4:6] == DELIVER:
+                kind = data[4:6]
+                if crc and kind == DELIVER:
                     zlib.crc32(memoryview(data)[CHUNK_DATA:])
-                if step == "wire" or data[4:6] != PUBLISH or len(data) < HEAD.size:
+                if link and kind == CONFIRM and len(data) >= HEAD.size:
+                    count = HEAD.unpack_from(data, 0)[4]
+                    confirmed = struct.unpack_from(f">{count}Q", data, HEAD.size)
+                    paired += len(confirmed) - list(map(flight.pop, confirmed, repeat(None))).count(None)
+                if step == "wire" or kind != PUBLISH or len(data) < HEAD.size:
                     continue
                 count = HEAD.unpack_from(data, 0)[4]
                 pos = HEAD.size
                 unpack = MESSAGE.unpack_from
-                for _ in range(count):
-                    _, size = unpack(data, pos)
-                    pos += MESSAGE.size + size
+                if link:
+                    sent = []
+                    add = sent.append
+                    for _ in range(count):
+                        pid, size = unpack(data, pos)
+                        add(pid)
+                        pos += MESSAGE.size + size
+                    flight.update(dict.fromkeys(sent, piece.pos))
+                else:
+                    for _ in range(count):
+                        _, size = unpack(data, pos)
+                        pos += MESSAGE.size + size
                 ids += count
-    print(f"{step}: {ids} publishing ids", file=sys.stderr)
+    print(f"{step}: {ids} publishing ids, {paired} confirmed", file=sys.stderr)
 
 
 def main() -> None:
