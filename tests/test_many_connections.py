@@ -8,6 +8,7 @@ at, and the side that sent the SYN is the client. Captures built with dpkt (test
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import socket
@@ -241,3 +242,37 @@ def test_an_ended_connection_is_freed_without_the_collector(tmp_path: Path) -> N
         assert sides() == 0
     finally:
         gc.enable()
+
+
+def test_stats_json_is_written_as_it_goes_and_as_json_dumps_writes_it(tmp_path: Path) -> None:
+    """write_json streams the connections one at a time, and what it writes is exactly
+    json.dumps(document, indent=1) of the same document held whole."""
+    path = tmp_path / "some.pcap"
+    sessions(path, 7)
+    session = Options().prepare().session(statistics=True)
+    for _ in session.frames(CaptureFile(path)):
+        pass
+    partials = session.partials()
+
+    def held(value: object) -> object:
+        if isinstance(value, dict):
+            return {key: held(item) for key, item in value.items()}
+        if isinstance(value, list) or hasattr(value, "__next__"):
+            return [held(item) for item in value]
+        return value
+
+    streamed = document(partials, stream=True)
+    assert hasattr(streamed["connections"], "__next__")  # the connections come one at a time
+    out = io.StringIO()
+    write_json(streamed, out)
+    expected = json.dumps(held(document(partials, stream=True)), indent=1, ensure_ascii=False)
+    assert out.getvalue() == expected
+    connections = json.loads(out.getvalue())["connections"]
+    assert len(connections) == 7 and all(isinstance(c, dict) and c for c in connections)
+    # Nested iterators are streamed too, at any depth, in the same layout.
+    nested = {"a": {"b": iter([{"c": 1}, {"d": {"e": [2]}}]), "f": {}}, "g": iter([])}
+    out = io.StringIO()
+    write_json(nested, out)
+    assert out.getvalue() == json.dumps(
+        {"a": {"b": [{"c": 1}, {"d": {"e": [2]}}], "f": {}}, "g": []}, indent=1, ensure_ascii=False
+    )

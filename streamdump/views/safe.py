@@ -145,12 +145,21 @@ def json_bytes(data: bytes) -> bytes:
     return _JSON_UNSAFE_BYTES.sub(lambda m: f"\\u{ord(m.group().decode()):04x}".encode(), data)
 
 
+def _streamed(value: Any) -> bool:
+    """Whether a value is, or holds in its dicts, an iterator write_json writes as it goes."""
+    if isinstance(value, Iterator):
+        return True
+    return isinstance(value, dict) and any(map(_streamed, value.values()))
+
+
 def write_json(value: Any, out: TextIO, level: int = 0) -> None:
     """What json.dumps(value, indent=1, ensure_ascii=False) gives, through json_text, written as
     it goes: an iterator inside (a million connections' summaries) is written as a list, an
     item at a time, never held whole."""
     pad = " " * level
-    if isinstance(value, dict) and any(isinstance(v, Iterator | dict) for v in value.values()):
+    # A dict is written key by key only where an iterator is somewhere inside it: one without
+    # (each connection's summary) is one json.dumps, not one a key.
+    if isinstance(value, dict) and any(map(_streamed, value.values())):
         if not value:
             out.write("{}")
             return
