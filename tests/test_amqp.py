@@ -1419,3 +1419,31 @@ def test_type_names() -> None:
     ]
     assert amqp.type_name(0x9F) is None and amqp.encoding_name(0x9F) is None
     assert amqp.encoding_name(0x52) == "smalluint" and amqp.encoding_name(0xB3) == "sym32"
+
+
+def _with_message_id(text: str) -> bytes:
+    return bytes(rstream.AMQPMessage(body=b"x", properties=rstream.Properties(message_id=text)))
+
+
+def test_a_message_id_that_is_not_utf8_is_no_id_not_an_error() -> None:
+    """The tracker's quick read of a message's id takes a short string that is not UTF-8 (a
+    damaged capture) as no id, as the general decoder calls that message malformed."""
+    from streamdump.codecs.amqp_content import message_id
+
+    wire = _with_message_id("abcd")
+    assert message_id(wire) == "abcd"
+    damaged = wire.replace(b"abcd", b"a\xfccd")
+    assert message_id(damaged) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), min_size=1, max_size=4))
+def test_message_id_never_raises_on_damaged_bytes(flips: list[tuple[int, int]]) -> None:
+    """Whatever bytes of a message are damaged, the quick read of its id gives a value or None."""
+    from streamdump.codecs.amqp_content import message_id
+
+    wire = bytearray(_with_message_id("order-0001"))
+    for at, value in flips:
+        if at < len(wire):
+            wire[at] = value
+    message_id(bytes(wire))

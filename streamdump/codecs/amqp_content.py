@@ -120,8 +120,8 @@ def message_id(data: bytes | memoryview) -> object:
                 break
             size = mv[at + 4] if width == 1 else _U32.unpack_from(mv, at + 4)[0]
             at += 4 + width + size
-    except (MalformedError, IndexError, struct.error):
-        return None
+    except (MalformedError, IndexError, struct.error, UnicodeDecodeError):
+        return None  # as the general decoder finds such a message: malformed, no id read
     # Another shape (symbol descriptors, sections out of order): the general decoder.
     for section in decode_message(data).sections:
         if section.code == PROPERTIES and isinstance(section.value, dict):
