@@ -461,7 +461,7 @@ class Reader(Decrypting, Recovering):
             conn.life.last_ts = seg.ts
         side, other = (conn.to_client, conn.to_server) if from_server else (conn.to_server, conn.to_client)
         # An acknowledgement of exactly the bytes handed on (most are) declares nothing missing:
-        # acked would find so, at a call a packet.
+        # acked is not called for it (it would find nothing, at a call a packet).
         if flags & TCP_ACK and (acked := other.stream.next) is not None and (seg.ack - acked) % SEQ_MOD:
             events = other.stream.acked(seg.ack, seg.number)
             if events:

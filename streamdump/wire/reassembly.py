@@ -162,12 +162,14 @@ class Stream:
                 self.next = (seq + 1) % SEQ_MOD
                 self.syn_seen = True
                 return []
-            if nxt is not None and flags & TCP_FIN:
-                pos = nxt + ((seq - nxt + HALF) % SEQ_MOD) - HALF
-                if not flags & TCP_SYN and pos == nxt:
-                    self.fin = pos
-                    self.closed = True
-                    return []
+            if (
+                nxt is not None
+                and flags & (TCP_SYN | TCP_FIN) == TCP_FIN
+                and (seq - nxt) % SEQ_MOD == 0  # position(seq) == nxt
+            ):
+                self.fin = nxt
+                self.closed = True
+                return []
         return self._accept(seq, flags, payload, wire_len, number)
 
     def _accept(self, seq: int, flags: int, payload: bytes, wire_len: int, number: int) -> list[Event]:
