@@ -73,6 +73,9 @@ class Renderer:
         self.command_names = {c.key: c.name for c in self.protocol.commands.values()}
         # The fields of each (command key, response?)'s layout, looked up once: asked per line.
         self._info_specs: dict[tuple[Any, bool], tuple[FieldSpec, ...]] = {}
+        # Of each tuple of specs, those that can add to the one line (by the tuple's identity,
+        # the tuple kept beside): an INFO object's forty members are two.
+        self._shown_of: dict[int, tuple[tuple[FieldSpec, ...], tuple[FieldSpec, ...]]] = {}
         # Links that name other frames by their packet (Request In, Response In, Opened In...).
         self.packet_links = frozenset(
             spec.name
@@ -122,10 +125,29 @@ class Renderer:
             parts.append(f"[{worst}: {first.message}]")
         return " ".join(parts)
 
+    def _shown(self, specs: tuple[FieldSpec, ...]) -> tuple[FieldSpec, ...]:
+        """The specs _info_parts can take anything from: those with an Info label, and those
+        whose members or hook's fields have one."""
+        got = self._shown_of.get(id(specs))
+        if got is not None and got[0] is specs:
+            return got[1]
+        kept = tuple(spec for spec in specs if self._shows(spec))
+        self._shown_of[id(specs)] = (specs, kept)
+        return kept
+
+    def _shows(self, spec: FieldSpec) -> bool:
+        if spec.info is not None:
+            return True
+        hook = self.protocol.hooks.get(spec.hook) if spec.hook is not None else None
+        return bool(
+            (spec.fields and (spec.inline or spec.type in KEYED_TYPES) and self._shown(spec.fields))
+            or (hook is not None and self._shown(hook.adds))
+        )
+
     def _info_parts(
         self, specs: tuple[FieldSpec, ...], values: dict[str, Any], parts: list[str], response: bool
     ) -> None:
-        for spec in specs:
+        for spec in self._shown(specs):
             if spec.inline and spec.fields:  # its members stand among the layout's own
                 self._info_parts(spec.fields, values, parts, response)
                 continue
