@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -104,11 +105,17 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         "-- The runtime: run once per protocol, with that protocol's table.\nlocal function runtime(SPEC)\n",
         _template(__package__, "dissector.lua"),
     ]
+    # A file more than one block carries (a codec's Lua) is written once, before the blocks, for
+    # every protocol: a block's locals end with its `if`, so it cannot hold what others share.
+    counts = Counter(source for block in blocks for source in block)
+    shared = [source for source, count in counts.items() if count > 1]
+    parts.extend(_template(package, file) for package, file in shared)
     for number, (block, names) in enumerate(blocks.items(), 1):
-        if not block:
+        own_files = [source for source in block if source not in shared]
+        if not own_files:
             continue
         parts.append(f"if SPEC.lua_block == {number} then  -- {', '.join(names)}\n")
-        parts.extend(_template(package, file) for package, file in block)
+        parts.extend(_template(package, file) for package, file in own_files)
         parts.append("end\n")
     parts.append(_template(__package__, "register.lua"))
     parts.append(_template(__package__, "stats.lua"))
