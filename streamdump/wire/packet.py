@@ -18,12 +18,12 @@ from msgspec import Struct
 _U16 = struct.Struct("!H")
 _U32_LE = struct.Struct("<I")
 _U32_BE = struct.Struct("!I")
-_IPV4 = struct.Struct("!BBHHHBBH4s4s")
+_IPV4 = struct.Struct("!BBHHHBBHII")
 _IPV6 = struct.Struct("!IHBB16s16s")
 _TCP = struct.Struct("!HHIIBB")
 # The commonest packet of all, Ethernet then IPv4 without options then TCP, read in one step:
 # ethertype, the IPv4 header (_IPV4's fields) and TCP's fixed start (_TCP's).
-_ETHER_IPV4_TCP = struct.Struct("!12xHBBHHHBBH4s4sHHIIBB")
+_ETHER_IPV4_TCP = struct.Struct("!12xHBBHHHBBHIIHHIIBB")
 _FUSED_MIN = 14 + 20 + 20
 
 ETH_IPV4 = 0x0800
@@ -152,18 +152,19 @@ def unknown_links_text(links: Mapping[int, int]) -> str:
     )
 
 
-# IPv4 addresses as text, by their four bytes: a capture names a few hosts over and over. Bounded:
-# cleared when full (a capture of many hosts only makes them again).
-_IPV4_TEXT: dict[bytes, str] = {}
+# IPv4 addresses as text, by their four bytes read as one number (no bytes object made and hashed
+# per packet): a capture names a few hosts over and over. Bounded: cleared when full (a capture of
+# many hosts only makes them again).
+_IPV4_TEXT: dict[int, str] = {}
 _IPV4_KEPT = 1 << 16
 
 
-def _ipv4_text(raw: bytes) -> str:
+def _ipv4_text(raw: int) -> str:
     text = _IPV4_TEXT.get(raw)
     if text is None:
         if len(_IPV4_TEXT) >= _IPV4_KEPT:
             _IPV4_TEXT.clear()
-        text = _IPV4_TEXT[raw] = f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}"
+        text = _IPV4_TEXT[raw] = f"{raw >> 24}.{raw >> 16 & 255}.{raw >> 8 & 255}.{raw & 255}"
     return text
 
 
@@ -208,7 +209,7 @@ def parse(linktype: int, buf: bytes, number: int, ts: float) -> Segment | Skip:
                 seq,
                 ack,
                 flags,
-                bytes(buf[start : min(end, size)]),
+                bytes(buf[start : min(end, size)]) if start < end else b"",  # a bare ACK: no slice
                 max(0, end - start),
             )
     return parse_steps(linktype, buf, number, ts)
