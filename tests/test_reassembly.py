@@ -15,11 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from streamdump.analysis.pipeline import ReadStats, decode_segments
+from streamdump.analysis.pipeline import ReadStats, decode_segments, framing_rule
+from streamdump.analysis.session import decoders_of
 from streamdump.spec.decoder import Decoder
 from streamdump.wire.capture import Segment, read_segments
 from streamdump.wire.frame import Frame
-from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Stream
+from streamdump.wire.framing import Framer
+from streamdump.wire.reassembly import SEQ_MOD, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Gap, Stream
 
 SESSION = list(read_segments(CAPTURES / "session.pcap"))
 
@@ -421,3 +423,39 @@ def test_an_ack_of_exactly_the_bytes_handed_on_declares_nothing(
     before = _state(stream)
     assert stream.acked((stream.next + wraps * SEQ_MOD) % SEQ_MOD, len(segments) + 1) == []
     assert _state(stream) == before
+
+
+@pytest.mark.parametrize("protocol", ["nats", "rabbitmq_stream"])
+def test_a_framer_ends_with_what_it_held_or_passed_over(protocol: str) -> None:
+    """At the end of a stream a framer that got no byte has nothing to hand on (a health check's
+    connection); one that passed bytes over behind a gap still says so, and a frame start it
+    found just before a gap is still handed on, though it holds no byte by then."""
+    rule = framing_rule(decoders_of((protocol,))[protocol])
+    assert Framer(rule).finish("the stream ended") == []
+    assert Framer(rule, synced=True).finish("the stream ended") == []
+
+    junk = Framer(rule)
+    junk.feed(0, b"\x00\xff" * 64)
+    junk.gap(Gap(128, 200, 3, "not captured"))
+    assert not junk.buf and junk.passed
+    pieces = junk.finish("the stream ended")
+    assert [p.kind for p in pieces] == ["skipped"] and "no frame boundary" in pieces[0].reason
+
+    if protocol != "rabbitmq_stream":
+        return
+    # The start of a frame just before a gap, which no next header confirms (a binary frame's
+    # size makes the guess): held while the framer hunts on with no byte in hand.
+    whole = _largest_frame()
+    half = len(whole) // 2
+    guessing = Framer(rule)
+    handed = guessing.feed(0, b"\x00" * 3 + whole[:half])
+    handed += guessing.gap(Gap(3 + half, 3 + half + 2, 3, "not captured"))
+    assert guessing.guess is not None and not guessing.buf and [p.kind for p in handed] == ["skipped"]
+    assert [p.kind for p in guessing.finish("the stream ended")] == ["incomplete"]
+
+
+def _largest_frame() -> bytes:
+    stats = ReadStats()
+    decoder = decoders_of(("rabbitmq_stream",))["rabbitmq_stream"]
+    frames = decode_segments(read_segments(CAPTURES / "bulk.pcap", stats), decoder, None, stats)
+    return bytes(max((f.data for f in frames), key=len))

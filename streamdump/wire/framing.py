@@ -261,8 +261,10 @@ class Framer:
 
     def finish(self, reason: str) -> list[Piece]:
         """What is left when the stream ends: an unfinished frame or unsynced bytes."""
-        if self.synced and not self.buf and self.cut is None:
-            return []  # every frame was whole: the commonest end
+        if not self.buf and self.cut is None and (self.synced or (self.guess is None and not self.passed)):
+            # Every frame was whole (the commonest end), or no byte came at all (a health
+            # check's connection): nothing to hunt in.
+            return []
         out: list[Piece] = []
         self._release_cut(out, anchored=False)
         if self.synced:
