@@ -90,6 +90,28 @@ class Piece(Struct):
 
 
 class Framer:
+    # Two framers are made per connection (a capture of short connections makes them by the
+    # million): slots, not a dict per framer.
+    __slots__ = (
+        "buf",
+        "cut",
+        "from_client",
+        "guess",
+        "hunt_reason",
+        "islands",
+        "limit",
+        "need",
+        "orphan",
+        "passed",
+        "passed_from",
+        "pos",
+        "rule",
+        "runs",
+        "scan",
+        "skip_until",
+        "synced",
+    )
+
     def __init__(self, rule: FramingRule, *, synced: bool = False, from_client: bool | None = None) -> None:
         self.rule = rule
         self.from_client = from_client  # which side's bytes these are, when the connection says
