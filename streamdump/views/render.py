@@ -74,7 +74,7 @@ class Renderer:
         # The fields of each (command key, response?)'s layout, looked up once: asked per line.
         self._info_specs: dict[tuple[Any, bool], tuple[FieldSpec, ...]] = {}
         # Of each tuple of specs, those that can add to the one line (by the tuple's identity,
-        # the tuple kept beside): an INFO object's forty members are two.
+        # the tuple kept beside): an INFO object's eighteen members are two.
         self._shown_of: dict[int, tuple[tuple[FieldSpec, ...], tuple[FieldSpec, ...]]] = {}
         # Links that name other frames by their packet (Request In, Response In, Opened In...).
         self.packet_links = frozenset(
