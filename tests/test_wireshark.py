@@ -29,6 +29,7 @@ import functools
 import gzip
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -53,6 +54,7 @@ from tests.conftest import CAPTURE_ROOT, CAPTURES, ROOT, need
 from tests.pcap_writer import tcp_pcap
 
 PLUGIN = ROOT / "lua" / luagen.PLUGIN_NAME  # every protocol, on one runtime
+ZLIB_LUA = ROOT / "streamdump" / "codecs" / "zlib.lua"
 TOP = ("size", "key", "version")
 # Every protocol's plugin, checked over the captures of its folder.
 PROTOCOLS = sorted(default_registry().protocols)
@@ -767,6 +769,33 @@ def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str) -> None:
     assert path is not None
     result = subprocess.run([path, "-p", str(PLUGIN)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("lua", "native"), [("lua5.2", False), ("lua5.4", True)])
+def test_the_crc_twin_is_zlibs_under_lua_5_2_and_5_4(lua: str, native: bool) -> None:
+    """The plugin's CRC-32 is zlib.crc32 by either road: the tables of bytes Lua 5.2 needs, and
+    the bit operators compiled from text where they parse (5.4); odd lengths and offsets
+    exercise the tail after the loop's eight bytes a step."""
+    path = shutil.which(lua)
+    need(path is not None, f"{lua} is not installed (apt-get install lua5.2 lua5.4)")
+    assert path is not None
+    data = bytes(random.Random(7).randrange(256) for _ in range(5000))
+    cases = [(0, 0), (0, 1), (3, 7), (1, 8), (5, 9), (2, 17), (0, 4096), (11, 4989), (0, 5000)]
+    harness = (ZLIB_LUA.read_text(encoding="utf-8") + "\n"
+        + f"local data = {lua_string(data)}\n"
+        + "local tvb = { raw = function(self, pos, n) return data:sub(pos + 1, pos + n) end }\n"
+        + "".join(f"print(crc32(tvb, {pos}, {n}))\n" for pos, n in cases)
+        + "print(CRC_T.native and 'native' or 'tables')\n")  # fmt: skip
+    result = subprocess.run([path, "-"], input=harness, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    *crcs, road = result.stdout.split()
+    assert [int(c) for c in crcs] == [zlib.crc32(data[pos : pos + n]) for pos, n in cases]
+    assert road == ("native" if native else "tables")
+
+
+def lua_string(data: bytes) -> str:
+    """data as a Lua string literal (decimal escapes: valid in 5.2 and 5.4)."""
+    return '"' + "".join(f"\\{b:03d}" for b in data) + '"'
 
 
 def test_plugin_relies_on_no_bit32() -> None:
