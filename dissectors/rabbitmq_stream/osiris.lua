@@ -3,21 +3,30 @@
 -- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
 -- messages (their sections, and their values when a tree is built).
 
--- The entry at pos: a table, or raises short/bad like layout.py (offsets from base).
-local function read_entry(tvb, pos, stop, name, base)
+-- An entry's name where an error says it: "entry 7" in a chunk, made only then (a chunk has
+-- thousands of entries).
+local function entry_named(name, index)
+  return index and (name .. " " .. index) or name
+end
+
+-- The entry at pos: a table, or raises short/bad like layout.py (offsets from base), naming
+-- it entry_named(name, index).
+local function read_entry(tvb, pos, stop, name, base, index)
   base = base or 0
-  if stop - pos < 4 then short(name, pos - base, 4, stop - pos) end
-  local first, b, c, d = tvb:raw(pos, 4):byte(1, 4)  -- one read: a chunk has thousands of entries
+  if stop - pos < 4 then short(entry_named(name, index), pos - base, 4, stop - pos) end
+  local first, b, c, d = tvb:raw(pos, 4):byte(1, 4)  -- one read
   if first < 0x80 then
     local size = ((first * 256 + b) * 256 + c) * 256 + d
-    if stop - pos - 4 < size then short(name, pos + 4 - base, size, stop - pos - 4) end
+    if stop - pos - 4 < size then short(entry_named(name, index), pos + 4 - base, size, stop - pos - 4) end
     return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
   end
-  if stop - pos < 11 then short(name, pos - base, 11, stop - pos) end
+  if stop - pos < 11 then short(entry_named(name, index), pos - base, 11, stop - pos) end
   local count, uncompressed, length = uint_of(tvb(pos + 1, 2)), uint_of(tvb(pos + 3, 4)), uint_of(tvb(pos + 7, 4))
-  if length > 0x7FFFFFFF then bad(name, pos + 7 - base, name .. ": sub-batch length " .. length .. " is impossible") end
+  if length > 0x7FFFFFFF then
+    bad(entry_named(name, index), pos + 7 - base, entry_named(name, index) .. ": sub-batch length " .. length .. " is impossible")
+  end
   local start = pos + 11
-  if stop - start < length then short(name, start - base, length, stop - start) end
+  if stop - start < length then short(entry_named(name, index), start - base, length, stop - start) end
   return {
     kind = 1, size = 11 + length, pos = pos, body = start, body_len = length,
     compression = math.floor(first / 16) % 8, record_count = count,
@@ -34,10 +43,15 @@ local function describe_entry(entry)
 end
 
 -- range: the entry's whole bytes, where the caller has made it (one TvbRange for its items).
-local function show_entry(tree, tvb, entry, field, label, range)
+-- The item reads "label: ...", or "label index: ..." where index is given.
+local function show_entry(tree, tvb, entry, field, label, range, index)
   if tree == nil then return nil end
   local item = tree:add(field, range or tvb(entry.pos, entry.size))
-  item:set_text(label .. ": " .. describe_entry(entry))
+  if entry.kind == 0 and index then  -- a chunk's simple entries, by the thousand: one string
+    item:set_text(string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
+  else
+    item:set_text(entry_named(label, index) .. ": " .. describe_entry(entry))
+  end
   item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
   item:add(F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
@@ -276,36 +290,45 @@ end
 
 -- Twin of amqp._check_order: sections out of the spec's order, repeated, or mixing body kinds.
 AMQPV.RANK = { [0x70] = 0, [0x71] = 1, [0x72] = 2, [0x73] = 3, [0x74] = 4, [0x75] = 5, [0x76] = 5, [0x77] = 5, [0x78] = 6 }
+-- (The notes' texts, and the set of codes seen, are made only where there is one to say or a
+-- second section to compare: a chunk holds thousands of one-section messages.)
+function AMQPV.order_note(ctx, s, text)
+  note(ctx, "note", "malformed", string.format("AMQP 1.0 message: %s section at offset %d%s",
+    SPEC.enums.amqp_section[s.code], s.pos, text))
+end
+
 function AMQPV.order_notes(sections, err, ctx)
-  local names, last, body, seen = SPEC.enums.amqp_section, nil, nil, {}
-  local function say(text) note(ctx, "note", "malformed", "AMQP 1.0 message: " .. text) end
-  for _, s in ipairs(sections) do
+  local names, last, body, seen, say = SPEC.enums.amqp_section, nil, nil, nil, AMQPV.order_note
+  for i, s in ipairs(sections) do
     local rank = AMQPV.RANK[s.code]
-    local where = string.format("%s section at offset %d", names[s.code], s.pos)
     if last and rank < AMQPV.RANK[last.code] then
-      say(string.format("%s comes after %s, out of the spec's order", where, names[last.code]))
+      say(ctx, s, string.format(" comes after %s, out of the spec's order", names[last.code]))
     end
     if rank == 5 then
       if body == nil then
         body = s
       elseif body.code ~= s.code then
-        say(string.format("%s mixes body kinds: the body started as %s", where, names[body.code]))
+        say(ctx, s, string.format(" mixes body kinds: the body started as %s", names[body.code]))
       elseif s.code == 0x77 then
-        say(where .. ": a message has at most one amqp_value section")
+        say(ctx, s, ": a message has at most one amqp_value section")
       end
-    elseif seen[s.code] then
-      say(string.format("%s repeats an earlier %s section", where, names[s.code]))
+    elseif seen and seen[s.code] then
+      say(ctx, s, string.format(" repeats an earlier %s section", names[s.code]))
     end
-    seen[s.code] = true
+    if i < #sections then
+      seen = seen or {}
+      seen[s.code] = true
+    end
     last = s
   end
   if body == nil and err == nil and #sections > 0 then
-    say("message has no body section (data, amqp_sequence or amqp_value)")
+    note(ctx, "note", "malformed", "AMQP 1.0 message: message has no body section (data, amqp_sequence or amqp_value)")
   end
 end
 
 function AMQPV.content_notes(btvb, sections, ctx)
-  local names, content_type, bodies = SPEC.enums.amqp_section, nil, {}
+  -- a data section's body is copied only when a content_type says what it should be
+  local names, content_type, body, bodies = SPEC.enums.amqp_section, nil, nil, 0
   for _, s in ipairs(sections) do
     if AMQPV.CONTENT_MAPS[s.code] or s.code == 0x73 then
       local ok, value = pcall(AMQPV.value, btvb, s.value_at, s.pos + s.len, 1)
@@ -322,30 +345,30 @@ function AMQPV.content_notes(btvb, sections, ctx)
         if item ~= nil and item.t == "text" then content_type = item.v end
       end
     elseif s.code == 0x75 and (s.value_code == 0xa0 or s.value_code == 0xb0) then
-      local start = s.value_at + (s.value_code == 0xa0 and 2 or 5)
-      bodies[#bodies + 1] = btvb:raw(start, s.pos + s.len - start)
+      body, bodies = s, bodies + 1
     end
   end
-  if content_type and #bodies == 1 then
-    local said = AMQPV.body_mismatch(content_type, bodies[1])
+  if content_type and bodies == 1 then
+    local start = body.value_at + (body.value_code == 0xa0 and 2 or 5)
+    local said = AMQPV.body_mismatch(content_type, btvb:raw(start, body.pos + body.len - start))
     if said then note(ctx, "note", "content", "AMQP 1.0 message: " .. said) end
   end
 end
 
-local function show_record(holder, body, record, tracking, snapshot, ctx)
+-- One record: offset (a chunk's, counted) and entry_index (its entry's) where known.
+local function show_record(holder, body, offset, entry_index, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child, whole
   if holder then
     whole = btvb(pos, len)  -- the record's and its message's item: one TvbRange for both
     child = holder:add(F.records, whole)
     -- Counted, not read: generated, on none of the record's bytes.
-    local nowhere = (record.offset or record.entry_index) and btvb(pos, 0)
-    if record.offset then child:add(F.offset, nowhere, record.offset):set_generated() end
-    if record.entry_index then child:add(F.entry_index, nowhere, record.entry_index):set_generated() end
+    local nowhere = (offset or entry_index) and btvb(pos, 0)
+    if offset then child:add(F.offset, nowhere, offset):set_generated() end
+    if entry_index then child:add(F.entry_index, nowhere, entry_index):set_generated() end
     child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
-  local label = record.offset and ("Record at offset " .. tostring(record.offset)) or "Record"
-  label = label .. ": " .. len .. " bytes"
+  local kind = ""
   if tracking then
     decode_tracking(btvb, pos, len, child, ctx, snapshot, F.tracking)
   else
@@ -359,13 +382,19 @@ local function show_record(holder, body, record, tracking, snapshot, ctx)
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
       AMQPV.order_notes(sections, err, ctx)
       AMQPV.content_notes(btvb, sections, ctx)
-      label = label .. ", AMQP 1.0"
+      kind = ", AMQP 1.0"
     else
       if child then child:add(F.bytes, btvb(pos, len)) end
-      label = label .. ", not AMQP 1.0"
+      kind = ", not AMQP 1.0"
     end
   end
-  if child then child:set_text(label) end
+  if child then
+    if offset then
+      child:set_text(string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+    else
+      child:set_text(string.format("Record: %d bytes%s", len, kind))
+    end
+  end
 end
 
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
@@ -377,14 +406,13 @@ local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, trac
   for e, bodies in ipairs(bodies_by_entry) do
     for i, body in ipairs(bodies) do
       if budget.records <= 0 then
-        budget_refuse(ctx, bodies.where, (#bodies - i + 1) .. " records not decoded")
+        local where = bodies.index and entry_named("entry", bodies.index) or ("message " .. tostring(bodies.message))
+        budget_refuse(ctx, where, (#bodies - i + 1) .. " records not decoded")
         break
       end
       budget.records = budget.records - 1
-      local record = {}
-      if first_offsets then record.offset = first_offsets[e] + (i - 1) end
-      if index_of then record.entry_index = index_of[e] end
-      show_record(holder, body, record, tracking, snapshot, ctx)
+      local offset = first_offsets and first_offsets[e] + (i - 1)
+      show_record(holder, body, offset, index_of and index_of[e], tracking, snapshot, ctx)
     end
   end
 end
@@ -435,9 +463,9 @@ HOOKS.osiris_entry = {
     end
     local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
     local item = show_entry(tree, tvb, entry, F[name], struct_title(name), whole)
-    local where = "message " .. tostring(siblings.publishing_id)
-    local bodies = entry_bodies(tvb, entry, where, ctx)
-    bodies.where = where
+    -- where a note says it, made only for one (a simple entry's bodies say none)
+    local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and ("message " .. tostring(siblings.publishing_id)), ctx)
+    bodies.message = siblings.publishing_id
     if item and entry.framing then item:add(F.framing, whole, entry.framing) end
     local holder = nil
     if tree then holder = tree:add(whole, "Records: " .. #bodies) end
@@ -479,17 +507,17 @@ HOOKS.osiris_chunk = {
           num_entries, index))
         break
       end
-      local ok, entry = pcall(read_entry, tvb, at, stop, "entry " .. index, pos)
+      local ok, entry = pcall(read_entry, tvb, at, stop, "entry", pos, index)
       if not ok then
         if type(entry) ~= "table" then error(entry, 0) end
         local what = entry.short and short_message(entry) or entry.text
         note(ctx, "error", "malformed", "entry " .. index .. ": " .. what)
         break
       end
-      local where = "entry " .. index
-      local bodies = entry_bodies(tvb, entry, where, ctx)
-      bodies.where = where
-      local item = show_entry(holder, tvb, entry, F.entries, "Entry " .. index)
+      -- where a note says it: "entry 7", made only for one (a simple entry's bodies say none)
+      local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and entry_named("entry", index), ctx)
+      bodies.index = index
+      local item = show_entry(holder, tvb, entry, F.entries, "Entry", nil, index)
       if item and entry.framing then
         item:add(F.framing, tvb(entry.pos, entry.size), entry.framing)
         item:append_text(", " .. entry.framing)
