@@ -5742,6 +5742,11 @@ if GC_PACE.set == nil then
     collectgarbage("setstepmul", tree and 1000 or GC_PACE.stepmul)
   end
 end
+-- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
+-- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
+local TI = {
+  add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
+}
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
@@ -9743,6 +9748,20 @@ end
 -- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
 -- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
 local function amqp_sections(s, pos, len)
+  -- A message that is one data section (00 53 75, binary a0 or b0) to its end, the shape most
+  -- clients publish, is told by one read of its first bytes; the walk finds the same section.
+  local zero, small, code, binary, size = s:byte(1, 5)
+  if zero == 0 and small == 0x53 and code == 0x75 then
+    if binary == 0xa0 and len == 5 + size then
+      return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xa0 } }, nil
+    end
+    if binary == 0xb0 and len >= 8 then
+      local b, c, d = s:byte(6, 8)
+      if len == 8 + ((size * 256 + b) * 256 + c) * 256 + d then
+        return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xb0 } }, nil
+      end
+    end
+  end
   local sections = {}
   local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
   if ok then return sections, nil end
@@ -9940,7 +9959,7 @@ function AMQPV.section(item, tvb, s, spec)
     -- Binary in a bytes field (a data section), as AMQPV.item shows it: the bytes after the
     -- size, to the section's end (amqp_sections found the value ending there).
     local start = s.value_at + (code == 0xa0 and 2 or 5)
-    return item:add(F[spec.name], tvb(start, stop - start))
+    return TI.add(item, F[spec.name], tvb(start, stop - start))
   end
   local value = AMQPV.value(tvb, s.value_at, stop, 1)
   if value.t == "null" then return end
@@ -9971,7 +9990,8 @@ end
 -- registry's declaration of the message (struct: its name in SPEC.structs).
 function AMQPV.show(item, tvb, sections, struct)
   local by_section, names = AMQPV.by_section(struct), SPEC.enums.amqp_section
-  for _, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     if not pcall(AMQPV.section, item, tvb, s, by_section[names[s.code]]) then
       item:add(tvb(s.pos, s.len), names[s.code] .. ": values not shown")
     end
@@ -10026,15 +10046,16 @@ end
 -- The item reads "label: ...", or "label index: ..." where index is given.
 local function show_entry(tree, tvb, entry, field, label, range, index)
   if tree == nil then return nil end
-  local item = tree:add(field, range or tvb(entry.pos, entry.size))
+  local add = TI.add
+  local item = add(tree, field, range or tvb(entry.pos, entry.size))
   if entry.kind == 0 and index then  -- a chunk's simple entries, by the thousand: one string
-    item:set_text(string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
+    TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
   else
-    item:set_text(entry_named(label, index) .. ": " .. describe_entry(entry))
+    TI.set_text(item, entry_named(label, index) .. ": " .. describe_entry(entry))
   end
-  item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
+  add(item, F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
-  item:add(F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
+  TI.set_generated(add(item, F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size))
   if entry.kind == 1 then
     item:add(F.compression, tvb(entry.pos, 1), entry.compression)
     item:add(F.record_count, tvb(entry.pos + 1, 2))
@@ -10279,7 +10300,8 @@ end
 
 function AMQPV.order_notes(sections, err, ctx)
   local names, last, body, seen, say = SPEC.enums.amqp_section, nil, nil, nil, AMQPV.order_note
-  for i, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     local rank = AMQPV.RANK[s.code]
     if last and rank < AMQPV.RANK[last.code] then
       say(ctx, s, string.format(" comes after %s, out of the spec's order", names[last.code]))
@@ -10309,7 +10331,8 @@ end
 function AMQPV.content_notes(btvb, sections, ctx)
   -- a data section's body is copied only when a content_type says what it should be
   local names, content_type, body, bodies = SPEC.enums.amqp_section, nil, nil, 0
-  for _, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     if AMQPV.CONTENT_MAPS[s.code] or s.code == 0x73 then
       local ok, value = pcall(AMQPV.value, btvb, s.value_at, s.pos + s.len, 1)
       if ok and value.t == "map" and AMQPV.CONTENT_MAPS[s.code] then
@@ -10339,14 +10362,15 @@ end
 local function show_record(holder, body, offset, entry_index, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child, whole
+  local add = TI.add
   if holder then
     whole = btvb(pos, len)  -- the record's and its message's item: one TvbRange for both
-    child = holder:add(F.records, whole)
+    child = add(holder, F.records, whole)
     -- Counted, not read: generated, on none of the record's bytes.
     local nowhere = (offset or entry_index) and btvb(pos, 0)
-    if offset then child:add(F.offset, nowhere, offset):set_generated() end
-    if entry_index then child:add(F.entry_index, nowhere, entry_index):set_generated() end
-    child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
+    if offset then TI.set_generated(add(child, F.offset, nowhere, offset)) end
+    if entry_index then TI.set_generated(add(child, F.entry_index, nowhere, entry_index)) end
+    add(child, F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
   local kind = ""
   if tracking then
@@ -10356,23 +10380,26 @@ local function show_record(holder, body, offset, entry_index, tracking, snapshot
     if amqp then
       local sections, err = amqp_sections(bytes, pos, len)
       if child then
-        for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-        AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
+        for i = 1, #sections do
+          local s = sections[i]
+          add(child, F.sections, btvb(s.pos, s.len), s.code)
+        end
+        AMQPV.show(add(child, F.message, whole), btvb, sections, AMQPV.record_message)
       end
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
       AMQPV.order_notes(sections, err, ctx)
       AMQPV.content_notes(btvb, sections, ctx)
       kind = ", AMQP 1.0"
     else
-      if child then child:add(F.bytes, btvb(pos, len)) end
+      if child then add(child, F.bytes, btvb(pos, len)) end
       kind = ", not AMQP 1.0"
     end
   end
   if child then
     if offset then
-      child:set_text(string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+      TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
     else
-      child:set_text(string.format("Record: %d bytes%s", len, kind))
+      TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
     end
   end
 end
@@ -10383,15 +10410,18 @@ local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, trac
   local holder = tree
   if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
   local budget = budget_of(ctx)
-  for e, bodies in ipairs(bodies_by_entry) do
-    for i, body in ipairs(bodies) do
+  for e = 1, #bodies_by_entry do
+    local bodies = bodies_by_entry[e]
+    for i = 1, #bodies do
+      local body = bodies[i]
       if budget.records <= 0 then
         local where = bodies.index and entry_named("entry", bodies.index) or ("message " .. tostring(bodies.message))
         budget_refuse(ctx, where, (#bodies - i + 1) .. " records not decoded")
         break
       end
       budget.records = budget.records - 1
-      local offset = first_offsets and first_offsets[e] + (i - 1)
+      -- (a UInt64: adding 0, a simple entry's one record, would make another)
+      local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
       show_record(holder, body, offset, index_of and index_of[e], tracking, snapshot, ctx)
     end
   end

@@ -46,15 +46,16 @@ end
 -- The item reads "label: ...", or "label index: ..." where index is given.
 local function show_entry(tree, tvb, entry, field, label, range, index)
   if tree == nil then return nil end
-  local item = tree:add(field, range or tvb(entry.pos, entry.size))
+  local add = TI.add
+  local item = add(tree, field, range or tvb(entry.pos, entry.size))
   if entry.kind == 0 and index then  -- a chunk's simple entries, by the thousand: one string
-    item:set_text(string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
+    TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
   else
-    item:set_text(entry_named(label, index) .. ": " .. describe_entry(entry))
+    TI.set_text(item, entry_named(label, index) .. ": " .. describe_entry(entry))
   end
-  item:add(F.entry_kind, tvb(entry.pos, 1), entry.kind)
+  add(item, F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
-  item:add(F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size):set_generated()
+  TI.set_generated(add(item, F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size))
   if entry.kind == 1 then
     item:add(F.compression, tvb(entry.pos, 1), entry.compression)
     item:add(F.record_count, tvb(entry.pos + 1, 2))
@@ -299,7 +300,8 @@ end
 
 function AMQPV.order_notes(sections, err, ctx)
   local names, last, body, seen, say = SPEC.enums.amqp_section, nil, nil, nil, AMQPV.order_note
-  for i, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     local rank = AMQPV.RANK[s.code]
     if last and rank < AMQPV.RANK[last.code] then
       say(ctx, s, string.format(" comes after %s, out of the spec's order", names[last.code]))
@@ -329,7 +331,8 @@ end
 function AMQPV.content_notes(btvb, sections, ctx)
   -- a data section's body is copied only when a content_type says what it should be
   local names, content_type, body, bodies = SPEC.enums.amqp_section, nil, nil, 0
-  for _, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     if AMQPV.CONTENT_MAPS[s.code] or s.code == 0x73 then
       local ok, value = pcall(AMQPV.value, btvb, s.value_at, s.pos + s.len, 1)
       if ok and value.t == "map" and AMQPV.CONTENT_MAPS[s.code] then
@@ -359,14 +362,15 @@ end
 local function show_record(holder, body, offset, entry_index, tracking, snapshot, ctx)
   local btvb, pos, len = body.tvb, body.pos, body.len
   local child, whole
+  local add = TI.add
   if holder then
     whole = btvb(pos, len)  -- the record's and its message's item: one TvbRange for both
-    child = holder:add(F.records, whole)
+    child = add(holder, F.records, whole)
     -- Counted, not read: generated, on none of the record's bytes.
     local nowhere = (offset or entry_index) and btvb(pos, 0)
-    if offset then child:add(F.offset, nowhere, offset):set_generated() end
-    if entry_index then child:add(F.entry_index, nowhere, entry_index):set_generated() end
-    child:add(F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
+    if offset then TI.set_generated(add(child, F.offset, nowhere, offset)) end
+    if entry_index then TI.set_generated(add(child, F.entry_index, nowhere, entry_index)) end
+    add(child, F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
   end
   local kind = ""
   if tracking then
@@ -376,23 +380,26 @@ local function show_record(holder, body, offset, entry_index, tracking, snapshot
     if amqp then
       local sections, err = amqp_sections(bytes, pos, len)
       if child then
-        for _, s in ipairs(sections) do child:add(F.sections, btvb(s.pos, s.len), s.code) end
-        AMQPV.show(child:add(F.message, whole), btvb, sections, AMQPV.record_message)
+        for i = 1, #sections do
+          local s = sections[i]
+          add(child, F.sections, btvb(s.pos, s.len), s.code)
+        end
+        AMQPV.show(add(child, F.message, whole), btvb, sections, AMQPV.record_message)
       end
       if err then note(ctx, "warn", "malformed", "AMQP 1.0 message: " .. err) end
       AMQPV.order_notes(sections, err, ctx)
       AMQPV.content_notes(btvb, sections, ctx)
       kind = ", AMQP 1.0"
     else
-      if child then child:add(F.bytes, btvb(pos, len)) end
+      if child then add(child, F.bytes, btvb(pos, len)) end
       kind = ", not AMQP 1.0"
     end
   end
   if child then
     if offset then
-      child:set_text(string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+      TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
     else
-      child:set_text(string.format("Record: %d bytes%s", len, kind))
+      TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
     end
   end
 end
@@ -403,15 +410,18 @@ local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, trac
   local holder = tree
   if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
   local budget = budget_of(ctx)
-  for e, bodies in ipairs(bodies_by_entry) do
-    for i, body in ipairs(bodies) do
+  for e = 1, #bodies_by_entry do
+    local bodies = bodies_by_entry[e]
+    for i = 1, #bodies do
+      local body = bodies[i]
       if budget.records <= 0 then
         local where = bodies.index and entry_named("entry", bodies.index) or ("message " .. tostring(bodies.message))
         budget_refuse(ctx, where, (#bodies - i + 1) .. " records not decoded")
         break
       end
       budget.records = budget.records - 1
-      local offset = first_offsets and first_offsets[e] + (i - 1)
+      -- (a UInt64: adding 0, a simple entry's one record, would make another)
+      local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
       show_record(holder, body, offset, index_of and index_of[e], tracking, snapshot, ctx)
     end
   end

@@ -118,6 +118,20 @@ end
 -- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
 -- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
 local function amqp_sections(s, pos, len)
+  -- A message that is one data section (00 53 75, binary a0 or b0) to its end, the shape most
+  -- clients publish, is told by one read of its first bytes; the walk finds the same section.
+  local zero, small, code, binary, size = s:byte(1, 5)
+  if zero == 0 and small == 0x53 and code == 0x75 then
+    if binary == 0xa0 and len == 5 + size then
+      return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xa0 } }, nil
+    end
+    if binary == 0xb0 and len >= 8 then
+      local b, c, d = s:byte(6, 8)
+      if len == 8 + ((size * 256 + b) * 256 + c) * 256 + d then
+        return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xb0 } }, nil
+      end
+    end
+  end
   local sections = {}
   local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
   if ok then return sections, nil end
@@ -315,7 +329,7 @@ function AMQPV.section(item, tvb, s, spec)
     -- Binary in a bytes field (a data section), as AMQPV.item shows it: the bytes after the
     -- size, to the section's end (amqp_sections found the value ending there).
     local start = s.value_at + (code == 0xa0 and 2 or 5)
-    return item:add(F[spec.name], tvb(start, stop - start))
+    return TI.add(item, F[spec.name], tvb(start, stop - start))
   end
   local value = AMQPV.value(tvb, s.value_at, stop, 1)
   if value.t == "null" then return end
@@ -346,7 +360,8 @@ end
 -- registry's declaration of the message (struct: its name in SPEC.structs).
 function AMQPV.show(item, tvb, sections, struct)
   local by_section, names = AMQPV.by_section(struct), SPEC.enums.amqp_section
-  for _, s in ipairs(sections) do
+  for i = 1, #sections do
+    local s = sections[i]
     if not pcall(AMQPV.section, item, tvb, s, by_section[names[s.code]]) then
       item:add(tvb(s.pos, s.len), names[s.code] .. ": values not shown")
     end

@@ -25,6 +25,11 @@ if GC_PACE.set == nil then
     collectgarbage("setstepmul", tree and 1000 or GC_PACE.stepmul)
   end
 end
+-- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
+-- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
+local TI = {
+  add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
+}
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
