@@ -5746,6 +5746,7 @@ end
 -- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
 local TI = {
   add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
+  set_len = TreeItem.set_len,
 }
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
@@ -5851,8 +5852,11 @@ local READ = {
 -- The byte order is the protocol's: its TvbRange methods are chosen once.
 if LITTLE then for t, method in pairs(READ) do READ[t] = "le_" .. method end end
 local PREFIX_READ = { [true] = LITTLE and "le_int" or "int", [false] = LITTLE and "le_uint" or "uint" }
+-- The same methods as functions (READ_FN), called without a lookup through the range's __index.
+local READ_FN = {}
+for t, method in pairs(READ) do READ_FN[t] = TvbRange[method] end
 local function read_int(range, t)
-  local value = range[READ[t]](range)
+  local value = READ_FN[t](range)
   if t ~= "uint64" and t ~= "int64" then value = int(value) end
   return value
 end
@@ -6857,7 +6861,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       elseif LITTLE then
         item = tree:add_le(F[name], range)
       else
-        item = tree:add(F[name], range)
+        item = TI.add(tree, F[name], range)
       end
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
       local code = spec.enum and not spec.response_enum and type(value) == "number" and value >= 0
@@ -6928,8 +6932,8 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
         if element.type == "struct" then
           local child
           if holder then
-            child = holder:add(F[name], tvb(pos, 0))
-            child:set_text(struct_title(element.struct) .. " [" .. index .. "]")
+            child = TI.add(holder, F[name], tvb(pos, 0))
+            TI.set_text(child, struct_title(element.struct) .. " [" .. index .. "]")
           end
           local at = pos
           local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
@@ -6938,7 +6942,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
             error(value, 0)
           end
           pos = after
-          if child then child:set_len(pos - at) end
+          if child then TI.set_len(child, pos - at) end
         else
           local value
           value, pos = read_value(element, version, tvb, pos, limit, holder, ctx, name)
@@ -7567,7 +7571,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
   -- 2^46 or more), takes the walk, which explains it.
   local raw = tree == nil and ctx.raw_tvb == tvb and ctx.raw or nil
   local raw_end = raw and math.min(ctx.raw_n, stop)
-  for _, spec in ipairs(specs) do
+  for i = 1, #specs do
+    local spec = specs[i]
     local value = nil
     if raw then
       local plain = spec.__plain
@@ -10406,7 +10411,7 @@ end
 
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
   local total = 0
-  for _, bodies in ipairs(bodies_by_entry) do total = total + #bodies end
+  for e = 1, #bodies_by_entry do total = total + #bodies_by_entry[e] end
   local holder = tree
   if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
   local budget = budget_of(ctx)
@@ -10812,11 +10817,15 @@ do
         -- would copy hundreds into a list first. An element's member of another kind takes
         -- path_values' own step for it.
         local leaf = path[2]
-        for _, item in ipairs(list) do
+        for i = 1, #list do
+          local item = list[i]
           if type(item) == "table" then
             local id = item[leaf]
-            if type(id) == "number" then
+            local kind = type(id)
+            if kind == "number" then
               ids[#ids + 1] = id
+            elseif kind == "userdata" then  -- a 64-bit id read with a tree: path_values' one value
+              ids[#ids + 1] = keyed(id)
             else
               for _, v in ipairs(path_values(item, path, 2)) do ids[#ids + 1] = keyed(v) end
             end
@@ -11050,7 +11059,9 @@ do
     local direction = from_client == false and "deliver" or "publish"
     if frame.command == "Publish" then
       local records, size = 0, 0
-      for _, message in ipairs(fields.messages or {}) do
+      local messages = fields.messages or {}
+      for i = 1, #messages do
+        local message = messages[i]
         local entry = type(message) == "table" and message.entry
         if type(entry) == "table" then
           records, size = records + entry.record_count, size + entry.size
@@ -11302,7 +11313,7 @@ local function show_links(tree, tvb, f)
   local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
+    if value ~= nil and F[name] then TI.set_generated(TI.add(holder, F[name], nowhere, value)) end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do

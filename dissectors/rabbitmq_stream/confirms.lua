@@ -144,11 +144,15 @@ do
         -- would copy hundreds into a list first. An element's member of another kind takes
         -- path_values' own step for it.
         local leaf = path[2]
-        for _, item in ipairs(list) do
+        for i = 1, #list do
+          local item = list[i]
           if type(item) == "table" then
             local id = item[leaf]
-            if type(id) == "number" then
+            local kind = type(id)
+            if kind == "number" then
               ids[#ids + 1] = id
+            elseif kind == "userdata" then  -- a 64-bit id read with a tree: path_values' one value
+              ids[#ids + 1] = keyed(id)
             else
               for _, v in ipairs(path_values(item, path, 2)) do ids[#ids + 1] = keyed(v) end
             end

@@ -16,7 +16,9 @@ do
     local direction = from_client == false and "deliver" or "publish"
     if frame.command == "Publish" then
       local records, size = 0, 0
-      for _, message in ipairs(fields.messages or {}) do
+      local messages = fields.messages or {}
+      for i = 1, #messages do
+        local message = messages[i]
         local entry = type(message) == "table" and message.entry
         if type(entry) == "table" then
           records, size = records + entry.record_count, size + entry.size

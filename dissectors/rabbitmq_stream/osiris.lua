@@ -406,7 +406,7 @@ end
 
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
   local total = 0
-  for _, bodies in ipairs(bodies_by_entry) do total = total + #bodies end
+  for e = 1, #bodies_by_entry do total = total + #bodies_by_entry[e] end
   local holder = tree
   if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
   local budget = budget_of(ctx)

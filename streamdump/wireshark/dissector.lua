@@ -29,6 +29,7 @@ end
 -- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
 local TI = {
   add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
+  set_len = TreeItem.set_len,
 }
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
@@ -134,8 +135,11 @@ local READ = {
 -- The byte order is the protocol's: its TvbRange methods are chosen once.
 if LITTLE then for t, method in pairs(READ) do READ[t] = "le_" .. method end end
 local PREFIX_READ = { [true] = LITTLE and "le_int" or "int", [false] = LITTLE and "le_uint" or "uint" }
+-- The same methods as functions (READ_FN), called without a lookup through the range's __index.
+local READ_FN = {}
+for t, method in pairs(READ) do READ_FN[t] = TvbRange[method] end
 local function read_int(range, t)
-  local value = range[READ[t]](range)
+  local value = READ_FN[t](range)
   if t ~= "uint64" and t ~= "int64" then value = int(value) end
   return value
 end
@@ -1140,7 +1144,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       elseif LITTLE then
         item = tree:add_le(F[name], range)
       else
-        item = tree:add(F[name], range)
+        item = TI.add(tree, F[name], range)
       end
       if spec.display == "time_ms" then item:append_text(time_text(value)) end
       local code = spec.enum and not spec.response_enum and type(value) == "number" and value >= 0
@@ -1211,8 +1215,8 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
         if element.type == "struct" then
           local child
           if holder then
-            child = holder:add(F[name], tvb(pos, 0))
-            child:set_text(struct_title(element.struct) .. " [" .. index .. "]")
+            child = TI.add(holder, F[name], tvb(pos, 0))
+            TI.set_text(child, struct_title(element.struct) .. " [" .. index .. "]")
           end
           local at = pos
           local ok2, value, after = pcall(read_struct, element, version, tvb, pos, limit, child, ctx, name, items)
@@ -1221,7 +1225,7 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
             error(value, 0)
           end
           pos = after
-          if child then child:set_len(pos - at) end
+          if child then TI.set_len(child, pos - at) end
         else
           local value
           value, pos = read_value(element, version, tvb, pos, limit, holder, ctx, name)
@@ -1850,7 +1854,8 @@ decode_fields = function(specs, version, tvb, pos, stop, out, tree, ctx)
   -- 2^46 or more), takes the walk, which explains it.
   local raw = tree == nil and ctx.raw_tvb == tvb and ctx.raw or nil
   local raw_end = raw and math.min(ctx.raw_n, stop)
-  for _, spec in ipairs(specs) do
+  for i = 1, #specs do
+    local spec = specs[i]
     local value = nil
     if raw then
       local plain = spec.__plain

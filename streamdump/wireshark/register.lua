@@ -122,7 +122,7 @@ local function show_links(tree, tvb, f)
   local holder = tree:add(F.links, nowhere)
   holder:set_generated()
   local function gen(name, value)
-    if value ~= nil and F[name] then holder:add(F[name], nowhere, value):set_generated() end
+    if value ~= nil and F[name] then TI.set_generated(TI.add(holder, F[name], nowhere, value)) end
   end
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do
