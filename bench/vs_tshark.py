@@ -43,7 +43,10 @@ Reproduce (the captures need root and a running RabbitMQ; about 250 MB each):
 
     sudo python bench/make_captures.py
     python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,detail] [--no-plugin]
-                              [--no-streamdump] [--plugin PATH] [--json-out figures.json]
+                              [--no-streamdump] [--plugin PATH] [--crc-off] [--json-out figures.json]
+
+--crc-off also times -V with the plugin's rabbitmq_stream.check_crc preference off, the part of
+the -V ratio a Deliver chunk's CRC takes (items-only checks none).
 
 tshark+plugin takes minutes on the 250 MB captures; --no-plugin leaves it out. No test
 asserts these times: they depend on the machine, and are for reading, not for CI.
@@ -105,6 +108,10 @@ PLUGIN_ARGS = {
     ],
     "stats": ["-q", "-z", "io,stat,0,rabbitmq_stream", "-z", "expert,rabbitmq_stream"],
 }
+
+# The plugin's preference that leaves Deliver chunks' CRCs unchecked (--crc-off): in tshark 4.0's
+# Lua 5.2 the CRC is most of a -V run over Deliver traffic, and items-only checks none.
+CRC_OFF = ["-o", "rabbitmq_stream.check_crc:FALSE"]
 
 FRAMING_PROTO = "rmqs_framing"
 FRAMING_ARGS = {"one-line": [], "detail": ["-V"], "json": ["-T", "json", "-J", FRAMING_PROTO]}
@@ -373,6 +380,7 @@ def commands(
     streamdump: bool = True,
     plugin_lua: Path = PLUGIN,
     ids_lua: Path | None = None,
+    crc_off: bool = False,
 ) -> dict[str, list[str]]:
     """The command lines measured for one mode, by column name."""
     cmds = {}
@@ -380,6 +388,8 @@ def commands(
         cmds["streamdump"] = [*STREAMDUMP, *(a.format(capture=capture) for a in STREAMDUMP_ARGS[mode])]
     if plugin:
         cmds["tshark_plugin"] = tshark_argv(tshark, capture, plugin_lua, PLUGIN_ARGS[mode])
+    if plugin and crc_off and mode == "detail":
+        cmds["tshark_plugin_nocrc"] = tshark_argv(tshark, capture, plugin_lua, [*CRC_OFF, *PLUGIN_ARGS[mode]])
     if mode in FRAMING_ARGS:
         cmds["tshark_framing"] = tshark_argv(tshark, capture, framing_lua, FRAMING_ARGS[mode])
     if mode == "one-line" and plugin and ids_lua is not None:
@@ -496,6 +506,14 @@ def plugin_ratios(result: dict) -> list[str]:
             f"{cpu_ratio(plugin, items)}"
         )
         result["plugin_ratios"]["detail_vs_items"] = round(over, 2)
+        nocrc = columns.get("tshark_plugin_nocrc")
+        if nocrc and nocrc["exit_code"] == 0:
+            unchecked = nocrc["seconds"] / items["seconds"]
+            lines.append(
+                f"  plugin with chunk CRCs unchecked/items-only, {what}: {nocrc['seconds']:.2f} s"
+                f" / {items['seconds']:.2f} s = {unchecked:.1f}x{cpu_ratio(nocrc, items)}"
+            )
+            result["plugin_ratios"]["detail_nocrc_vs_items"] = round(unchecked, 2)
         if plugin.get("cpu") and items.get("cpu"):
             result["plugin_ratios"]["detail_vs_items_cpu"] = round(plugin["cpu"] / items["cpu"], 2)
         result["plugin_ratios"]["items_vs_framing"] = round(floor, 2)
@@ -545,6 +563,7 @@ def bench_capture(
             streamdump=streamdump,
             plugin_lua=lua,
             ids_lua=tmp / f"{IDS_PROTO}.lua",
+            crc_off=args.crc_off,
         )
         runs: dict[str, Run] = {}
         for column, argv in cmds.items():
@@ -607,6 +626,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json-out", type=Path, help="also write every figure to this JSON file")
     parser.add_argument(
         "--plugin", type=Path, default=PLUGIN, help="the plugin to time (say, an earlier one)"
+    )
+    parser.add_argument(
+        "--crc-off",
+        action="store_true",
+        help="with -V, also time the plugin with chunk CRCs unchecked (rabbitmq_stream.check_crc:FALSE)",
     )
     parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark", help="tshark binary")
     args = parser.parse_args(argv)

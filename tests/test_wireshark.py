@@ -701,6 +701,24 @@ def test_tshark_and_streamdump_agree_on_damage(flavour: str, tmp_path: Path, pro
 # ---------------------------------------------------------------- tests
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_chunk_crc_is_a_preference(flavour: str, tmp_path: Path, protocol: Protocol) -> None:
+    """rabbitmq_stream.check_crc off: no CRC worked out, so neither the flipped chunk's mismatch
+    nor any [CRC Valid] item; the other checks of the same chunks still speak. On by default."""
+    path = tmp_path / "damage.pcap"
+    path.write_bytes(tcp_pcap(damage_frames(Decoder(protocol))))
+
+    def detail(*prefs: str) -> str:
+        run = tshark_run(flavour, [PLUGIN, path], lambda p: ["-n", "-r", p[-1], "-V", *prefs], tmp_path)
+        assert run.returncode == 0 and "lua error" not in run.stdout.lower(), run.stderr[-2000:]
+        return run.stdout
+
+    checked, unchecked = detail(), detail("-o", "rabbitmq_stream.check_crc:FALSE")
+    assert "chunk CRC mismatch" in checked and checked.count("[CRC Valid: ") == 5  # five Delivers
+    assert "chunk CRC mismatch" not in unchecked and "[CRC Valid: " not in unchecked
+    assert "chunk declares 4 entries but its data holds 3" in unchecked
+
+
 def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
     """Stored bodies in a pull answer: a bad CRC, a zlib body, and zlib bombs the frame's
     expansion budget stops, in the plugin as in Python."""
@@ -731,6 +749,15 @@ def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
     notes = [e["message"] for e in pulled["expert"]]
     assert notes[0].startswith("message body CRC mismatch: header says 0x00000007")
     assert "expanding this frame stops at 64 MiB decompressed" in notes[1] and len(notes) == 2
+
+    # rocketmq.check_crc off: the bad CRC goes unsaid, the rest is read as before
+    def detail(*prefs: str) -> str:
+        return tshark_run("4.0", [PLUGIN, path], lambda p: ["-n", "-r", p[-1], "-V", *prefs], tmp_path).stdout
+
+    checked, unchecked = detail(), detail("-o", "rocketmq.check_crc:FALSE")
+    assert "body CRC mismatch" in checked and checked.count("[Body CRC Valid: ") == 4
+    assert "body CRC mismatch" not in unchecked and "[Body CRC Valid: " not in unchecked
+    assert "expanding this frame stops at 64 MiB decompressed" in unchecked
     assert [("uncompressed_body" in m) for m in pulled["fields"]["messages"]] == [False, True, True, False]
 
 
