@@ -30,6 +30,7 @@ import gzip
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -823,6 +824,25 @@ def test_the_crc_twin_is_zlibs_under_lua_5_2_and_5_4(lua: str, native: bool) -> 
 def lua_string(data: bytes) -> str:
     """data as a Lua string literal (decimal escapes: valid in 5.2 and 5.4)."""
     return '"' + "".join(f"\\{b:03d}" for b in data) + '"'
+
+
+TOP_LOCAL = re.compile(r"^local (?:function )?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)", re.MULTILINE)
+
+
+def test_no_lua_file_shadows_a_local_of_the_runtime() -> None:
+    """A protocol's Lua twins run inside the runtime, after it: a top-level local of a twin named
+    as one the runtime (or an earlier twin) declares hides that one from everything after it, the
+    runtime's own register.lua included, and Lua says nothing. Each name is declared once."""
+    found = []
+    for protocol, files in luagen.runtime_files(default_registry().protocols.values()).items():
+        first: dict[str, str] = {}
+        for package, file in files:
+            for match in TOP_LOCAL.finditer(luagen.lua_source(package, file)):
+                for name in (part.strip() for part in match.group(1).split(",")):
+                    if name in first:
+                        found.append(f"{protocol}: {file} declares {name}, already {first[name]}'s")
+                    first.setdefault(name, file)
+    assert not found, "\n".join(found)
 
 
 def test_plugin_relies_on_no_bit32() -> None:

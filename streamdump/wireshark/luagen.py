@@ -64,7 +64,7 @@ def bundle(protocols: Iterable[Protocol]) -> str:
     table is handed to. Wireshark compiles the runtime once; each protocol is its own Proto."""
     protocols = sorted(protocols, key=lambda p: p.name)
     tables = []
-    blocks: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    blocks = lua_blocks(protocols)
     for protocol in protocols:
         table = spec_table(protocol)
         carries: dict[str, list[dict[str, Any]]] = {}
@@ -77,13 +77,7 @@ def bundle(protocols: Iterable[Protocol]) -> str:
                     | ({"by": where[0], "patterns": list(where[1])} if where else {})
                 )
         table["carries"] = carries
-        own: list[tuple[str, str]] = []
-        for name in dissector_of(protocol).lua:
-            package, _, file = name.rpartition(":")
-            source = (package or protocol.package or "", file)
-            own.append(source)
-        block = tuple(own)
-        blocks.setdefault(block, []).append(protocol.name)
+        block = next(block for block, names in blocks.items() if protocol.name in names)
         table["lua_block"] = list(blocks).index(block) + 1
         tables.append(table)
     sources = ", ".join(_source_name(p) for p in protocols)
@@ -105,10 +99,7 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         "-- The runtime: run once per protocol, with that protocol's table.\nlocal function runtime(SPEC)\n",
         _template(__package__, "dissector.lua"),
     ]
-    # A file more than one block carries (a codec's Lua) is written once, before the blocks, for
-    # every protocol: a block's locals end with its `if`, so it cannot hold what others share.
-    counts = Counter(source for block in blocks for source in block)
-    shared = [source for source, count in counts.items() if count > 1]
+    shared = shared_lua(blocks)
     parts.extend(_template(package, file) for package, file in shared)
     for number, (block, names) in enumerate(blocks.items(), 1):
         own_files = [source for source in block if source not in shared]
@@ -121,6 +112,46 @@ def bundle(protocols: Iterable[Protocol]) -> str:
     parts.append(_template(__package__, "stats.lua"))
     parts.append("end\n\nfor _, spec in ipairs(SPECS) do runtime(complete(spec)) end\n")
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def lua_blocks(protocols: Iterable[Protocol]) -> dict[tuple[tuple[str, str], ...], list[str]]:
+    """The protocols' Lua twins, as (package, file) in the order each lists them, and the
+    protocols that carry each such list: a block of the plugin, behind one `if`."""
+    blocks: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for protocol in sorted(protocols, key=lambda p: p.name):
+        own = []
+        for name in dissector_of(protocol).lua:
+            package, _, file = name.rpartition(":")
+            own.append((package or protocol.package or "", file))
+        blocks.setdefault(tuple(own), []).append(protocol.name)
+    return blocks
+
+
+def shared_lua(blocks: dict[tuple[tuple[str, str], ...], list[str]]) -> list[tuple[str, str]]:
+    """The files more than one block carries (a codec's Lua): written once, before the blocks, for
+    every protocol, since a block's locals end with its `if`."""
+    counts = Counter(source for block in blocks for source in block)
+    return [source for source, count in counts.items() if count > 1]
+
+
+def runtime_files(protocols: Iterable[Protocol]) -> dict[str, list[tuple[str, str]]]:
+    """By protocol, the Lua files its runtime runs, as (package, file) in the order the plugin
+    holds them: the runtime's dissector.lua, the shared twins, its block's own, then register.lua
+    and stats.lua. A top-level local one of them declares is seen by all that follow it."""
+    blocks = lua_blocks(protocols)
+    shared = shared_lua(blocks)
+    head = [(__package__ or "", "dissector.lua"), *shared]
+    tail = [(__package__ or "", "register.lua"), (__package__ or "", "stats.lua")]
+    return {
+        name: [*head, *(source for source in block if source not in shared), *tail]
+        for block, names in blocks.items()
+        for name in names
+    }
+
+
+def lua_source(package: str, file: str) -> str:
+    """One of the plugin's Lua files, as runtime_files names it."""
+    return _template(package, file)
 
 
 # What the tables leave out, because it follows from what they say, filled in as the plugin loads.
