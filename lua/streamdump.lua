@@ -5718,7 +5718,8 @@ local function runtime(SPEC)
 -- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
 -- This text is copied into every generated plugin after its SPEC table; it is the Lua
 -- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
--- no integer division operator, no bit operators, no bit32; arithmetic only.
+-- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
+-- CRC-32 alone picks bit operators or bit32, by the Lua it runs in).
 
 local P = Proto(SPEC.name, SPEC.title)
 
@@ -8440,127 +8441,99 @@ end
 -- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
 -- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
--- CRC-32 (zlib's). Lua 5.2 (tshark 4.0) has no bit operators: there bytes are XORed through a
--- 256 x 256 table, the CRC kept as four bytes, least significant first. Lua 5.3 and later
--- (tshark 4.4) have integer ones, which 5.2's parser refuses: that CRC is compiled from text
--- (CRC_NATIVE), used where it compiles, and takes a fifth of the time of the tables.
-local XOR8 = {}
--- The table's four bytes, one list each (one local: the plugin's main chunk is near Lua's
--- limit of 200 locals); the first three times 256, as they index XOR8 as its high byte.
-local CRC_T = { {}, {}, {}, {} }
--- Both tables are built at the first CRC, not when the plugin loads: a pass without a tree
--- checks none, and every protocol that carries this file would build them again (about
--- 25 ms of each tshark run apiece). A field of CRC_T, not a local: see above.
-CRC_T.build = function()
-  do
-    -- made from a 16 x 16 table of nibbles: bit by bit the 65,536 entries took 50 ms
-    local nibbles = {}
-    for a = 0, 15 do
-      for b = 0, 15 do
-        local r, bit, x, y = 0, 1, a, b
-        for _ = 1, 4 do
-          if (x % 2) ~= (y % 2) then r = r + bit end
-          x, y, bit = math.floor(x / 2), math.floor(y / 2), bit * 2
-        end
-        nibbles[a * 16 + b] = r
-      end
-    end
-    for a = 0, 255 do
-      local high, low = math.floor(a / 16), a % 16
-      for b = 0, 255 do
-        local b_low = b % 16
-        XOR8[a * 256 + b] = nibbles[high * 16 + math.floor(b / 16)] * 16 + nibbles[low * 16 + b_low]
-      end
-    end
-  end
-  do
-    for n = 0, 255 do
-      local c = { n, 0, 0, 0 }   -- little-endian bytes of the table entry
-      for _ = 1, 8 do
-        local low = c[1] % 2
-        -- shift right by one across the four bytes
-        for i = 1, 4 do
-          local carry = (i < 4) and (c[i + 1] % 2) or 0
-          c[i] = math.floor(c[i] / 2) + carry * 128
-        end
-        if low == 1 then
-          c[1] = XOR8[c[1] * 256 + 0x20]
-          c[2] = XOR8[c[2] * 256 + 0x83]
-          c[3] = XOR8[c[3] * 256 + 0xB8]
-          c[4] = XOR8[c[4] * 256 + 0xED]
-        end
-      end
-      CRC_T[1][n], CRC_T[2][n], CRC_T[3][n], CRC_T[4][n] = c[1] * 256, c[2] * 256, c[3] * 256, c[4]
-    end
-  end
-  CRC_T.build = nil
-end
+-- CRC-32 (zlib's), sliced by 16: sixteen tables, T[k][b] the CRC of byte b followed by k zero
+-- bytes, so a step of 16 bytes is one XOR of 16 lookups. Lua 5.3 and later (tshark 4.4) XOR
+-- with integer operators, which 5.2's parser refuses: that CRC is compiled from text (NATIVE),
+-- used where it compiles. Lua 5.2 (tshark 4.0) has bit32 instead, whose bxor takes all 16
+-- operands in one call; a byte at a time through tables of bytes took four times as long.
+-- The tables are built at the first CRC, not when the plugin loads: a pass without a tree
+-- checks none. One local (the plugin's main chunk is near Lua's limit of 200).
+local CRC_T = {}
 
 CRC_T.NATIVE = [[
-local byte, T = string.byte, {}
+local byte, T = string.byte, { [0] = {} }
 for n = 0, 255 do
   local c = n
   for _ = 1, 8 do c = (c & 1 == 1) and (0xEDB88320 ~ (c >> 1)) or (c >> 1) end
-  T[n] = c
+  T[0][n] = c
 end
+for k = 1, 15 do
+  local prev, row = T[k - 1], {}
+  for n = 0, 255 do row[n] = T[0][prev[n] & 0xFF] ~ (prev[n] >> 8) end
+  T[k] = row
+end
+local T0, T1, T2, T3, T4, T5, T6, T7 = T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]
+local T8, T9, T10, T11, T12, T13, T14, T15 = T[8], T[9], T[10], T[11], T[12], T[13], T[14], T[15]
 return function(s, len)
-  local c, whole = 0xFFFFFFFF, len - len % 8
-  for i = 1, whole, 8 do
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
-    c = (c >> 8) ~ T[(c ~ b1) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b2) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b3) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b4) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b5) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b6) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b7) & 0xFF]
-    c = (c >> 8) ~ T[(c ~ b8) & 0xFF]
+  local c, whole = 0xFFFFFFFF, len - len % 16
+  for i = 1, whole, 16 do
+    local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
+    local x = c ~ (b1 | (b2 << 8) | (b3 << 16) | (b4 << 24))
+    c = T15[x & 0xFF] ~ T14[(x >> 8) & 0xFF] ~ T13[(x >> 16) & 0xFF] ~ T12[x >> 24]
+      ~ T11[b5] ~ T10[b6] ~ T9[b7] ~ T8[b8] ~ T7[b9] ~ T6[b10] ~ T5[b11] ~ T4[b12]
+      ~ T3[b13] ~ T2[b14] ~ T1[b15] ~ T0[b16]
   end
-  for i = whole + 1, len do c = (c >> 8) ~ T[(c ~ byte(s, i)) & 0xFF] end
+  for i = whole + 1, len do c = (c >> 8) ~ T0[(c ~ byte(s, i)) & 0xFF] end
   return c ~ 0xFFFFFFFF
 end
 ]]
 
+-- The same CRC through bit32 (numbers are doubles in 5.2: shifts are divisions of whole numbers).
+CRC_T.bit32 = function()
+  if bit32 == nil then error("this Lua has neither integer bit operators nor bit32: no CRC-32") end
+  local bxor, byte, T = bit32.bxor, string.byte, { [0] = {} }
+  for n = 0, 255 do
+    local c = n
+    for _ = 1, 8 do
+      local low = c % 2
+      c = (c - low) / 2
+      if low == 1 then c = bxor(c, 0xEDB88320) end
+    end
+    T[0][n] = c
+  end
+  for k = 1, 15 do
+    local prev, row = T[k - 1], {}
+    for n = 0, 255 do
+      local low = prev[n] % 256
+      row[n] = bxor(T[0][low], (prev[n] - low) / 256)
+    end
+    T[k] = row
+  end
+  local T0, T1, T2, T3, T4, T5, T6, T7 = T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]
+  local T8, T9, T10, T11, T12, T13, T14, T15 = T[8], T[9], T[10], T[11], T[12], T[13], T[14], T[15]
+  return function(s, len)
+    local c, whole = 0xFFFFFFFF, len - len % 16
+    for i = 1, whole, 16 do
+      local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
+      local x = bxor(c, b1 + b2 * 256 + b3 * 65536 + b4 * 16777216)
+      local x0 = x % 256
+      x = (x - x0) / 256
+      local x1 = x % 256
+      x = (x - x1) / 256
+      local x2 = x % 256
+      c = bxor(T15[x0], T14[x1], T13[x2], T12[(x - x2) / 256], T11[b5], T10[b6], T9[b7], T8[b8],
+        T7[b9], T6[b10], T5[b11], T4[b12], T3[b13], T2[b14], T1[b15], T0[b16])
+    end
+    for i = whole + 1, len do
+      local x = bxor(c, byte(s, i))
+      local low = x % 256
+      c = bxor(T0[low], (x - low) / 256)
+    end
+    return bxor(c, 0xFFFFFFFF)
+  end
+end
+
 local function crc32(tvb, pos, len)
   if len <= 0 then return 0 end
-  if CRC_T.native == nil then
+  local fn = CRC_T.fn
+  if fn == nil then
     -- nil and an error under Lua 5.2; a chunk that returns the function from 5.3 on
     local chunk = load(CRC_T.NATIVE, "=crc32", "t")
-    CRC_T.native = chunk and chunk() or false
+    CRC_T.road = chunk and "native" or "bit32"
+    fn = chunk and chunk() or CRC_T.bit32()
+    CRC_T.fn = fn
   end
-  if CRC_T.native then return CRC_T.native(tvb:raw(pos, len), len) end
-  if CRC_T.build then CRC_T.build() end
-  local XOR = XOR8
-  local T0, T1, T2, T3 = CRC_T[1], CRC_T[2], CRC_T[3], CRC_T[4]
-  local c0, c1, c2, c3 = 255, 255, 255, 255
-  -- One copy of the data, read eight bytes a call into locals: a table of a block's bytes
-  -- cost an allocation as large as the block, and a call a byte costs more than its lookups.
-  local s, byte = tvb:raw(pos, len), string.byte
-  local whole = len - len % 8
-  for i = 1, whole, 8 do
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
-    local k = XOR[c0 * 256 + b1]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b2]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b3]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b4]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b5]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b6]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b7]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-    k = XOR[c0 * 256 + b8]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-  end
-  for i = whole + 1, len do
-    local k = XOR[c0 * 256 + byte(s, i)]
-    c0, c1, c2, c3 = XOR[T0[k] + c1], XOR[T1[k] + c2], XOR[T2[k] + c3], T3[k]
-  end
-  return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 + (255 - c3) * 16777216
+  return fn(tvb:raw(pos, len), len)
 end
 
 local function inflate(tvb, pos, len, label)
@@ -10505,8 +10478,8 @@ HOOKS.osiris_chunk = {
     if VS.chunk_type[chunk_type] == nil then
       note(ctx, "warn", "malformed", "unknown chunk type " .. tostring(chunk_type))
     end
-    -- Without a tree (lite) the data is not read: its CRC (about 100 ns a byte in Lua, most of
-    -- a first pass), entries and records are checked when the packet's tree is built.
+    -- Without a tree (lite) the data is not read: its CRC (tens of ns a byte in Lua, most of a
+    -- first pass), entries and records are checked when the packet's tree is built.
     if ctx.lite then return end
     if P.prefs.check_crc then
       local actual = crc32(tvb, pos, len)

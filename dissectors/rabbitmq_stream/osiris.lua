@@ -500,8 +500,8 @@ HOOKS.osiris_chunk = {
     if VS.chunk_type[chunk_type] == nil then
       note(ctx, "warn", "malformed", "unknown chunk type " .. tostring(chunk_type))
     end
-    -- Without a tree (lite) the data is not read: its CRC (about 100 ns a byte in Lua, most of
-    -- a first pass), entries and records are checked when the packet's tree is built.
+    -- Without a tree (lite) the data is not read: its CRC (tens of ns a byte in Lua, most of a
+    -- first pass), entries and records are checked when the packet's tree is built.
     if ctx.lite then return end
     if P.prefs.check_crc then
       local actual = crc32(tvb, pos, len)
