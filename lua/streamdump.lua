@@ -5719,7 +5719,7 @@ local function runtime(SPEC)
 -- This text is copied into every generated plugin after its SPEC table; it is the Lua
 -- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
 -- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
--- CRC-32 alone picks bit operators or bit32, by the Lua it runs in).
+-- CRC-32 alone takes the bit operators or Wireshark's bit library, by the Lua it runs in).
 
 local P = Proto(SPEC.name, SPEC.title)
 
@@ -8444,10 +8444,10 @@ end
 -- CRC-32 (zlib's), sliced by 16: sixteen tables, T[k][b] the CRC of byte b followed by k zero
 -- bytes, so a step of 16 bytes is one XOR of 16 lookups. Lua 5.3 and later (tshark 4.4) XOR
 -- with integer operators, which 5.2's parser refuses: that CRC is compiled from text (NATIVE),
--- used where it compiles. Lua 5.2 (tshark 4.0) has bit32 instead, whose bxor takes all 16
--- operands in one call; a byte at a time through tables of bytes took four times as long.
--- The tables are built at the first CRC, not when the plugin loads: a pass without a tree
--- checks none. One local (the plugin's main chunk is near Lua's limit of 200).
+-- used where it compiles. Elsewhere (tshark 4.0's Lua 5.2, or a 5.1 build) Wireshark's own bit
+-- library (BitOp) XORs, all 16 operands in one call; a byte at a time through tables of bytes
+-- took four times as long. The tables are built at the first CRC, not when the plugin loads: a
+-- pass without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
 local CRC_T = {}
 
 CRC_T.NATIVE = [[
@@ -8478,16 +8478,18 @@ return function(s, len)
 end
 ]]
 
--- The same CRC through bit32 (numbers are doubles in 5.2: shifts are divisions of whole numbers).
-CRC_T.bit32 = function()
-  if bit32 == nil then error("this Lua has neither integer bit operators nor bit32: no CRC-32") end
-  local bxor, byte, T = bit32.bxor, string.byte, { [0] = {} }
+-- The same CRC through Wireshark's bit library (numbers are doubles there: shifts are divisions
+-- of whole numbers, and bit.bxor answers a signed 32-bit number, made unsigned again).
+CRC_T.bitop = function()
+  if bit == nil then error("no integer bit operators and no Wireshark bit library: no CRC-32") end
+  local bxor, byte, T = bit.bxor, string.byte, { [0] = {} }
+  local WRAP = 4294967296
   for n = 0, 255 do
     local c = n
     for _ = 1, 8 do
       local low = c % 2
       c = (c - low) / 2
-      if low == 1 then c = bxor(c, 0xEDB88320) end
+      if low == 1 then c = bxor(c, 0xEDB88320) % WRAP end
     end
     T[0][n] = c
   end
@@ -8495,7 +8497,7 @@ CRC_T.bit32 = function()
     local prev, row = T[k - 1], {}
     for n = 0, 255 do
       local low = prev[n] % 256
-      row[n] = bxor(T[0][low], (prev[n] - low) / 256)
+      row[n] = bxor(T[0][low], (prev[n] - low) / 256) % WRAP
     end
     T[k] = row
   end
@@ -8505,7 +8507,7 @@ CRC_T.bit32 = function()
     local c, whole = 0xFFFFFFFF, len - len % 16
     for i = 1, whole, 16 do
       local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
-      local x = bxor(c, b1 + b2 * 256 + b3 * 65536 + b4 * 16777216)
+      local x = bxor(c, b1 + b2 * 256 + b3 * 65536 + b4 * 16777216) % WRAP
       local x0 = x % 256
       x = (x - x0) / 256
       local x1 = x % 256
@@ -8514,12 +8516,13 @@ CRC_T.bit32 = function()
       c = bxor(T15[x0], T14[x1], T13[x2], T12[(x - x2) / 256], T11[b5], T10[b6], T9[b7], T8[b8],
         T7[b9], T6[b10], T5[b11], T4[b12], T3[b13], T2[b14], T1[b15], T0[b16])
     end
+    c = c % WRAP
     for i = whole + 1, len do
-      local x = bxor(c, byte(s, i))
+      local x = bxor(c, byte(s, i)) % WRAP
       local low = x % 256
-      c = bxor(T0[low], (x - low) / 256)
+      c = bxor(T0[low], (x - low) / 256) % WRAP
     end
-    return bxor(c, 0xFFFFFFFF)
+    return bxor(c, 0xFFFFFFFF) % WRAP
   end
 end
 
@@ -8529,8 +8532,8 @@ local function crc32(tvb, pos, len)
   if fn == nil then
     -- nil and an error under Lua 5.2; a chunk that returns the function from 5.3 on
     local chunk = load(CRC_T.NATIVE, "=crc32", "t")
-    CRC_T.road = chunk and "native" or "bit32"
-    fn = chunk and chunk() or CRC_T.bit32()
+    CRC_T.road = chunk and "native" or "bitop"
+    fn = chunk and chunk() or CRC_T.bitop()
     CRC_T.fn = fn
   end
   return fn(tvb:raw(pos, len), len)
@@ -9725,19 +9728,24 @@ end
 
 -- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
 -- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
+-- The one-data-section answer, filled in again for each such message: the caller reads it
+-- before it asks for the next message's (two tables a message, by the hundred thousand).
+local AMQP_LONE = { { code = 0x75 } }
+
 local function amqp_sections(s, pos, len)
   -- A message that is one data section (00 53 75, binary a0 or b0) to its end, the shape most
   -- clients publish, is told by one read of its first bytes; the walk finds the same section.
   local zero, small, code, binary, size = s:byte(1, 5)
   if zero == 0 and small == 0x53 and code == 0x75 then
-    if binary == 0xa0 and len == 5 + size then
-      return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xa0 } }, nil
-    end
-    if binary == 0xb0 and len >= 8 then
+    local whole = binary == 0xa0 and len == 5 + size
+    if not whole and binary == 0xb0 and len >= 8 then
       local b, c, d = s:byte(6, 8)
-      if len == 8 + ((size * 256 + b) * 256 + c) * 256 + d then
-        return { { code = 0x75, pos = pos, len = len, value_at = pos + 3, value_code = 0xb0 } }, nil
-      end
+      whole = len == 8 + ((size * 256 + b) * 256 + c) * 256 + d
+    end
+    if whole then
+      local lone = AMQP_LONE[1]
+      lone.pos, lone.len, lone.value_at, lone.value_code = pos, len, pos + 3, binary
+      return AMQP_LONE, nil
     end
   end
   local sections = {}
@@ -9981,8 +9989,8 @@ end
 -- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
 -- messages (their sections, and their values when a tree is built).
 
--- The chunk CRC is most of a -V run over Deliver traffic in Lua 5.2 (tshark 4.0: no bit
--- operators, about 100 ns a byte), so it can be turned off as Wireshark's own checksum
+-- The chunk CRC is a large part of a -V run over Deliver traffic (about 25 ns a byte in Lua 5.2,
+-- tshark 4.0: codecs/zlib.lua), so it can be turned off as Wireshark's own checksum
 -- preferences turn theirs off; on by default, as streamdump always checks it.
 P.prefs.check_crc = Pref.bool("Validate chunk CRCs", true,
   "Work out each Deliver chunk's CRC-32 over its data and compare it with the one its header gives")
@@ -10002,7 +10010,9 @@ local function read_entry(tvb, pos, stop, name, base, index)
   if first < 0x80 then
     local size = ((first * 256 + b) * 256 + c) * 256 + d
     if stop - pos - 4 < size then short(entry_named(name, index), pos + 4 - base, size, stop - pos - 4) end
-    return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
+    -- (a simple entry's record is the rest: at pos + 4, size - 4 bytes; four fields are half the
+    -- table six are, and a Publish or a chunk has one per message)
+    return { kind = 0, size = 4 + size, pos = pos, record_count = 1 }
   end
   if stop - pos < 11 then short(entry_named(name, index), pos - base, 11, stop - pos) end
   local count, uncompressed, length = uint_of(tvb(pos + 1, 2)), uint_of(tvb(pos + 3, 4)), uint_of(tvb(pos + 7, 4))
@@ -10161,9 +10171,9 @@ local function unzstd(tvb, pos, len, declared)
   return out
 end
 
--- The records of one entry as {tvb, pos, len} bodies; sets entry.framing when decompressed.
+-- The records of a sub-batch as {tvb, pos, len} bodies; sets entry.framing. (A simple entry's
+-- one record is read where it is: its callers take it from the entry.)
 local function entry_bodies(tvb, entry, where, ctx)
-  if entry.kind == 0 then return { { tvb = tvb, pos = entry.body, len = entry.body_len } } end
   local budget = budget_of(ctx)
   if entry.uncompressed_length > budget.bytes then
     budget_refuse(ctx, where, entry.record_count .. " records not decoded")
@@ -10342,9 +10352,22 @@ function AMQPV.content_notes(btvb, sections, ctx)
   end
 end
 
--- One record: offset (a chunk's, counted) and entry_index (its entry's) where known.
-local function show_record(holder, body, offset, entry_index, tracking, snapshot, ctx)
-  local btvb, pos, len = body.tvb, body.pos, body.len
+-- Whether the frame's budget of records takes one more (counted), else it is told once: where
+-- an entry's index or a Publish message's id says, left the records not decoded.
+local function take_record(ctx, index, message, left)
+  local budget = budget_of(ctx)
+  if budget.records <= 0 then
+    local where = index and entry_named("entry", index) or ("message " .. tostring(message))
+    budget_refuse(ctx, where, left .. " records not decoded")
+    return false
+  end
+  budget.records = budget.records - 1
+  return true
+end
+
+-- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
+-- entry's) where known.
+local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
   local child, whole
   local add = TI.add
   if holder then
@@ -10388,25 +10411,31 @@ local function show_record(holder, body, offset, entry_index, tracking, snapshot
   end
 end
 
+-- bodies_by_entry: each entry's records as entry_bodies gives them, or a simple entry itself
+-- (read_entry's, kind 0): its one record, in tvb, with no list of it (a chunk holds hundreds).
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
   local total = 0
-  for e = 1, #bodies_by_entry do total = total + #bodies_by_entry[e] end
-  local holder = tree
-  if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
-  local budget = budget_of(ctx)
   for e = 1, #bodies_by_entry do
     local bodies = bodies_by_entry[e]
-    for i = 1, #bodies do
-      local body = bodies[i]
-      if budget.records <= 0 then
-        local where = bodies.index and entry_named("entry", bodies.index) or ("message " .. tostring(bodies.message))
-        budget_refuse(ctx, where, (#bodies - i + 1) .. " records not decoded")
-        break
+    total = total + (bodies.kind == 0 and 1 or #bodies)
+  end
+  local holder = tree
+  if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
+  for e = 1, #bodies_by_entry do
+    local bodies = bodies_by_entry[e]
+    if bodies.kind == 0 then
+      if take_record(ctx, index_of and index_of[e], nil, 1) then
+        show_record(holder, tvb, bodies.pos + 4, bodies.size - 4, first_offsets and first_offsets[e],
+          index_of and index_of[e], tracking, snapshot, ctx)
       end
-      budget.records = budget.records - 1
-      -- (a UInt64: adding 0, a simple entry's one record, would make another)
-      local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
-      show_record(holder, body, offset, index_of and index_of[e], tracking, snapshot, ctx)
+    else
+      for i = 1, #bodies do
+        local body = bodies[i]
+        if not take_record(ctx, bodies.index, bodies.message, #bodies - i + 1) then break end
+        -- (a UInt64: adding 0, a sub-batch's first record, would make another)
+        local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
+        show_record(holder, body.tvb, body.pos, body.len, offset, index_of and index_of[e], tracking, snapshot, ctx)
+      end
     end
   end
 end
@@ -10457,8 +10486,16 @@ HOOKS.osiris_entry = {
     end
     local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
     local item = show_entry(tree, tvb, entry, F[name], struct_title(name), whole)
+    if entry.kind == 0 then
+      -- A simple entry, the message most clients publish: its one record, with no list of it.
+      local holder = tree and TI.add(tree, whole, "Records: 1")
+      if take_record(ctx, nil, siblings.publishing_id, 1) then
+        show_record(holder, tvb, entry.pos + 4, entry.size - 4, nil, nil, false, false, ctx)
+      end
+      return entry, after
+    end
     -- where a note says it, made only for one (a simple entry's bodies say none)
-    local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and ("message " .. tostring(siblings.publishing_id)), ctx)
+    local bodies = entry_bodies(tvb, entry, "message " .. tostring(siblings.publishing_id), ctx)
     bodies.message = siblings.publishing_id
     if item and entry.framing then item:add(F.framing, whole, entry.framing) end
     local holder = nil
@@ -10510,9 +10547,12 @@ HOOKS.osiris_chunk = {
         note(ctx, "error", "malformed", "entry " .. index .. ": " .. what)
         break
       end
-      -- where a note says it: "entry 7", made only for one (a simple entry's bodies say none)
-      local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and entry_named("entry", index), ctx)
-      bodies.index = index
+      -- where a note says it: "entry 7", made only for one
+      local bodies = entry
+      if entry.kind ~= 0 then
+        bodies = entry_bodies(tvb, entry, entry_named("entry", index), ctx)
+        bodies.index = index
+      end
       local item = show_entry(holder, tvb, entry, F.entries, "Entry", nil, index)
       if item and entry.framing then
         item:add(F.framing, tvb(entry.pos, entry.size), entry.framing)
@@ -11099,7 +11139,7 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
 end
 
 -- A stored message's body CRC, as RabbitMQ Streams' chunk CRC: a preference turns it off (in
--- Lua 5.2, tshark 4.0, about 100 ns a byte); on by default, as streamdump always checks it.
+-- Lua 5.2, tshark 4.0, about 25 ns a byte); on by default, as streamdump always checks it.
 P.prefs.check_crc = Pref.bool("Validate message body CRCs", true,
   "Work out each stored message's body CRC-32 and compare it with the one its header gives")
 

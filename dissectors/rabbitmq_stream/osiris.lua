@@ -3,8 +3,8 @@
 -- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
 -- messages (their sections, and their values when a tree is built).
 
--- The chunk CRC is most of a -V run over Deliver traffic in Lua 5.2 (tshark 4.0: no bit
--- operators, about 100 ns a byte), so it can be turned off as Wireshark's own checksum
+-- The chunk CRC is a large part of a -V run over Deliver traffic (about 25 ns a byte in Lua 5.2,
+-- tshark 4.0: codecs/zlib.lua), so it can be turned off as Wireshark's own checksum
 -- preferences turn theirs off; on by default, as streamdump always checks it.
 P.prefs.check_crc = Pref.bool("Validate chunk CRCs", true,
   "Work out each Deliver chunk's CRC-32 over its data and compare it with the one its header gives")
@@ -24,7 +24,9 @@ local function read_entry(tvb, pos, stop, name, base, index)
   if first < 0x80 then
     local size = ((first * 256 + b) * 256 + c) * 256 + d
     if stop - pos - 4 < size then short(entry_named(name, index), pos + 4 - base, size, stop - pos - 4) end
-    return { kind = 0, size = 4 + size, pos = pos, body = pos + 4, body_len = size, record_count = 1 }
+    -- (a simple entry's record is the rest: at pos + 4, size - 4 bytes; four fields are half the
+    -- table six are, and a Publish or a chunk has one per message)
+    return { kind = 0, size = 4 + size, pos = pos, record_count = 1 }
   end
   if stop - pos < 11 then short(entry_named(name, index), pos - base, 11, stop - pos) end
   local count, uncompressed, length = uint_of(tvb(pos + 1, 2)), uint_of(tvb(pos + 3, 4)), uint_of(tvb(pos + 7, 4))
@@ -183,9 +185,9 @@ local function unzstd(tvb, pos, len, declared)
   return out
 end
 
--- The records of one entry as {tvb, pos, len} bodies; sets entry.framing when decompressed.
+-- The records of a sub-batch as {tvb, pos, len} bodies; sets entry.framing. (A simple entry's
+-- one record is read where it is: its callers take it from the entry.)
 local function entry_bodies(tvb, entry, where, ctx)
-  if entry.kind == 0 then return { { tvb = tvb, pos = entry.body, len = entry.body_len } } end
   local budget = budget_of(ctx)
   if entry.uncompressed_length > budget.bytes then
     budget_refuse(ctx, where, entry.record_count .. " records not decoded")
@@ -364,9 +366,22 @@ function AMQPV.content_notes(btvb, sections, ctx)
   end
 end
 
--- One record: offset (a chunk's, counted) and entry_index (its entry's) where known.
-local function show_record(holder, body, offset, entry_index, tracking, snapshot, ctx)
-  local btvb, pos, len = body.tvb, body.pos, body.len
+-- Whether the frame's budget of records takes one more (counted), else it is told once: where
+-- an entry's index or a Publish message's id says, left the records not decoded.
+local function take_record(ctx, index, message, left)
+  local budget = budget_of(ctx)
+  if budget.records <= 0 then
+    local where = index and entry_named("entry", index) or ("message " .. tostring(message))
+    budget_refuse(ctx, where, left .. " records not decoded")
+    return false
+  end
+  budget.records = budget.records - 1
+  return true
+end
+
+-- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
+-- entry's) where known.
+local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
   local child, whole
   local add = TI.add
   if holder then
@@ -410,25 +425,31 @@ local function show_record(holder, body, offset, entry_index, tracking, snapshot
   end
 end
 
+-- bodies_by_entry: each entry's records as entry_bodies gives them, or a simple entry itself
+-- (read_entry's, kind 0): its one record, in tvb, with no list of it (a chunk holds hundreds).
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
   local total = 0
-  for e = 1, #bodies_by_entry do total = total + #bodies_by_entry[e] end
-  local holder = tree
-  if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
-  local budget = budget_of(ctx)
   for e = 1, #bodies_by_entry do
     local bodies = bodies_by_entry[e]
-    for i = 1, #bodies do
-      local body = bodies[i]
-      if budget.records <= 0 then
-        local where = bodies.index and entry_named("entry", bodies.index) or ("message " .. tostring(bodies.message))
-        budget_refuse(ctx, where, (#bodies - i + 1) .. " records not decoded")
-        break
+    total = total + (bodies.kind == 0 and 1 or #bodies)
+  end
+  local holder = tree
+  if tree and index_of then holder = tree:add(tvb(0, 0), "Records: " .. total) end
+  for e = 1, #bodies_by_entry do
+    local bodies = bodies_by_entry[e]
+    if bodies.kind == 0 then
+      if take_record(ctx, index_of and index_of[e], nil, 1) then
+        show_record(holder, tvb, bodies.pos + 4, bodies.size - 4, first_offsets and first_offsets[e],
+          index_of and index_of[e], tracking, snapshot, ctx)
       end
-      budget.records = budget.records - 1
-      -- (a UInt64: adding 0, a simple entry's one record, would make another)
-      local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
-      show_record(holder, body, offset, index_of and index_of[e], tracking, snapshot, ctx)
+    else
+      for i = 1, #bodies do
+        local body = bodies[i]
+        if not take_record(ctx, bodies.index, bodies.message, #bodies - i + 1) then break end
+        -- (a UInt64: adding 0, a sub-batch's first record, would make another)
+        local offset = first_offsets and (i == 1 and first_offsets[e] or first_offsets[e] + (i - 1))
+        show_record(holder, body.tvb, body.pos, body.len, offset, index_of and index_of[e], tracking, snapshot, ctx)
+      end
     end
   end
 end
@@ -479,8 +500,16 @@ HOOKS.osiris_entry = {
     end
     local whole = tree and tvb(entry.pos, entry.size)  -- one TvbRange for the entry's items
     local item = show_entry(tree, tvb, entry, F[name], struct_title(name), whole)
+    if entry.kind == 0 then
+      -- A simple entry, the message most clients publish: its one record, with no list of it.
+      local holder = tree and TI.add(tree, whole, "Records: 1")
+      if take_record(ctx, nil, siblings.publishing_id, 1) then
+        show_record(holder, tvb, entry.pos + 4, entry.size - 4, nil, nil, false, false, ctx)
+      end
+      return entry, after
+    end
     -- where a note says it, made only for one (a simple entry's bodies say none)
-    local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and ("message " .. tostring(siblings.publishing_id)), ctx)
+    local bodies = entry_bodies(tvb, entry, "message " .. tostring(siblings.publishing_id), ctx)
     bodies.message = siblings.publishing_id
     if item and entry.framing then item:add(F.framing, whole, entry.framing) end
     local holder = nil
@@ -532,9 +561,12 @@ HOOKS.osiris_chunk = {
         note(ctx, "error", "malformed", "entry " .. index .. ": " .. what)
         break
       end
-      -- where a note says it: "entry 7", made only for one (a simple entry's bodies say none)
-      local bodies = entry_bodies(tvb, entry, entry.kind ~= 0 and entry_named("entry", index), ctx)
-      bodies.index = index
+      -- where a note says it: "entry 7", made only for one
+      local bodies = entry
+      if entry.kind ~= 0 then
+        bodies = entry_bodies(tvb, entry, entry_named("entry", index), ctx)
+        bodies.index = index
+      end
       local item = show_entry(holder, tvb, entry, F.entries, "Entry", nil, index)
       if item and entry.framing then
         item:add(F.framing, tvb(entry.pos, entry.size), entry.framing)

@@ -5,10 +5,10 @@
 -- CRC-32 (zlib's), sliced by 16: sixteen tables, T[k][b] the CRC of byte b followed by k zero
 -- bytes, so a step of 16 bytes is one XOR of 16 lookups. Lua 5.3 and later (tshark 4.4) XOR
 -- with integer operators, which 5.2's parser refuses: that CRC is compiled from text (NATIVE),
--- used where it compiles. Lua 5.2 (tshark 4.0) has bit32 instead, whose bxor takes all 16
--- operands in one call; a byte at a time through tables of bytes took four times as long.
--- The tables are built at the first CRC, not when the plugin loads: a pass without a tree
--- checks none. One local (the plugin's main chunk is near Lua's limit of 200).
+-- used where it compiles. Elsewhere (tshark 4.0's Lua 5.2, or a 5.1 build) Wireshark's own bit
+-- library (BitOp) XORs, all 16 operands in one call; a byte at a time through tables of bytes
+-- took four times as long. The tables are built at the first CRC, not when the plugin loads: a
+-- pass without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
 local CRC_T = {}
 
 CRC_T.NATIVE = [[
@@ -39,16 +39,18 @@ return function(s, len)
 end
 ]]
 
--- The same CRC through bit32 (numbers are doubles in 5.2: shifts are divisions of whole numbers).
-CRC_T.bit32 = function()
-  if bit32 == nil then error("this Lua has neither integer bit operators nor bit32: no CRC-32") end
-  local bxor, byte, T = bit32.bxor, string.byte, { [0] = {} }
+-- The same CRC through Wireshark's bit library (numbers are doubles there: shifts are divisions
+-- of whole numbers, and bit.bxor answers a signed 32-bit number, made unsigned again).
+CRC_T.bitop = function()
+  if bit == nil then error("no integer bit operators and no Wireshark bit library: no CRC-32") end
+  local bxor, byte, T = bit.bxor, string.byte, { [0] = {} }
+  local WRAP = 4294967296
   for n = 0, 255 do
     local c = n
     for _ = 1, 8 do
       local low = c % 2
       c = (c - low) / 2
-      if low == 1 then c = bxor(c, 0xEDB88320) end
+      if low == 1 then c = bxor(c, 0xEDB88320) % WRAP end
     end
     T[0][n] = c
   end
@@ -56,7 +58,7 @@ CRC_T.bit32 = function()
     local prev, row = T[k - 1], {}
     for n = 0, 255 do
       local low = prev[n] % 256
-      row[n] = bxor(T[0][low], (prev[n] - low) / 256)
+      row[n] = bxor(T[0][low], (prev[n] - low) / 256) % WRAP
     end
     T[k] = row
   end
@@ -66,7 +68,7 @@ CRC_T.bit32 = function()
     local c, whole = 0xFFFFFFFF, len - len % 16
     for i = 1, whole, 16 do
       local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
-      local x = bxor(c, b1 + b2 * 256 + b3 * 65536 + b4 * 16777216)
+      local x = bxor(c, b1 + b2 * 256 + b3 * 65536 + b4 * 16777216) % WRAP
       local x0 = x % 256
       x = (x - x0) / 256
       local x1 = x % 256
@@ -75,12 +77,13 @@ CRC_T.bit32 = function()
       c = bxor(T15[x0], T14[x1], T13[x2], T12[(x - x2) / 256], T11[b5], T10[b6], T9[b7], T8[b8],
         T7[b9], T6[b10], T5[b11], T4[b12], T3[b13], T2[b14], T1[b15], T0[b16])
     end
+    c = c % WRAP
     for i = whole + 1, len do
-      local x = bxor(c, byte(s, i))
+      local x = bxor(c, byte(s, i)) % WRAP
       local low = x % 256
-      c = bxor(T0[low], (x - low) / 256)
+      c = bxor(T0[low], (x - low) / 256) % WRAP
     end
-    return bxor(c, 0xFFFFFFFF)
+    return bxor(c, 0xFFFFFFFF) % WRAP
   end
 end
 
@@ -90,8 +93,8 @@ local function crc32(tvb, pos, len)
   if fn == nil then
     -- nil and an error under Lua 5.2; a chunk that returns the function from 5.3 on
     local chunk = load(CRC_T.NATIVE, "=crc32", "t")
-    CRC_T.road = chunk and "native" or "bit32"
-    fn = chunk and chunk() or CRC_T.bit32()
+    CRC_T.road = chunk and "native" or "bitop"
+    fn = chunk and chunk() or CRC_T.bitop()
     CRC_T.fn = fn
   end
   return fn(tvb:raw(pos, len), len)

@@ -2,7 +2,7 @@
 -- This text is copied into every generated plugin after its SPEC table; it is the Lua
 -- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
 -- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
--- CRC-32 alone picks bit operators or bit32, by the Lua it runs in).
+-- CRC-32 alone takes the bit operators or Wireshark's bit library, by the Lua it runs in).
 
 local P = Proto(SPEC.name, SPEC.title)
 
