@@ -6852,8 +6852,16 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       local value = LITE.int_at(ctx.raw, pos + 1, width, t)
       if value ~= nil then return value, pos + width end
     end
+    local value
+    if width == 8 and tree then
+      -- As the pass without a tree reads it: a number where a double holds it exactly (a UInt64
+      -- is a userdata with a finalizer, turned back into a number for each key made of it).
+      local s, at = ctx.raw, pos + 1
+      if ctx.raw_tvb ~= tvb or pos + width > ctx.raw_n then s, at = tvb:raw(pos, width), 1 end
+      value = LITE.int_at(s, at, width, t)
+    end
     local range = tvb(pos, width)
-    local value = read_int(range, t)
+    if value == nil then value = read_int(range, t) end
     if tree then
       local item
       if spec.mask_off and has_bit(value, spec.mask_off) then
@@ -10526,7 +10534,10 @@ HOOKS.osiris_chunk = {
           "chunk CRC mismatch: header says 0x%08x, data gives 0x%08x", crc, actual))
       end
     end
-    local chunk_id = siblings.chunk_id or UInt64(0)
+    -- A UInt64 (a number where a double holds it, as 64-bit values are read): the records'
+    -- offsets are counted from it, and a uint64 field's item takes a UInt64.
+    local chunk_id = siblings.chunk_id or 0
+    if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
     local tracking = chunk_type == 1 or chunk_type == 2
     local holder = nil

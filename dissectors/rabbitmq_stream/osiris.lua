@@ -541,7 +541,10 @@ HOOKS.osiris_chunk = {
           "chunk CRC mismatch: header says 0x%08x, data gives 0x%08x", crc, actual))
       end
     end
-    local chunk_id = siblings.chunk_id or UInt64(0)
+    -- A UInt64 (a number where a double holds it, as 64-bit values are read): the records'
+    -- offsets are counted from it, and a uint64 field's item takes a UInt64.
+    local chunk_id = siblings.chunk_id or 0
+    if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
     local tracking = chunk_type == 1 or chunk_type == 2
     local holder = nil

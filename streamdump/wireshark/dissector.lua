@@ -1135,8 +1135,16 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
       local value = LITE.int_at(ctx.raw, pos + 1, width, t)
       if value ~= nil then return value, pos + width end
     end
+    local value
+    if width == 8 and tree then
+      -- As the pass without a tree reads it: a number where a double holds it exactly (a UInt64
+      -- is a userdata with a finalizer, turned back into a number for each key made of it).
+      local s, at = ctx.raw, pos + 1
+      if ctx.raw_tvb ~= tvb or pos + width > ctx.raw_n then s, at = tvb:raw(pos, width), 1 end
+      value = LITE.int_at(s, at, width, t)
+    end
     local range = tvb(pos, width)
-    local value = read_int(range, t)
+    if value == nil then value = read_int(range, t) end
     if tree then
       local item
       if spec.mask_off and has_bit(value, spec.mask_off) then
