@@ -11342,6 +11342,15 @@ local function link_array(value)
   return out
 end
 
+-- Whether an array link's runs come in the order of their elements, apart: then they are shown
+-- as they are, with no array spelt out (a confirm's hundreds of ids are a few runs).
+local function runs_ascend(runs)
+  for r = 4, #runs, 3 do
+    if runs[r] <= runs[r - 2] then return false end
+  end
+  return #runs > 0 and runs[1] >= 1
+end
+
 local function show_links(tree, tvb, f)
   local links = f.links
   if links == nil or tree == nil then return end
@@ -11354,7 +11363,14 @@ local function show_links(tree, tvb, f)
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
-    if type(value) == "table" then
+    local runs = type(value) == "table" and value.runs
+    if runs and runs_ascend(runs) then
+      -- Runs in the order of their elements, none overlapping: one item per element, as spelt out.
+      for r = 1, #runs, 3 do
+        local each = runs[r + 2]
+        for _ = runs[r], runs[r + 1] do gen(name, each) end
+      end
+    elseif type(value) == "table" then
       value = link_array(value)
       local count = 0
       for index in pairs(value) do if index > count then count = index end end
