@@ -508,7 +508,7 @@ HOOKS.osiris_entry = {
       end
       return entry, after
     end
-    -- where a note says it, made only for one (a simple entry's bodies say none)
+    -- a sub-batch: its records, each told by the message's id where a note says it
     local bodies = entry_bodies(tvb, entry, "message " .. tostring(siblings.publishing_id), ctx)
     bodies.message = siblings.publishing_id
     if item and entry.framing then item:add(F.framing, whole, entry.framing) end

@@ -115,12 +115,12 @@ function AMQP_WALK.sections(s, len, pos, sections)
   end
 end
 
--- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
--- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
 -- The one-data-section answer, filled in again for each such message: the caller reads it
 -- before it asks for the next message's (two tables a message, by the hundred thousand).
 local AMQP_LONE = { { code = 0x75 } }
 
+-- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
+-- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
 local function amqp_sections(s, pos, len)
   -- A message that is one data section (00 53 75, binary a0 or b0) to its end, the shape most
   -- clients publish, is told by one read of its first bytes; the walk finds the same section.
