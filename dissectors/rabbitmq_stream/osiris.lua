@@ -425,6 +425,14 @@ local function show_record(holder, btvb, pos, len, offset, entry_index, tracking
   end
 end
 
+-- A simple entry's one record (the entry after its 4-byte size), within the frame's budget;
+-- index: its entry's, in a chunk; message: its Publish message's id.
+local function show_simple_record(holder, tvb, entry, offset, index, message, tracking, snapshot, ctx)
+  if take_record(ctx, index, message, 1) then
+    show_record(holder, tvb, entry.pos + 4, entry.size - 4, offset, index, tracking, snapshot, ctx)
+  end
+end
+
 -- bodies_by_entry: each entry's records as entry_bodies gives them, or a simple entry itself
 -- (read_entry's, kind 0): its one record, in tvb, with no list of it (a chunk holds hundreds).
 local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, tracking, snapshot, index_of)
@@ -438,10 +446,8 @@ local function show_records(tree, tvb, bodies_by_entry, first_offsets, ctx, trac
   for e = 1, #bodies_by_entry do
     local bodies = bodies_by_entry[e]
     if bodies.kind == 0 then
-      if take_record(ctx, index_of and index_of[e], nil, 1) then
-        show_record(holder, tvb, bodies.pos + 4, bodies.size - 4, first_offsets and first_offsets[e],
-          index_of and index_of[e], tracking, snapshot, ctx)
-      end
+      show_simple_record(holder, tvb, bodies, first_offsets and first_offsets[e], index_of and index_of[e], nil,
+        tracking, snapshot, ctx)
     else
       for i = 1, #bodies do
         local body = bodies[i]
@@ -503,9 +509,7 @@ HOOKS.osiris_entry = {
     if entry.kind == 0 then
       -- A simple entry, the message most clients publish: its one record, with no list of it.
       local holder = tree and TI.add(tree, whole, "Records: 1")
-      if take_record(ctx, nil, siblings.publishing_id, 1) then
-        show_record(holder, tvb, entry.pos + 4, entry.size - 4, nil, nil, false, false, ctx)
-      end
+      show_simple_record(holder, tvb, entry, nil, nil, siblings.publishing_id, false, false, ctx)
       return entry, after
     end
     -- a sub-batch: its records, each told by the message's id where a note says it
