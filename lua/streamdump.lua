@@ -8532,7 +8532,8 @@ CRC_T.bitop = function()
   end
 end
 
-local function crc32(tvb, pos, len)
+-- raw: the bytes' copy, where the caller has made one (tvb:raw(pos, len)) for its own reading.
+local function crc32(tvb, pos, len, raw)
   if len <= 0 then return 0 end
   local fn = CRC_T.fn
   if fn == nil then
@@ -8543,7 +8544,7 @@ local function crc32(tvb, pos, len)
     fn = make(CRC_T.tables(xor))
     CRC_T.fn = fn
   end
-  return fn(tvb:raw(pos, len), len)
+  return fn(raw or tvb:raw(pos, len), len)
 end
 
 local function inflate(tvb, pos, len, label)
@@ -10516,6 +10517,78 @@ HOOKS.osiris_entry = {
   end,
 }
 
+-- A chunk the general path below would show with no note: user data, every entry simple and its
+-- record one AMQP 1.0 message of one data section (what a consumer of plain messages receives,
+-- hundreds a chunk), with as many records as the header declares, no byte after the last entry,
+-- and the frame's records budget taking them all. data: the chunk's data (one copy).
+local function plain_chunk(data, len, num_entries, declared, ctx)
+  if num_entries ~= declared or budget_of(ctx).records < num_entries then return false end
+  local byte, at = string.byte, 1
+  for _ = 1, num_entries do
+    if at + 3 > len then return false end
+    local a, b, c, d = byte(data, at, at + 3)
+    if a >= 0x80 then return false end  -- a sub-batch
+    local size = ((a * 256 + b) * 256 + c) * 256 + d
+    local first = at + 4
+    if size < 5 or first + size - 1 > len then return false end
+    -- 00 53 75 (a data section), then binary to the record's end: a0 and a 1-byte size, or b0 and 4
+    local zero, small, code, binary, n = byte(data, first, first + 4)
+    if zero ~= 0 or small ~= 0x53 or code ~= 0x75 then return false end
+    if binary == 0xa0 then
+      if size ~= 5 + n then return false end
+    elseif binary == 0xb0 and size >= 8 then
+      local x, y, z = byte(data, first + 5, first + 7)
+      if size ~= 8 + ((n * 256 + x) * 256 + y) * 256 + z then return false end
+    else
+      return false
+    end
+    at = first + size
+  end
+  return at == len + 1
+end
+
+-- The items the general path gives a plain chunk (read_entry, show_entry and show_records over
+-- its entries, AMQPV.show over each one-section message), read from the one copy plain_chunk
+-- checked: no table, pcall or copy per entry or record. data_field: the data section's field.
+local function show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+  local add, gen, set_text = TI.add, TI.set_generated, TI.set_text
+  local byte, format = string.byte, string.format
+  local holder = add(tree, tvb(pos, len), "Entries: " .. num_entries)
+  local at = 1
+  for index = 0, num_entries - 1 do
+    local a, b, c, d = byte(data, at, at + 3)
+    local size = 4 + ((a * 256 + b) * 256 + c) * 256 + d
+    local entry_pos = pos + at - 1
+    local item = add(holder, F.entries, tvb(entry_pos, size))
+    set_text(item, format("Entry %d: Simple entry, %d bytes", index, size))
+    add(item, F.entry_kind, tvb(entry_pos, 1), 0)
+    gen(add(item, F.entry_size, tvb(entry_pos, 4), size))
+    at = at + size
+  end
+  local budget = budget_of(ctx)
+  budget.records = budget.records - num_entries
+  local records = add(tree, tvb(0, 0), "Records: " .. num_entries)
+  at = 1
+  for index = 0, num_entries - 1 do
+    local a, b, c, d = byte(data, at, at + 3)
+    local size = ((a * 256 + b) * 256 + c) * 256 + d
+    local record_pos = pos + at + 3
+    local whole = tvb(record_pos, size)
+    local child = add(records, F.records, whole)
+    local nowhere = tvb(record_pos, 0)
+    local offset = chunk_id + index
+    gen(add(child, F.offset, nowhere, offset))
+    gen(add(child, F.entry_index, nowhere, index))
+    add(child, F.record_size, tvb(record_pos - 4, 4), size)
+    add(child, F.sections, whole, 0x75)
+    -- the binary's bytes, after its a0 or b0 constructor and size
+    local start = record_pos + (byte(data, at + 7) == 0xa0 and 5 or 8)
+    add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
+    set_text(child, format("Record at offset %s: %d bytes, AMQP 1.0", tostring(offset), size))
+    at = at + 4 + size
+  end
+end
+
 HOOKS.osiris_chunk = {
   raw = function(spec, tvb, pos, len, tree, ctx, siblings)
     local magic = siblings.magic_version
@@ -10529,8 +10602,10 @@ HOOKS.osiris_chunk = {
     -- Without a tree (lite) the data is not read: its CRC (tens of ns a byte in Lua, most of a
     -- first pass), entries and records are checked when the packet's tree is built.
     if ctx.lite then return end
+    -- A user chunk's data is copied once, for its CRC and its entries alike.
+    local data = tree and chunk_type == 0 and len > 0 and tvb:raw(pos, len) or nil
     if P.prefs.check_crc then
-      local actual = crc32(tvb, pos, len)
+      local actual = crc32(tvb, pos, len, data)
       local crc = siblings.crc
       if tree then tree:add(F.crc_valid, tvb(pos, len), crc == actual):set_generated() end  -- worked out over the data
       if crc ~= actual then
@@ -10543,6 +10618,13 @@ HOOKS.osiris_chunk = {
     local chunk_id = siblings.chunk_id or 0
     if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
+    if data then
+      local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
+      if spec and spec.type == "bytes" and plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
+        show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, F[spec.name], ctx)
+        return
+      end
+    end
     local tracking = chunk_type == 1 or chunk_type == 2
     local holder = nil
     if tree then holder = tree:add(tvb(pos, len), "Entries: " .. num_entries) end

@@ -756,6 +756,58 @@ def test_the_records_budget_stops_the_plugin_where_it_stops_streamdump(
     assert [[m for m in notes.split(",") if "records not decoded" in m] for _, notes in rows] == ours
 
 
+def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None:
+    """A user chunk of simple entries, each one data section (a0 and b0 binaries), is shown from
+    one copy of its data (osiris.lua's plain_chunk): the same tree, item for item, text, value and
+    bytes, as with that path taken out. Chunks it must leave to the general path (a message with
+    properties, a record count the entries do not hold, a byte after the last entry, a tracking
+    chunk) are left to it."""
+
+    def data(body: bytes) -> bytes:
+        if len(body) < 256:
+            return b"\x00\x53\x75\xa0" + bytes([len(body)]) + body
+        return b"\x00\x53\x75\xb0" + struct.pack(">I", len(body)) + body
+
+    plain = [osiris.simple_entry(data(b"m%d" % i * (i + 1) * 9)) for i in range(40)]
+    with_properties = osiris.simple_entry(b"\x00\x53\x73\x45" + data(b"body"))
+    miscounted = bytearray(encode_chunk(plain[:3], chunk_id=900))
+    miscounted[4:8] = struct.pack(">I", 4)  # num_records (the CRC covers the data alone)
+    tail = bytearray(encode_chunk(plain[:2], chunk_id=300) + b"\x00")  # a byte after the last entry
+    struct.pack_into(">II", tail, 32, zlib.crc32(tail[48:]), len(tail) - 48)  # CRC, data length
+    chunks = [
+        encode_chunk(plain, chunk_id=100),  # plain
+        encode_chunk([*plain[:5], with_properties], chunk_id=200),
+        bytes(miscounted),
+        bytes(tail),
+        encode_chunk(plain[:2], chunk_id=400, chunk_type=1),  # tracking
+        encode_chunk(plain[5:9], chunk_id=500),  # plain
+    ]
+    path = tmp_path / "chunks.pcap"
+    path.write_bytes(tcp_pcap([(False, _deliver(chunk)) for chunk in chunks]))
+    text = PLUGIN.read_text(encoding="utf-8")
+    call = "plain_chunk(data, len, num_entries, siblings.num_records, ctx)"
+    start = (
+        "local function show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)\n"
+    )
+    assert text.count(call) == 1 and text.count(start) == 1
+    variants = {
+        "probed": text.replace(start, start + '  io.stderr:write("plain chunk\\n")\n'),
+        "general": text.replace(call, "false"),
+    }
+    runs = {}
+    for name, lua in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        plugin = folder / PLUGIN.name
+        plugin.write_text(lua, encoding="utf-8")
+        # (PDML: each item's text and value, and the bytes it covers, which -V does not print)
+        runs[name] = tshark_run("4.0", [plugin, path], lambda p: ["-n", "-r", p[-1], "-T", "pdml"], folder)
+        assert runs[name].returncode == 0, runs[name].stderr[-2000:]
+    assert runs["probed"].stderr.count("plain chunk") == 2
+    assert runs["probed"].stdout.count('showname="Record at offset') == 40 + 6 + 3 + 2 + 2 + 4
+    assert runs["probed"].stdout == runs["general"].stdout
+
+
 def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
     """Stored bodies in a pull answer: a bad CRC, a zlib body, and zlib bombs the frame's
     expansion budget stops, in the plugin as in Python."""

@@ -85,7 +85,8 @@ CRC_T.bitop = function()
   end
 end
 
-local function crc32(tvb, pos, len)
+-- raw: the bytes' copy, where the caller has made one (tvb:raw(pos, len)) for its own reading.
+local function crc32(tvb, pos, len, raw)
   if len <= 0 then return 0 end
   local fn = CRC_T.fn
   if fn == nil then
@@ -96,7 +97,7 @@ local function crc32(tvb, pos, len)
     fn = make(CRC_T.tables(xor))
     CRC_T.fn = fn
   end
-  return fn(tvb:raw(pos, len), len)
+  return fn(raw or tvb:raw(pos, len), len)
 end
 
 local function inflate(tvb, pos, len, label)
