@@ -758,7 +758,7 @@ def test_the_records_budget_stops_the_plugin_where_it_stops_streamdump(
 
 def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None:
     """A user chunk of simple entries, each one data section (a0 and b0 binaries), is shown from
-    one copy of its data (osiris.lua's plain_chunk): the same tree, item for item, text, value and
+    one copy of its data (osiris.lua's OSIRIS.plain_chunk): the same tree, item for item, text, value and
     bytes, as with that path taken out. Chunks it must leave to the general path (a message with
     properties, a record count the entries do not hold, a byte after the last entry, a tracking
     chunk) are left to it."""
@@ -785,10 +785,9 @@ def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None
     path = tmp_path / "chunks.pcap"
     path.write_bytes(tcp_pcap([(False, _deliver(chunk)) for chunk in chunks]))
     text = PLUGIN.read_text(encoding="utf-8")
-    call = "plain_chunk(data, len, num_entries, siblings.num_records, ctx)"
-    start = (
-        "local function show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)\n"
-    )
+    call = "OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx)"
+    start = "function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, "
+    start += "data_field, ctx)\n"
     assert text.count(call) == 1 and text.count(start) == 1
     variants = {
         "probed": text.replace(start, start + '  io.stderr:write("plain chunk\\n")\n'),

@@ -50,17 +50,32 @@ local function describe_entry(entry)
     entry.record_count, codec, entry.length, entry.uncompressed_length)
 end
 
+-- This file's helpers that the general path and a plain chunk's share, and the plain chunk's own
+-- (one table, not locals: the plugin's main chunk is near Lua's limit of 200).
+local OSIRIS = {}
+
+-- A chunk's simple entry at pos, size bytes with its length field, as "label index: ...": its
+-- items, by the thousand (one string each). range: its bytes, where the caller has made them.
+function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range)
+  local add = TI.add
+  local item = add(tree, field, range or tvb(pos, size))
+  TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, size))
+  add(item, F.entry_kind, tvb(pos, 1), 0)
+  -- The whole entry's size, worked out from its length field (the bytes it highlights).
+  TI.set_generated(add(item, F.entry_size, tvb(pos, 4), size))
+  return item
+end
+
 -- range: the entry's whole bytes, where the caller has made it (one TvbRange for its items).
 -- The item reads "label: ...", or "label index: ..." where index is given.
 local function show_entry(tree, tvb, entry, field, label, range, index)
   if tree == nil then return nil end
+  if entry.kind == 0 and index then
+    return OSIRIS.simple_entry(tree, tvb, entry.pos, entry.size, field, label, index, range)
+  end
   local add = TI.add
   local item = add(tree, field, range or tvb(entry.pos, entry.size))
-  if entry.kind == 0 and index then  -- a chunk's simple entries, by the thousand: one string
-    TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, entry.size))
-  else
-    TI.set_text(item, entry_named(label, index) .. ": " .. describe_entry(entry))
-  end
+  TI.set_text(item, entry_named(label, index) .. ": " .. describe_entry(entry))
   add(item, F.entry_kind, tvb(entry.pos, 1), entry.kind)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
   TI.set_generated(add(item, F.entry_size, tvb(entry.kind == 0 and entry.pos or entry.pos + 7, 4), entry.size))
@@ -381,18 +396,33 @@ end
 
 -- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
 -- entry's) where known.
+-- A record's item and the items every record has (its offset and entry index where known, its
+-- size); the item and the record's TvbRange, for its message's items too.
+function OSIRIS.record(holder, btvb, pos, len, offset, entry_index)
+  local add = TI.add
+  local whole = btvb(pos, len)
+  local child = add(holder, F.records, whole)
+  -- Counted, not read: generated, on none of the record's bytes.
+  local nowhere = (offset or entry_index) and btvb(pos, 0)
+  if offset then TI.set_generated(add(child, F.offset, nowhere, offset)) end
+  if entry_index then TI.set_generated(add(child, F.entry_index, nowhere, entry_index)) end
+  add(child, F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
+  return child, whole
+end
+
+-- The record item's text, once what it holds is known (kind: ", AMQP 1.0" and the like).
+function OSIRIS.record_text(child, offset, len, kind)
+  if offset then
+    TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+  else
+    TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
+  end
+end
+
 local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
   local child, whole
   local add = TI.add
-  if holder then
-    whole = btvb(pos, len)  -- the record's and its message's item: one TvbRange for both
-    child = add(holder, F.records, whole)
-    -- Counted, not read: generated, on none of the record's bytes.
-    local nowhere = (offset or entry_index) and btvb(pos, 0)
-    if offset then TI.set_generated(add(child, F.offset, nowhere, offset)) end
-    if entry_index then TI.set_generated(add(child, F.entry_index, nowhere, entry_index)) end
-    add(child, F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
-  end
+  if holder then child, whole = OSIRIS.record(holder, btvb, pos, len, offset, entry_index) end
   local kind = ""
   if tracking then
     decode_tracking(btvb, pos, len, child, ctx, snapshot, F.tracking)
@@ -416,13 +446,7 @@ local function show_record(holder, btvb, pos, len, offset, entry_index, tracking
       kind = ", not AMQP 1.0"
     end
   end
-  if child then
-    if offset then
-      TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
-    else
-      TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
-    end
-  end
+  if child then OSIRIS.record_text(child, offset, len, kind) end
 end
 
 -- A simple entry's one record (the entry after its 4-byte size), within the frame's budget;
@@ -527,48 +551,34 @@ HOOKS.osiris_entry = {
 -- record one AMQP 1.0 message of one data section (what a consumer of plain messages receives,
 -- hundreds a chunk), with as many records as the header declares, no byte after the last entry,
 -- and the frame's records budget taking them all. data: the chunk's data (one copy).
-local function plain_chunk(data, len, num_entries, declared, ctx)
+function OSIRIS.plain_chunk(data, len, num_entries, declared, ctx)
   if num_entries ~= declared or budget_of(ctx).records < num_entries then return false end
-  local byte, at = string.byte, 1
+  local byte, lone_data, at = string.byte, AMQP_WALK.lone_data, 1
   for _ = 1, num_entries do
     if at + 3 > len then return false end
     local a, b, c, d = byte(data, at, at + 3)
     if a >= 0x80 then return false end  -- a sub-batch
     local size = ((a * 256 + b) * 256 + c) * 256 + d
     local first = at + 4
-    if size < 5 or first + size - 1 > len then return false end
-    -- 00 53 75 (a data section), then binary to the record's end: a0 and a 1-byte size, or b0 and 4
-    local zero, small, code, binary, n = byte(data, first, first + 4)
-    if zero ~= 0 or small ~= 0x53 or code ~= 0x75 then return false end
-    if binary == 0xa0 then
-      if size ~= 5 + n then return false end
-    elseif binary == 0xb0 and size >= 8 then
-      local x, y, z = byte(data, first + 5, first + 7)
-      if size ~= 8 + ((n * 256 + x) * 256 + y) * 256 + z then return false end
-    else
-      return false
-    end
+    if size < 5 or first + size - 1 > len or not lone_data(data, first, size) then return false end
     at = first + size
   end
   return at == len + 1
 end
 
 -- The items the general path gives a plain chunk (read_entry, show_entry and show_records over
--- its entries, AMQPV.show over each one-section message), read from the one copy plain_chunk
--- checked: no table, pcall or copy per entry or record. data_field: the data section's field.
-local function show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
-  local add, gen, set_text = TI.add, TI.set_generated, TI.set_text
-  local byte, format = string.byte, string.format
+-- its entries, AMQPV.show over each one-section message), read from the one copy that
+-- OSIRIS.plain_chunk checked: no table, pcall or copy per entry or record. data_field: the data
+-- section's field.
+function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+  local add, byte = TI.add, string.byte
+  local simple_entry, record, record_text = OSIRIS.simple_entry, OSIRIS.record, OSIRIS.record_text
   local holder = add(tree, tvb(pos, len), "Entries: " .. num_entries)
   local at = 1
   for index = 0, num_entries - 1 do
     local a, b, c, d = byte(data, at, at + 3)
     local size = 4 + ((a * 256 + b) * 256 + c) * 256 + d
-    local entry_pos = pos + at - 1
-    local item = add(holder, F.entries, tvb(entry_pos, size))
-    set_text(item, format("Entry %d: Simple entry, %d bytes", index, size))
-    add(item, F.entry_kind, tvb(entry_pos, 1), 0)
-    gen(add(item, F.entry_size, tvb(entry_pos, 4), size))
+    simple_entry(holder, tvb, pos + at - 1, size, F.entries, "Entry", index)
     at = at + size
   end
   local budget = budget_of(ctx)
@@ -579,18 +589,13 @@ local function show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id
     local a, b, c, d = byte(data, at, at + 3)
     local size = ((a * 256 + b) * 256 + c) * 256 + d
     local record_pos = pos + at + 3
-    local whole = tvb(record_pos, size)
-    local child = add(records, F.records, whole)
-    local nowhere = tvb(record_pos, 0)
     local offset = chunk_id + index
-    gen(add(child, F.offset, nowhere, offset))
-    gen(add(child, F.entry_index, nowhere, index))
-    add(child, F.record_size, tvb(record_pos - 4, 4), size)
+    local child, whole = record(records, tvb, record_pos, size, offset, index)
     add(child, F.sections, whole, 0x75)
-    -- the binary's bytes, after its a0 or b0 constructor and size
+    -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
     local start = record_pos + (byte(data, at + 7) == 0xa0 and 5 or 8)
     add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
-    set_text(child, format("Record at offset %s: %d bytes, AMQP 1.0", tostring(offset), size))
+    record_text(child, offset, size, ", AMQP 1.0")
     at = at + 4 + size
   end
 end
@@ -626,8 +631,8 @@ HOOKS.osiris_chunk = {
     local num_entries = siblings.num_entries or 0
     if data then
       local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
-      if spec and spec.type == "bytes" and plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
-        show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, F[spec.name], ctx)
+      if spec and spec.type == "bytes" and OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
+        OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, F[spec.name], ctx)
         return
       end
     end

@@ -115,6 +115,20 @@ function AMQP_WALK.sections(s, len, pos, sections)
   end
 end
 
+-- Whether the len bytes of s at at are one data section to their end (00 53 75, then binary:
+-- a0 and a 1-byte size, or b0 and a 4-byte one), the message most clients publish: its binary's
+-- constructor (0xa0 or 0xb0), else nil. The walk finds the same section.
+function AMQP_WALK.lone_data(s, at, len)
+  local zero, small, code, binary, size = s:byte(at, at + 4)
+  if zero ~= 0 or small ~= 0x53 or code ~= 0x75 then return nil end
+  if binary == 0xa0 and len == 5 + size then return binary end
+  if binary == 0xb0 and len >= 8 then
+    local b, c, d = s:byte(at + 5, at + 7)
+    if len == 8 + ((size * 256 + b) * 256 + c) * 256 + d then return binary end
+  end
+  return nil
+end
+
 -- The one-data-section answer, filled in again for each such message: the caller reads it
 -- before it asks for the next message's (two tables a message, by the hundred thousand).
 local AMQP_LONE = { { code = 0x75 } }
@@ -122,20 +136,11 @@ local AMQP_LONE = { { code = 0x75 } }
 -- The sections of the message s (its bytes, at pos in the frame, len long): a list of {code,
 -- pos, len, value_at, value_code}, and the error text of the first malformed byte, if any.
 local function amqp_sections(s, pos, len)
-  -- A message that is one data section (00 53 75, binary a0 or b0) to its end, the shape most
-  -- clients publish, is told by one read of its first bytes; the walk finds the same section.
-  local zero, small, code, binary, size = s:byte(1, 5)
-  if zero == 0 and small == 0x53 and code == 0x75 then
-    local whole = binary == 0xa0 and len == 5 + size
-    if not whole and binary == 0xb0 and len >= 8 then
-      local b, c, d = s:byte(6, 8)
-      whole = len == 8 + ((size * 256 + b) * 256 + c) * 256 + d
-    end
-    if whole then
-      local lone = AMQP_LONE[1]
-      lone.pos, lone.len, lone.value_at, lone.value_code = pos, len, pos + 3, binary
-      return AMQP_LONE, nil
-    end
+  local binary = AMQP_WALK.lone_data(s, 1, len)  -- one read of its first bytes
+  if binary then
+    local lone = AMQP_LONE[1]
+    lone.pos, lone.len, lone.value_at, lone.value_code = pos, len, pos + 3, binary
+    return AMQP_LONE, nil
   end
   local sections = {}
   local ok, err = pcall(AMQP_WALK.sections, s, len, pos, sections)
