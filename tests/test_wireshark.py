@@ -811,6 +811,78 @@ def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None
     assert probed == general
 
 
+def test_plain_publish_messages_show_what_the_general_path_shows(tmp_path: Path, protocol: Protocol) -> None:
+    """A Publish's leading messages that are each a simple entry of one data section (a0 and b0
+    binaries) are shown from one copy of their bytes (osiris.lua's LITE.shown.published_message):
+    the same tree, item for item, text, value and bytes, and the same links, as with that path
+    taken out. It stops at the first message it must leave to the general path (one with
+    properties, a sub-batch, an id a number does not hold exactly, one past the frame's end),
+    and takes no frame of version 2 (a filter value per message)."""
+
+    def data(body: bytes) -> bytes:
+        if len(body) < 256:
+            return b"\x00\x53\x75\xa0" + bytes([len(body)]) + body
+        return b"\x00\x53\x75\xb0" + struct.pack(">I", len(body)) + body
+
+    def message(pid: int, record: bytes) -> dict[str, Any]:
+        return {"publishing_id": pid, "entry": osiris.simple_entry(record), "filter_value": "f"}
+
+    plain = [data(b"p%d" % i * (i + 1) * 9) for i in range(30)]
+    with_properties = b"\x00\x53\x73\x45" + data(b"body")
+    batch = osiris.sub_batch_entry([plain[0], plain[1]], 0, osiris.records_body([plain[0], plain[1]]))
+    decoder = Decoder(protocol)
+
+    def publish(messages: list[dict[str, Any]], version: int = 1) -> bytes:
+        return decoder.encode("Publish", "command", {"publisher_id": 1, "messages": messages}, version)
+
+    cut = bytearray(publish([message(100 + i, plain[i]) for i in range(3)]))
+    cut[9:13] = struct.pack(">I", 5)  # messages: 5 declared, 3 there
+    frames = [
+        publish([message(i, plain[i]) for i in range(30)]),  # all 30
+        publish([*(message(30 + i, plain[i]) for i in range(4)), message(34, with_properties),
+                 *(message(35 + i, plain[i]) for i in range(3))]),  # the first 4
+        publish([{"publishing_id": 40, "entry": batch}, message(41, plain[2])]),  # none
+        publish([message(50 + i, plain[i]) for i in range(3)], version=2),  # none
+        publish([message(60, plain[0]), message(61, plain[1]), message(2**50, plain[2]),
+                 message(62, plain[3])]),  # the first 2
+        bytes(cut),  # the 3 there
+    ]  # fmt: skip
+    confirmed = {"publisher_id": 1, "publishing_ids": [0, 1, 31, 61]}
+    confirm = decoder.encode("PublishConfirm", "command", confirmed)
+    path = tmp_path / "publish.pcap"
+    path.write_bytes(tcp_pcap([*((True, frame) for frame in frames), (False, confirm)]))
+    text = PLUGIN.read_text(encoding="utf-8")
+    defined = "LITE.shown.published_message = function("
+    defined += "holder, tvb, pos, limit, count, items, version, ctx, name)\n"
+    taken = "  if plain == 0 then return 0, pos end\n"
+    assert text.count(defined) == 1 and text.count(taken) == 1
+    variants = {
+        "probed": text.replace(taken, taken + '  io.stderr:write("plain " .. plain .. "\\n")\n'),
+        "general": text.replace(defined, defined.replace("published_message", "unused")),
+    }
+    runs = {}
+    for name, lua in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        plugin = folder / PLUGIN.name
+        plugin.write_text(lua, encoding="utf-8")
+        # PDML: each item's text and value, and the bytes it covers, which -V does not print;
+        # -2 -V: the links a second pass shows (the confirm's to the frames that sent its ids)
+        for what, args in (("pdml", ["-T", "pdml"]), ("two", ["-2", "-V"])):
+            run = tshark_run("4.0", [plugin, path], lambda p, a=args: ["-n", "-r", p[-1], *a], folder)
+            assert run.returncode == 0, run.stderr[-2000:]
+            runs[name, what] = run
+    assert re.findall(r"plain (\d+)", runs["probed", "pdml"].stderr) == ["30", "4", "2", "3"]
+    assert runs["probed", "pdml"].stdout.count('showname="Record: ') == 30 + 8 + 3 + 3 + 4 + 3
+    assert "frame too short" in runs["probed", "two"].stdout
+    for what in ("pdml", "two"):
+        # (PDML's head says when tshark wrote it)
+        probed, general = (
+            re.sub(r'^(<pdml [^>]*) time="[^"]*"', r"\1", runs[n, what].stdout, flags=re.M) for n in variants
+        )
+        assert probed == general, what
+
+
 def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
     """Stored bodies in a pull answer: a bad CRC, a zlib body, and zlib bombs the frame's
     expansion budget stops, in the plugin as in Python."""

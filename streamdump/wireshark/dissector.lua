@@ -843,6 +843,13 @@ LITE.key = function(item)
   return text
 end
 
+-- With a tree, a protocol package's reader of an array's leading elements where they have the
+-- one shape most traffic has (a Publish's simple entries): struct name -> fn(holder, tvb, pos,
+-- limit, count, items, version, ctx, name), which shows and stores as many as it can exactly as
+-- the general reader would, and returns how many and where they end. The general reader takes
+-- the rest, and explains whatever made the shape stop.
+LITE.shown = {}
+
 -- Elements from [pos, limit) into items while they are plain: how many, and where they end.
 -- Each plan's loop is written out as Lua source once and compiled (LITE.compile): a million
 -- elements then cost no per-step dispatch, and each element's table is built at its size.
@@ -1219,6 +1226,8 @@ read_value = function(spec, version, tvb, pos, stop, tree, ctx, name)
     local limit = span_end or stop
     local plan = ctx.lite and holder == nil and LITE.plan(element, version)
     if plan then index, pos = LITE.read_array(plan, tvb, pos, limit, count, items) end
+    local shown = holder and element.type == "struct" and LITE.shown[element.struct]
+    if shown then index, pos = shown(holder, tvb, pos, limit, count, items, version, ctx, name) end
     local ok, err = pcall(function()
       while (count ~= nil and index < count) or (count == nil and pos < limit) do
         if element.type == "struct" then
