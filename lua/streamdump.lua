@@ -11400,11 +11400,14 @@ local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
 local conns, memo = {}, {}
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
--- What stats.lua's tap counts, by packet: the frames with a response or confirm time (TIMED,
--- filled in on the first pass), and what each PDU moves (MOVED: MESSAGES.volume, by the PDU's
--- place in its dissection), worked out where a tree is built (a tap makes Wireshark build one)
--- from that dissection's fields, and shown as the filter for "this stream".
-local TIMED, MOVED = {}, {}
+-- What stats.lua's tap counts for the packet just dissected, by each PDU's place in that
+-- dissection: the frames with a response or confirm time (timed, from the links the tracker put
+-- on them), and what each PDU moves (moved: MESSAGES.volume, worked out where a tree is built,
+-- as a tap makes Wireshark build one, and shown as the filter for "this stream"). A tap runs
+-- after each packet's dissection, on whichever pass, so only that packet's are kept: kept for
+-- every packet, they were tables by the ten thousand that every cycle of the collector marked,
+-- and a -V run slowed down as they grew (bench/README.md, "Eighth round").
+local TAPPED = {}
 
 -- Whether a port is the server's, by port: worked out once per port from the ports preference
 -- (and forgotten when it changes), not parsed again for every packet.
@@ -11419,7 +11422,7 @@ local function register_ports()
 end
 
 function P.init()
-  conns, memo, tls_from, TIMED, MOVED = {}, {}, {}, {}, {}
+  conns, memo, tls_from, TAPPED = {}, {}, {}, {}
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -11562,12 +11565,16 @@ end
 
 local LENGTH_END = LENGTH.counts == "after" and (LENGTH.offset + LENGTH.width) or 0
 
-local function timed(f)
+-- The tap's entries of packet number (what a dissection of another packet left is let go).
+local function tapped(number)
+  if TAPPED.number ~= number then TAPPED = { number = number, timed = {}, moved = {} } end
+  return TAPPED
+end
+
+local function timed(f, count)
   local links = f.links
   if links == nil or (links.response_time == nil and links.confirm_time == nil) then return end
-  local list = TIMED[f.number]
-  if list == nil then list = {}; TIMED[f.number] = list end
-  list[#list + 1] = f
+  tapped(f.number).timed[count] = f
 end
 
 local function moved(tree, tvb, pinfo, count, volume)
@@ -11582,10 +11589,7 @@ local function moved(tree, tvb, pinfo, count, volume)
   holder:add(F["volume.direction"], nowhere, direction):set_generated()
   holder:add(F["volume.messages"], nowhere, messages):set_generated()
   holder:add(F["volume.bytes"], nowhere, UInt64.new(size)):set_generated()  -- a uint64 field takes a UInt64
-  local number = int(pinfo.number)
-  local here = MOVED[number]
-  if here == nil then here = {}; MOVED[number] = here end
-  here[count] = volume  -- a packet dissected again puts its PDUs' in the same places
+  tapped(int(pinfo.number)).moved[count] = volume
 end
 
 local function conn_of(pinfo, key)
@@ -11649,13 +11653,11 @@ local function dissect_pdu(tvb, pinfo, root)
       kind = frame.kind, command = frame.command, key = frame.key, wire_key = frame.wire_key, key_text = frame.key_text,
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
-    if frame.wire_key ~= nil then
-      track(conn_of(pinfo, ckey), f)
-      timed(f)
-    end
+    if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
     if not f.pending then f.fields = nil end
     memo[pdu] = f
   end
+  if f then timed(f, count) end
   local name = frame.command or (frame.wire_key ~= nil and string.format("Unknown(%s)", frame.key_text)) or "Malformed"
   local text = name
   if frame.kind == "request" or frame.kind == "response" then text = text .. " " .. frame.kind end
@@ -11794,8 +11796,8 @@ end
 -- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
 -- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
 -- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
--- are the links the tracker put on each frame (TIMED, filled in by register.lua as frames are
--- first dissected); the messages what each PDU moves (MOVED, from the package's messages.lua).
+-- are the links the tracker put on each frame; the messages what each PDU moves (from the
+-- package's messages.lua): register.lua keeps both for the packet just dissected (TAPPED).
 
 do
   local function latency_rows(samples)
@@ -11881,7 +11883,8 @@ do
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
-      for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
+      local here = TAPPED.number == int(pinfo.number) and TAPPED or {}
+      for _, f in pairs(here.timed or {}) do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
@@ -11898,7 +11901,7 @@ do
           end
         end
       end
-      for _, moved in pairs(MOVED[int(pinfo.number)] or {}) do
+      for _, moved in pairs(here.moved or {}) do
         local subject, direction = moved[1], moved[2]
         local key = subject .. "\0" .. direction
         local v = volume[key]

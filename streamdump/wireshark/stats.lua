@@ -3,8 +3,8 @@
 -- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
 -- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
 -- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
--- are the links the tracker put on each frame (TIMED, filled in by register.lua as frames are
--- first dissected); the messages what each PDU moves (MOVED, from the package's messages.lua).
+-- are the links the tracker put on each frame; the messages what each PDU moves (from the
+-- package's messages.lua): register.lua keeps both for the packet just dissected (TAPPED).
 
 do
   local function latency_rows(samples)
@@ -90,7 +90,8 @@ do
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
-      for _, f in ipairs(TIMED[int(pinfo.number)] or {}) do
+      local here = TAPPED.number == int(pinfo.number) and TAPPED or {}
+      for _, f in pairs(here.timed or {}) do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
@@ -107,7 +108,7 @@ do
           end
         end
       end
-      for _, moved in pairs(MOVED[int(pinfo.number)] or {}) do
+      for _, moved in pairs(here.moved or {}) do
         local subject, direction = moved[1], moved[2]
         local key = subject .. "\0" .. direction
         local v = volume[key]
