@@ -186,9 +186,17 @@ do
             wait = round6(f.ts - sent.ts)
             waits[sent] = wait
             -- The sending frame learns its confirms (shown where a later pass shows links: tshark -2).
+            -- (A number while it is one: most frames' messages are confirmed together, and the
+            -- link is kept for every Publish of the capture. A list once there are more.)
             local back = links_of(sent)
-            back.confirm_in = back.confirm_in or {}
-            if back.confirm_in[#back.confirm_in] ~= f.number then back.confirm_in[#back.confirm_in + 1] = f.number end
+            local was = back.confirm_in
+            if was == nil then
+              back.confirm_in = f.number
+            elseif type(was) == "number" then
+              if was ~= f.number then back.confirm_in = { was, f.number } end
+            elseif was[#was] ~= f.number then
+              was[#was + 1] = f.number
+            end
           end
         elseif a[#a - 1] == first - 1 then  -- the same frame's, next to the last run: one run
           a[#a - 1], b[#b - 1] = final, final

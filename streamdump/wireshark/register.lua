@@ -7,7 +7,10 @@ end
 
 local tcp_table = DissectorTable.get("tcp.port")
 local registered = nil
+-- memo: each PDU's tracked frame, for later passes: the frame itself while the tracker may
+-- still change it (pending), else its index in SETTLED (settled, below).
 local conns, memo = {}, {}
+local SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
 -- What stats.lua's tap counts for the packet just dissected, by each PDU's place in that
 -- dissection: the frames with a response or confirm time (timed, from the links the tracker put
@@ -32,6 +35,7 @@ end
 
 function P.init()
   conns, memo, tls_from, TAPPED = {}, {}, {}, {}
+  SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
 end
 
 -- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
@@ -129,7 +133,7 @@ end
 
 local function show_links(tree, tvb, f)
   local links = f.links
-  if links == nil or tree == nil then return end
+  if links == nil or tree == nil or next(links) == nil then return end
   local nowhere = tvb(0, 0)  -- one range for all: a confirm links hundreds of messages
   local holder = tree:add(F.links, nowhere)
   holder:set_generated()
@@ -201,6 +205,27 @@ local function moved(tree, tvb, pinfo, count, volume)
   tapped(int(pinfo.number)).moved[count] = volume
 end
 
+-- What a later pass reads of a frame the tracker is done with (not pending): its links, notes,
+-- command and key, kept in SETTLED's columns at the index this returns. Kept whole, a frame was
+-- its own table of a dozen fields and its links, two tables kept for every PDU of the capture
+-- and made among the garbage of its tree; now it is its links alone (bench/README.md, "Eighth
+-- round"). The links are the frame's own table, made here where it has none, so that links a
+-- later frame adds to it (an answer's, a confirm's) are seen.
+local function settled(f)
+  local n = SETTLED.n + 1
+  SETTLED.n = n
+  SETTLED.links[n], SETTLED.notes[n], SETTLED.key[n], SETTLED.command[n] = links_of(f), f.tnotes, f.key, f.command
+  return n
+end
+
+-- A settled frame as a later pass reads it (number: its packet's).
+local function settled_frame(n, number)
+  return {
+    number = number, links = SETTLED.links[n], tnotes = SETTLED.notes[n], key = SETTLED.key[n],
+    command = SETTLED.command[n],
+  }
+end
+
 local function conn_of(pinfo, key)
   local conn = conns[key]
   if conn == nil then
@@ -233,6 +258,7 @@ local function dissect_pdu(tvb, pinfo, root)
     pdu = number .. ":" .. offset .. ":" .. count
   end
   local f = memo[pdu]
+  if type(f) == "number" then f = settled_frame(f, number) end
   local ckey, from_client = conn_key(pinfo, number)
   -- A response whose key field holds its status has its request's command: found by
   -- correlation id on the first pass, remembered for the later ones. (Only where that is
@@ -263,8 +289,12 @@ local function dissect_pdu(tvb, pinfo, root)
       version = frame.version, length = (frame.size or 0) + LENGTH_END, fields = frame.fields,
     }
     if frame.wire_key ~= nil then track(conn_of(pinfo, ckey), f) end
-    if not f.pending then f.fields = nil end
-    memo[pdu] = f
+    if f.pending then
+      memo[pdu] = f
+    else
+      f.fields = nil
+      memo[pdu] = settled(f)
+    end
   end
   if f then timed(f, count) end
   local name = frame.command or (frame.wire_key ~= nil and string.format("Unknown(%s)", frame.key_text)) or "Malformed"
