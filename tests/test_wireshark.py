@@ -756,6 +756,26 @@ def test_the_records_budget_stops_the_plugin_where_it_stops_streamdump(
     assert [[m for m in notes.split(",") if "records not decoded" in m] for _, notes in rows] == ours
 
 
+def variant_runs(
+    variants: dict[str, str], path: Path, tmp_path: Path, modes: dict[str, list[str]]
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each variant of the plugin's text installed in a folder of its own and run by tshark 4.0 on
+    path in each mode: its stdout (with the time PDML's head says it was written taken out) and
+    stderr, by variant and mode."""
+    runs = {}
+    for name, lua in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        plugin = folder / PLUGIN.name
+        plugin.write_text(lua, encoding="utf-8")
+        for mode, args in modes.items():
+            run = tshark_run("4.0", [plugin, path], lambda p, a=args: ["-n", "-r", p[-1], *a], folder)
+            assert run.returncode == 0, run.stderr[-2000:]
+            out = re.sub(r'^(<pdml [^>]*) time="[^"]*"', r"\1", run.stdout, flags=re.M)
+            runs[name, mode] = (out, run.stderr)
+    return runs
+
+
 def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None:
     """A user chunk of simple entries, each one data section (a0 and b0 binaries), is shown from
     one copy of its data (osiris.lua's OSIRIS.plain_chunk): the same tree, item for item, text, value and
@@ -793,22 +813,12 @@ def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None
         "probed": text.replace(start, start + '  io.stderr:write("plain chunk\\n")\n'),
         "general": text.replace(call, "false"),
     }
-    runs = {}
-    for name, lua in variants.items():
-        folder = tmp_path / name
-        folder.mkdir()
-        plugin = folder / PLUGIN.name
-        plugin.write_text(lua, encoding="utf-8")
-        # (PDML: each item's text and value, and the bytes it covers, which -V does not print)
-        runs[name] = tshark_run("4.0", [plugin, path], lambda p: ["-n", "-r", p[-1], "-T", "pdml"], folder)
-        assert runs[name].returncode == 0, runs[name].stderr[-2000:]
-    assert runs["probed"].stderr.count("plain chunk") == 2
-    assert runs["probed"].stdout.count('showname="Record at offset') == 40 + 6 + 3 + 2 + 2 + 4
-    # (PDML's head says when tshark wrote it)
-    probed, general = (
-        re.sub(r'^(<pdml [^>]*) time="[^"]*"', r"\1", runs[n].stdout, flags=re.M) for n in variants
-    )
-    assert probed == general
+    # (PDML: each item's text and value, and the bytes it covers, which -V does not print)
+    runs = variant_runs(variants, path, tmp_path, {"pdml": ["-T", "pdml"]})
+    probed, said = runs["probed", "pdml"]
+    assert said.count("plain chunk") == 2
+    assert probed.count('showname="Record at offset') == 40 + 6 + 3 + 2 + 2 + 4
+    assert probed == runs["general", "pdml"][0]
 
 
 def test_plain_publish_messages_show_what_the_general_path_shows(tmp_path: Path, protocol: Protocol) -> None:
@@ -860,27 +870,15 @@ def test_plain_publish_messages_show_what_the_general_path_shows(tmp_path: Path,
         "probed": text.replace(taken, taken + '  io.stderr:write("plain " .. plain .. "\\n")\n'),
         "general": text.replace(defined, defined.replace("published_message", "unused")),
     }
-    runs = {}
-    for name, lua in variants.items():
-        folder = tmp_path / name
-        folder.mkdir()
-        plugin = folder / PLUGIN.name
-        plugin.write_text(lua, encoding="utf-8")
-        # PDML: each item's text and value, and the bytes it covers, which -V does not print;
-        # -2 -V: the links a second pass shows (the confirm's to the frames that sent its ids)
-        for what, args in (("pdml", ["-T", "pdml"]), ("two", ["-2", "-V"])):
-            run = tshark_run("4.0", [plugin, path], lambda p, a=args: ["-n", "-r", p[-1], *a], folder)
-            assert run.returncode == 0, run.stderr[-2000:]
-            runs[name, what] = run
-    assert re.findall(r"plain (\d+)", runs["probed", "pdml"].stderr) == ["30", "4", "2", "3"]
-    assert runs["probed", "pdml"].stdout.count('showname="Record: ') == 30 + 8 + 3 + 3 + 4 + 3
-    assert "frame too short" in runs["probed", "two"].stdout
-    for what in ("pdml", "two"):
-        # (PDML's head says when tshark wrote it)
-        probed, general = (
-            re.sub(r'^(<pdml [^>]*) time="[^"]*"', r"\1", runs[n, what].stdout, flags=re.M) for n in variants
-        )
-        assert probed == general, what
+    # PDML: each item's text and value, and the bytes it covers, which -V does not print;
+    # -2 -V: the links a second pass shows (the confirm's to the frames that sent its ids)
+    runs = variant_runs(variants, path, tmp_path, {"pdml": ["-T", "pdml"], "two": ["-2", "-V"]})
+    (probed, said), (two, _) = runs["probed", "pdml"], runs["probed", "two"]
+    assert re.findall(r"plain (\d+)", said) == ["30", "4", "2", "3"]
+    assert probed.count('showname="Record: ') == 30 + 8 + 3 + 3 + 4 + 3
+    assert "frame too short" in two
+    for mode, shown in (("pdml", probed), ("two", two)):
+        assert shown == runs["general", mode][0], mode
 
 
 def test_tshark_and_streamdump_agree_on_rocketmq_bodies(tmp_path: Path) -> None:
