@@ -10567,10 +10567,13 @@ HOOKS.osiris_entry = {
 -- table, its entry's), from one copy of the messages' bytes: no pcall, walk or copy per message.
 LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, version, ctx, name)
   local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
-  local n = limit - pos
-  if version ~= 1 or count == nil or n < 12 or spec == nil or spec.type ~= "bytes" then return 0, pos end
+  local n = limit - pos  -- (a plain message is 17 bytes at least: id, size, 00 53 75 a0 00)
+  if version ~= 1 or count == nil or n < 17 or spec == nil or spec.type ~= "bytes" then return 0, pos end
   local budget = budget_of(ctx)
   local byte, lone_data, int_at = string.byte, AMQP_WALK.lone_data, LITE.int_at
+  -- (a frame whose first message is of another shape, a sub-batch of a megabyte, is not copied)
+  local simple, _, _, _, zero, small, code = byte(tvb:raw(pos + 8, 7), 1, 7)
+  if simple >= 0x80 or zero ~= 0 or small ~= 0x53 or code ~= 0x75 then return 0, pos end
   local data = tvb:raw(pos, n)
   local most, plain, at = math.min(count, budget.records), 0, 1
   while plain < most and at + 11 <= n do
