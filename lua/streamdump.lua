@@ -10432,6 +10432,25 @@ function OSIRIS.record_text(child, offset, len, kind)
   end
 end
 
+-- The data section's field of a record's message as the registry declares it, where it is bytes
+-- (what the plain paths below show): nil otherwise.
+function OSIRIS.data_field()
+  local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
+  return spec and spec.type == "bytes" and F[spec.name] or nil
+end
+
+-- A record of one data section (AMQP_WALK.lone_data), size bytes at record_pos, its bytes from
+-- byte i of data (a copy the caller made): the items show_record gives it, with no walk.
+function OSIRIS.lone_data_record(holder, tvb, data, i, record_pos, size, offset, entry_index, data_field)
+  local add = TI.add
+  local child, whole = OSIRIS.record(holder, tvb, record_pos, size, offset, entry_index)
+  add(child, F.sections, whole, 0x75)
+  -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
+  local start = record_pos + (string.byte(data, i + 3) == 0xa0 and 5 or 8)
+  add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
+  OSIRIS.record_text(child, offset, size, ", AMQP 1.0")
+end
+
 local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
   local child, whole
   local add = TI.add
@@ -10566,9 +10585,9 @@ HOOKS.osiris_entry = {
 -- within the frame's records budget. Shown and stored as the general reader would (the struct's
 -- table, its entry's), from one copy of the messages' bytes: no pcall, walk or copy per message.
 LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, version, ctx, name)
-  local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
+  local data_field = OSIRIS.data_field()
   local n = limit - pos  -- (a plain message is 17 bytes at least: id, size, 00 53 75 a0 00)
-  if version ~= 1 or count == nil or n < 17 or spec == nil or spec.type ~= "bytes" then return 0, pos end
+  if version ~= 1 or count == nil or n < 17 or data_field == nil then return 0, pos end
   local budget = budget_of(ctx)
   local byte, lone_data, int_at = string.byte, AMQP_WALK.lone_data, LITE.int_at
   -- (a frame whose first message is of another shape, a sub-batch of a megabyte, is not copied)
@@ -10587,8 +10606,8 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
   if plain == 0 then return 0, pos end
   budget.records = budget.records - plain
   local add, set_text, set_len = TI.add, TI.set_text, TI.set_len
-  local simple_entry, record, record_text = OSIRIS.simple_entry, OSIRIS.record, OSIRIS.record_text
-  local field, title, data_field = F[name], struct_title("published_message"), F[spec.name]
+  local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
+  local field, title = F[name], struct_title("published_message")
   at = 1
   for index = 0, plain - 1 do
     local a, b, c, d = byte(data, at + 8, at + 11)
@@ -10601,12 +10620,7 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
     add(child, F.publishing_id, tvb(p, 8))
     local whole = tvb(entry_pos, 4 + size)
     simple_entry(child, tvb, entry_pos, 4 + size, F.entry, "Entry", nil, whole)
-    local rec, rwhole = record(add(child, whole, "Records: 1"), tvb, record_pos, size, nil, nil)
-    add(rec, F.sections, rwhole, 0x75)
-    -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
-    local start = record_pos + (byte(data, at + 15) == 0xa0 and 5 or 8)
-    add(add(rec, F.message, rwhole), data_field, tvb(start, record_pos + size - start))
-    record_text(rec, nil, size, ", AMQP 1.0")
+    lone_data_record(add(child, whole, "Records: 1"), tvb, data, at + 12, record_pos, size, nil, nil, data_field)
     set_len(child, 12 + size)
     items[#items + 1] = {
       publishing_id = int_at(data, at, 8, "uint64"),
@@ -10642,7 +10656,7 @@ end
 -- section's field.
 function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
   local add, byte = TI.add, string.byte
-  local simple_entry, record, record_text = OSIRIS.simple_entry, OSIRIS.record, OSIRIS.record_text
+  local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
   local holder = add(tree, tvb(pos, len), "Entries: " .. num_entries)
   local at = 1
   for index = 0, num_entries - 1 do
@@ -10658,14 +10672,7 @@ function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_i
   for index = 0, num_entries - 1 do
     local a, b, c, d = byte(data, at, at + 3)
     local size = ((a * 256 + b) * 256 + c) * 256 + d
-    local record_pos = pos + at + 3
-    local offset = chunk_id + index
-    local child, whole = record(records, tvb, record_pos, size, offset, index)
-    add(child, F.sections, whole, 0x75)
-    -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
-    local start = record_pos + (byte(data, at + 7) == 0xa0 and 5 or 8)
-    add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
-    record_text(child, offset, size, ", AMQP 1.0")
+    lone_data_record(records, tvb, data, at + 4, pos + at + 3, size, chunk_id + index, index, data_field)
     at = at + 4 + size
   end
 end
@@ -10699,12 +10706,10 @@ HOOKS.osiris_chunk = {
     local chunk_id = siblings.chunk_id or 0
     if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
-    if data then
-      local spec = AMQPV.record_message and AMQPV.by_section(AMQPV.record_message)[SPEC.enums.amqp_section[0x75]]
-      if spec and spec.type == "bytes" and OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
-        OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, F[spec.name], ctx)
-        return
-      end
+    local data_field = data and OSIRIS.data_field()
+    if data_field and OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
+      OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+      return
     end
     local tracking = chunk_type == 1 or chunk_type == 2
     local holder = nil
