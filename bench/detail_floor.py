@@ -40,58 +40,31 @@ from pathlib import Path
 import make_captures
 import vs_tshark
 
+from streamdump.spec.registry import Protocol, load_registry
+from streamdump.wireshark import luagen
+
 REPO = Path(__file__).resolve().parent.parent
 ZLIB_LUA = REPO / "streamdump" / "codecs" / "zlib.lua"
 DELIVER_HEAD = b"RabbitMQ Streams: Deliver "
 
 FLOOR_PROTO = "rmqs_floor"
-# Field titles, types and value strings as the plugin's (tshark -G fields lists them); the label
-# texts as the plugin writes them. Offsets below are 0-based in the PDU, s:byte's 1-based.
+# The plugin's fields the floor shows, by their registry names. Their types, titles, bases and
+# value strings come from the registry as the plugin's do (floor_fields); the label texts are
+# written as the plugin writes them. Offsets below are 0-based in the PDU, s:byte's 1-based.
+FLOOR_FIELDS = (
+    "size", "key", "version", "subscription_id", "chunk", "magic_version", "chunk_type",
+    "num_entries", "num_records", "timestamp", "epoch", "chunk_id", "crc", "data_length",
+    "trailer_length", "bloom_size", "reserved", "crc_valid", "entries", "records", "entry_kind",
+    "entry_size", "offset", "entry_index", "record_size", "sections", "message", "data", "command",
+    "kind", "connection", "volume", "volume.stream", "volume.direction", "volume.messages",
+    "volume.bytes",
+)  # fmt: skip
 FLOOR_LUA = """\
 -- Deliver floor: the plugin's -V tree of a chunk of simple one-data-section AMQP entries,
 -- written for that shape alone. Written by bench/detail_floor.py.
 local p = Proto("rmqs_floor", "RabbitMQ Streams")
 local function field(kind, name, title, ...) return ProtoField[kind]("rmqs_floor." .. name, title, ...) end
-local f = {
-  size = field("uint32", "size", "Size"),
-  key = field("uint16", "key", "Key", base.HEX, { [8] = "Deliver" }),
-  version = field("uint16", "version", "Version"),
-  sub = field("uint8", "subscription_id", "Subscription ID"),
-  chunk = field("none", "chunk", "Chunk"),
-  magic = field("uint8", "magic_version", "Magic Version", base.HEX),
-  ctype = field("uint8", "chunk_type", "Chunk Type", base.HEX, { [0] = "user" }),
-  nent = field("uint16", "num_entries", "Num Entries"),
-  nrec = field("uint32", "num_records", "Num Records"),
-  ts = field("int64", "timestamp", "Timestamp"),
-  epoch = field("uint64", "epoch", "Epoch"),
-  chunk_id = field("uint64", "chunk_id", "Chunk ID"),
-  crc = field("uint32", "crc", "CRC", base.HEX),
-  dlen = field("uint32", "data_length", "Data Length"),
-  tlen = field("uint32", "trailer_length", "Trailer Length"),
-  bloom = field("uint8", "bloom_size", "Bloom Size"),
-  reserved = field("bytes", "reserved", "Reserved"),
-  crc_valid = field("bool", "crc_valid", "CRC Valid"),
-  entries = field("none", "entries", "Entries"),
-  records = field("none", "records", "Records"),
-  entry = field("none", "entry", "Entry"),
-  entry_kind = field("uint8", "entry_kind", "Entry Kind", base.DEC, { [0] = "simple" }),
-  entry_size = field("uint32", "entry_size", "Entry Size"),
-  record = field("none", "record", "Record"),
-  offset = field("uint64", "offset", "Offset"),
-  entry_index = field("uint32", "entry_index", "Entry Index"),
-  record_size = field("uint32", "record_size", "Record Size"),
-  sections = field("uint8", "sections", "Sections", base.DEC, { [117] = "data" }),
-  message = field("bytes", "message", "Message"),
-  data = field("bytes", "data", "Data"),
-  command = field("string", "command", "Command"),
-  kind = field("string", "kind", "Kind"),
-  connection = field("string", "connection", "Connection"),
-  volume = field("none", "volume", "Messages"),
-  vstream = field("string", "volume.stream", "Volume Stream"),
-  vdir = field("string", "volume.direction", "Volume Direction"),
-  vmsg = field("uint32", "volume.messages", "Volume Messages"),
-  vbytes = field("uint64", "volume.bytes", "Volume Bytes"),
-}
+@FIELDS@
 local list = {}
 for _, v in pairs(f) do list[#list + 1] = v end
 p.fields = list
@@ -129,23 +102,26 @@ local function deliver(tvb, pinfo, root, len)
   add(tree, f.size, tvb(0, 4))
   add(tree, f.key, tvb(4, 2))
   add(tree, f.version, tvb(6, 2))
-  add(tree, f.sub, tvb(8, 1))
+  add(tree, f.subscription_id, tvb(8, 1))
   local ch = add(tree, f.chunk, tvb(base, len - base))
-  add(ch, f.magic, tvb(base, 1))
-  add(ch, f.ctype, tvb(base + 1, 1))
-  add(ch, f.nent, tvb(base + 2, 2))
-  add(ch, f.nrec, tvb(base + 4, 4))
+  add(ch, f.magic_version, tvb(base, 1))
+  -- a code as the plugin writes it (Wireshark's own label would give it in decimal)
+  local ctype = byte(s, base + 2)
+  set_text(add(ch, f.chunk_type, tvb(base + 1, 1)),
+    format("%s: %s (0x%02x)", TITLE.chunk_type, VS.chunk_type[ctype] or "Unknown", ctype))
+  add(ch, f.num_entries, tvb(base + 2, 2))
+  add(ch, f.num_records, tvb(base + 4, 4))
   local tsr = tvb(base + 8, 8)
   local ms = tsr:int64()
   local msn = tonumber(tostring(ms))
-  add(ch, f.ts, tsr, ms, format("Timestamp: %s (%s.%03d UTC)", tostring(ms),
+  add(ch, f.timestamp, tsr, ms, format("Timestamp: %s (%s.%03d UTC)", tostring(ms),
     os.date("!%Y-%m-%d %H:%M:%S", math.floor(msn / 1000)), msn % 1000))
   add(ch, f.epoch, tvb(base + 16, 8))
   add(ch, f.chunk_id, cid)
   add(ch, f.crc, tvb(base + 32, 4))
-  add(ch, f.dlen, tvb(base + 36, 4))
-  add(ch, f.tlen, tvb(base + 40, 4))
-  add(ch, f.bloom, tvb(base + 44, 1))
+  add(ch, f.data_length, tvb(base + 36, 4))
+  add(ch, f.trailer_length, tvb(base + 40, 4))
+  add(ch, f.bloom_size, tvb(base + 44, 1))
   add(ch, f.reserved, tvb(base + 45, 3))
   local data_at = base + 48
   gen(add(ch, f.crc_valid, tvb(data_at, 0), crc32(tvb:raw(data_at, dlen), dlen) == u32(s, base + 33)))
@@ -154,7 +130,7 @@ local function deliver(tvb, pinfo, root, len)
   local pos, sizes = data_at, {}
   for i = 0, nent - 1 do
     local size = u32(s, pos + 1)
-    local e = add(ents, f.entry, tvb(pos, 4 + size))
+    local e = add(ents, f.entries, tvb(pos, 4 + size))
     set_text(e, format("Entry %d: Simple entry, %d bytes", i, 4 + size))
     add(e, f.entry_kind, tvb(pos, 1), 0)
     gen(add(e, f.entry_size, tvb(pos, 4), 4 + size))
@@ -168,7 +144,7 @@ local function deliver(tvb, pinfo, root, len)
     local size = sizes[i + 1]
     local at = pos + 4
     local whole = tvb(at, size)
-    local r = add(recs, f.record, whole)
+    local r = add(recs, f.records, whole)
     local nowhere = tvb(at, 0)
     local offset = chunk_id + i
     gen(add(r, f.offset, nowhere, offset))
@@ -189,10 +165,10 @@ local function deliver(tvb, pinfo, root, len)
   local volume = add(tree, f.volume, nowhere)
   gen(volume)
   set_text(volume, format("Messages: %d to stream '(unknown stream)' (deliver), %d bytes", nrec, dlen))
-  gen(add(volume, f.vstream, nowhere, "(unknown stream)"))
-  gen(add(volume, f.vdir, nowhere, "deliver"))
-  gen(add(volume, f.vmsg, nowhere, nrec))
-  gen(add(volume, f.vbytes, nowhere, UInt64.new(dlen)))
+  gen(add(volume, f["volume.stream"], nowhere, "(unknown stream)"))
+  gen(add(volume, f["volume.direction"], nowhere, "deliver"))
+  gen(add(volume, f["volume.messages"], nowhere, nrec))
+  gen(add(volume, f["volume.bytes"], nowhere, UInt64.new(dlen)))
 end
 
 local function pdu(tvb, pinfo, root)
@@ -215,6 +191,35 @@ end
 
 DissectorTable.get("tcp.port"):add(5552, p)
 """
+
+
+def floor_fields(protocol: Protocol) -> str:
+    """The floor's fields (Lua: TITLE, VS and f by registry name), each declared as the plugin's
+    make_field declares it from luagen's entry; a field the registry no longer has is a KeyError
+    naming it."""
+    declared = {entry["name"]: entry for entry in luagen.field_names(protocol)}
+    commands = {command.key: command.name for command in protocol.commands.values()}
+    titles, tables, fields = [], [], []
+    for name in FLOOR_FIELDS:
+        entry = declared[name]
+        key, ftype, extra = lua_string(name), entry["ftype"], ""
+        titles.append(f"  [{key}] = {lua_string(entry['title'])},")
+        if ftype == "string":
+            extra = ", base.UNICODE"
+        elif ftype in ("bytes", "bool"):
+            extra = ", base.NONE"
+        elif ftype != "none":
+            enum = entry.get("enum")
+            values = commands if enum == "commands" else protocol.enums.get(enum, {})
+            extra = f", base.{'HEX' if entry.get('display') == 'hex' and ftype.startswith('u') else 'DEC'}"
+            if values:
+                pairs = ", ".join(f"[{code}] = {lua_string(text)}" for code, text in sorted(values.items()))
+                tables.append(f"  [{key}] = {{ {pairs} }},")
+                extra += f", VS[{key}]"
+        fields.append(f"  [{key}] = field({lua_string(ftype)}, {key}, TITLE[{key}]{extra}),")
+    return "\n".join(
+        ["local TITLE = {", *titles, "}", "local VS = {", *tables, "}", "local f = {", *fields, "}"]
+    )
 
 
 @dataclass
@@ -301,7 +306,15 @@ def main(argv: list[str] | None = None) -> int:
         cut = tmp / "delivers.pcap"
         subprocess.run([editcap, "-r", str(args.capture), str(cut), f"{first}-{2**31 - 1}"], check=True)
         floor_lua = tmp / f"{FLOOR_PROTO}.lua"
-        floor_lua.write_text(FLOOR_LUA.replace("@ZLIB@", lua_string(str(ZLIB_LUA))))
+        protocol = load_registry().get("rabbitmq_stream")
+        try:
+            fields = floor_fields(protocol)
+        except KeyError as missing:
+            print(f"detail_floor: the registry has no field {missing} the floor shows", file=sys.stderr)
+            return 2
+        floor_lua.write_text(
+            FLOOR_LUA.replace("@ZLIB@", lua_string(str(ZLIB_LUA))).replace("@FIELDS@", fields)
+        )
         home = tmp / "home"
         home.mkdir()
         env = vs_tshark.tshark_env(home)
