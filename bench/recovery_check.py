@@ -236,7 +236,17 @@ def main() -> int:
     parser.add_argument("--drop-rate", type=float, default=0.002, help="share of data segments dropped")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    sidecar = json.loads(Path(f"{args.capture}.sent.json").read_text())
+    sidecar_path = Path(f"{args.capture}.sent.json")
+    try:
+        sidecar = json.loads(sidecar_path.read_text())
+    except (OSError, ValueError) as exc:
+        # The sidecar says what was sent: without it there is nothing to check the capture against.
+        reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
+        print(
+            f"recovery_check: {sidecar_path}: {reason} (record_flood.py writes it beside the capture)",
+            file=sys.stderr,
+        )
+        return 2
     decoder = Decoder(default_registry().get("rabbitmq_stream"))
     publisher = sidecar["publisher_id"]
     sent = {(publisher, i) for i in range(sidecar["first_publishing_id"], sidecar["last_publishing_id"] + 1)}
