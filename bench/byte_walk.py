@@ -8,7 +8,9 @@ drops the same segments). Then:
    byte stream of the clean capture together, walks its Deliver frames, chunks and entries,
    and gives every delivered record its offset (chunk id plus its place) and the stream
    range of its entry. It checks that each flood body names that offset.
-2. It reads which stream bytes the lossy copy still holds, and counts the records whose entry
+2. It reads which stream bytes the lossy copy still holds in time (a copy that comes after the
+   client acknowledged past it is too late: streamdump has declared those bytes missing by
+   then, as any reader that goes by ACKs must), and counts the records whose entry
    bytes all survive ("the bytes allow"), and of those, the ones whose chunk header survives
    too (their offsets can be counted from the header alone).
 3. streamdump reads the lossy copy; each record it recovers is known by its body, and any
@@ -86,20 +88,36 @@ class Side:
     segments: dict[int, bytes] = field(default_factory=dict)
 
 
-def server_sides(linktype: int, records: list[tuple[bytes, bytes]]) -> dict[Key, Side]:
+def server_sides(linktype: int, records: list[tuple[bytes, bytes]], in_time: bool = False) -> dict[Key, Side]:
+    """The server's segments per connection. With in_time, a segment keeps only its bytes at or
+    past the furthest the client had acknowledged when it came: a copy after that acknowledgement
+    is too late for any reader that goes by ACKs (streamdump declares those bytes missing)."""
     sides: dict[Key, Side] = {}
+    acked: dict[Key, int] = {}  # per server side: the furthest relative position acknowledged
     for _rec, data in records:
         found = tcp_of(linktype, data)
-        if found is None or found[0][1] != PORT:
+        if found is None:
             continue
         key, tcp = found
+        if key[1] != PORT:
+            server = (key[2], key[3], key[0], key[1])
+            isn = sides[server].isn if server in sides else None
+            if in_time and tcp.flags & dpkt.tcp.TH_ACK and isn is not None:
+                rel = (tcp.ack - isn - 1) % SEQ_MOD
+                if rel < 1 << 31:  # an ACK behind the server's first byte would wrap
+                    acked[server] = max(acked.get(server, 0), rel)
+            continue
         side = sides.setdefault(key, Side())
         if tcp.flags & dpkt.tcp.TH_SYN:
             side.isn = tcp.seq
         elif tcp.data and side.isn is not None:
             rel = (tcp.seq - side.isn - 1) % SEQ_MOD
-            if len(tcp.data) > len(side.segments.get(rel, b"")):
-                side.segments[rel] = bytes(tcp.data)
+            payload = bytes(tcp.data)
+            late = acked.get(key, 0) - rel
+            if late > 0:
+                rel, payload = rel + late, payload[late:]
+            if len(payload) > len(side.segments.get(rel, b"")):
+                side.segments[rel] = payload
     return sides
 
 
@@ -169,11 +187,12 @@ def drop(header: bytes, records: list[tuple[bytes, bytes]], out: Path, rate: flo
 
 
 def present(path: Path) -> dict[Key, list[tuple[int, int]]]:
-    """The server's stream byte ranges the file holds, merged, per connection."""
+    """The server's stream byte ranges the file holds in time (see server_sides), merged, per
+    connection."""
     header, records = packets(path)
     (linktype,) = struct.unpack_from("<I", header, 20)
     out: dict[Key, list[tuple[int, int]]] = {}
-    for key, side in server_sides(linktype, records).items():
+    for key, side in server_sides(linktype, records, in_time=True).items():
         merged: list[tuple[int, int]] = []
         for rel in sorted(side.segments):
             end = rel + len(side.segments[rel])

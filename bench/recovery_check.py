@@ -43,6 +43,7 @@ from streamdump.spec.decoder import Decoder
 from streamdump.spec.registry import default_registry
 from streamdump.wire.frame import Frame
 from streamdump.wire.packet import Segment, parse
+from streamdump.wire.reassembly import TCP_ACK
 
 PCAP_RECORD = struct.Struct("<IIII")
 SEQ_MOD = 1 << 32
@@ -89,11 +90,20 @@ def message_ranges(frames: list[Frame], decoder: Decoder) -> dict[str, list[tupl
 
 def drop_segments(src: Path, dst: Path, rate: float, seed: int) -> dict[str, list[tuple[int, int]]]:
     """Copy a little-endian microsecond pcap without a random share of its data segments; the
-    byte ranges lost by it. A dropped segment whose bytes the copy still holds (a retransmission,
-    or tcpdump's own duplicate: the MTU bench capture has one) loses nothing."""
+    byte ranges the copy lacks, per direction, as streamdump's reassembler must count them.
+
+    A byte is held only if a kept copy of it comes before the peer acknowledges past it: that
+    acknowledgement makes the reassembler declare the byte missing, and a copy after it is
+    reported late. So a dropped segment loses nothing when another copy comes in time (the
+    original of a retransmission, a timely retransmission, or tcpdump's own duplicate: the MTU
+    bench capture has one), and loses its bytes when the only other copy is a spurious
+    retransmission that follows the acknowledgement.
+    """
     rng = random.Random(seed)
-    dropped: dict[str, list[tuple[int, int]]] = {}
-    kept: dict[str, dict[int, int]] = {}  # per direction: a kept segment's start -> its longest end
+    dropped: dict[str, list[tuple[int, int]]] = {}  # unwrapped positions, per direction
+    held: dict[str, list[tuple[int, int]]] = {}
+    near: dict[str, int] = {}  # per direction: the last data position, to unwrap against
+    acked: dict[str, int] = {}  # per direction: the furthest position the peer acknowledged
     with src.open("rb") as fh, dst.open("wb") as out:
         header = fh.read(24)
         if header[:4] != b"\xd4\xc3\xb2\xa1":
@@ -106,18 +116,55 @@ def drop_segments(src: Path, dst: Path, rate: float, seed: int) -> dict[str, lis
             data = fh.read(caplen)
             number += 1
             seg = parse(linktype, data, number, ts_s + ts_us / 1e6)
-            if isinstance(seg, Segment) and seg.payload and rng.random() < rate:
+            if isinstance(seg, Segment):
                 key = f"{seg.src}:{seg.sport}->{seg.dst}:{seg.dport}"
-                dropped.setdefault(key, []).append((seg.seq, seg.seq + len(seg.payload)))
-                continue
-            if isinstance(seg, Segment) and seg.payload:
-                starts = kept.setdefault(f"{seg.src}:{seg.sport}->{seg.dst}:{seg.dport}", {})
-                starts[seg.seq] = max(starts.get(seg.seq, 0), seg.seq + len(seg.payload))
+                if seg.payload:
+                    start = near[key] = unwrap_near(seg.seq, near.get(key, seg.seq))
+                    end = start + len(seg.payload)
+                    if rng.random() < rate:
+                        dropped.setdefault(key, []).append((start, end))
+                        continue
+                    start = max(start, acked.get(key, start))
+                    if start < end:
+                        held.setdefault(key, []).append((start, end))
+                peer = f"{seg.dst}:{seg.dport}->{seg.src}:{seg.sport}"
+                if seg.flags & TCP_ACK and peer in near:
+                    ack = unwrap_near(seg.ack, near[peer])
+                    acked[peer] = max(acked.get(peer, ack), ack)
             out.write(rec + data)
     return {
-        key: [(start, end) for start, end in rows if kept.get(key, {}).get(start, start) < end]
+        key: [(s % SEQ_MOD, e % SEQ_MOD) for s, e in without(merged(rows), merged(held.get(key, [])))]
         for key, rows in dropped.items()
     }
+
+
+def merged(rows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ranges, sorted, with overlapping and touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(rows):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def without(rows: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of merged ranges rows that merged ranges holes do not cover."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    for start, end in rows:
+        while i < len(holes) and holes[i][1] <= start:
+            i += 1
+        j = i
+        while start < end and j < len(holes) and holes[j][0] < end:
+            if holes[j][0] > start:
+                out.append((start, holes[j][0]))
+            start = max(start, holes[j][1])
+            j += 1
+        if start < end:
+            out.append((start, end))
+    return out
 
 
 def unwrap_near(value: int, ref: int) -> int:
