@@ -10066,8 +10066,8 @@ local OSIRIS = {}
 
 -- A simple entry at pos, size bytes with its length field, as "label index: ..." (a chunk's) or
 -- "label: ..." (a Publish message's, index nil): its items, by the thousand (one string each).
--- range: its bytes, where the caller has made them.
-function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range)
+-- range: its bytes, and size_range: its length field's, where the caller has made them.
+function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range, size_range)
   local add = TI.add
   local item = add(tree, field, range or tvb(pos, size))
   if index then
@@ -10077,7 +10077,7 @@ function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range)
   end
   add(item, F.entry_kind, tvb(pos, 1), 0)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
-  TI.set_generated(add(item, F.entry_size, tvb(pos, 4), size))
+  TI.set_generated(add(item, F.entry_size, size_range or tvb(pos, 4), size))
   return item
 end
 
@@ -10412,8 +10412,9 @@ end
 -- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
 -- entry's) where known.
 -- A record's item and the items every record has (its offset and entry index where known, its
--- size); the item and the record's TvbRange, for its message's items too.
-function OSIRIS.record(holder, btvb, pos, len, offset, entry_index)
+-- size); the item and the record's TvbRange, for its message's items too. size_range: the
+-- record's length field, where the caller has made it (a simple entry's own length field).
+function OSIRIS.record(holder, btvb, pos, len, offset, entry_index, size_range)
   local add = TI.add
   local whole = btvb(pos, len)
   local child = add(holder, F.records, whole)
@@ -10421,7 +10422,7 @@ function OSIRIS.record(holder, btvb, pos, len, offset, entry_index)
   local nowhere = (offset or entry_index) and btvb(pos, 0)
   if offset then TI.set_generated(add(child, F.offset, nowhere, offset)) end
   if entry_index then TI.set_generated(add(child, F.entry_index, nowhere, entry_index)) end
-  add(child, F.record_size, btvb(pos - 4, 4), len)  -- the record's length field
+  add(child, F.record_size, size_range or btvb(pos - 4, 4), len)  -- the record's length field
   return child, whole
 end
 
@@ -10443,9 +10444,11 @@ end
 
 -- A record of one data section (AMQP_WALK.lone_data), size bytes at record_pos, its bytes from
 -- byte i of data (a copy the caller made): the items show_record gives it, with no walk.
-function OSIRIS.lone_data_record(holder, tvb, data, i, record_pos, size, offset, entry_index, data_field)
+-- size_range: its length field, as OSIRIS.record takes it.
+function OSIRIS.lone_data_record(holder, tvb, data, i, record_pos, size, offset, entry_index, data_field,
+    size_range)
   local add = TI.add
-  local child, whole = OSIRIS.record(holder, tvb, record_pos, size, offset, entry_index)
+  local child, whole = OSIRIS.record(holder, tvb, record_pos, size, offset, entry_index, size_range)
   add(child, F.sections, whole, 0x75)
   -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
   local start = record_pos + (string.byte(data, i + 3) == 0xa0 and 5 or 8)
@@ -10620,9 +10623,11 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
     local child = add(holder, field, tvb(p, 0))
     set_text(child, title .. " [" .. index .. "]")
     add(child, F.publishing_id, tvb(p, 8))
-    local whole = tvb(entry_pos, 4 + size)
-    simple_entry(child, tvb, entry_pos, 4 + size, F.entry, "Entry", nil, whole)
-    lone_data_record(add(child, whole, "Records: 1"), tvb, data, at + 12, record_pos, size, nil, nil, data_field)
+    -- the entry's length field is its record's: one TvbRange for both size items
+    local whole, length = tvb(entry_pos, 4 + size), tvb(entry_pos, 4)
+    simple_entry(child, tvb, entry_pos, 4 + size, F.entry, "Entry", nil, whole, length)
+    lone_data_record(add(child, whole, "Records: 1"), tvb, data, at + 12, record_pos, size, nil, nil, data_field,
+      length)
     set_len(child, 12 + size)
     items[#items + 1] = {
       publishing_id = int_at(data, at, 8, "uint64"),
@@ -10659,22 +10664,21 @@ end
 function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
   local add, byte = TI.add, string.byte
   local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
+  -- Both holders first, then each entry's item and its record's in one pass: the two subtrees
+  -- read as the general path's do, and an entry's length field is read and made a TvbRange once
+  -- for its size item and its record's.
   local holder = add(tree, tvb(pos, len), "Entries: " .. num_entries)
+  local records = add(tree, tvb(0, 0), "Records: " .. num_entries)
+  local budget = budget_of(ctx)
+  budget.records = budget.records - num_entries
   local at = 1
   for index = 0, num_entries - 1 do
     local a, b, c, d = byte(data, at, at + 3)
-    local size = 4 + ((a * 256 + b) * 256 + c) * 256 + d
-    simple_entry(holder, tvb, pos + at - 1, size, F.entries, "Entry", index)
-    at = at + size
-  end
-  local budget = budget_of(ctx)
-  budget.records = budget.records - num_entries
-  local records = add(tree, tvb(0, 0), "Records: " .. num_entries)
-  at = 1
-  for index = 0, num_entries - 1 do
-    local a, b, c, d = byte(data, at, at + 3)
     local size = ((a * 256 + b) * 256 + c) * 256 + d
-    lone_data_record(records, tvb, data, at + 4, pos + at + 3, size, chunk_id + index, index, data_field)
+    local entry_pos = pos + at - 1
+    local length = tvb(entry_pos, 4)
+    simple_entry(holder, tvb, entry_pos, 4 + size, F.entries, "Entry", index, nil, length)
+    lone_data_record(records, tvb, data, at + 4, entry_pos + 4, size, chunk_id + index, index, data_field, length)
     at = at + 4 + size
   end
 end
