@@ -10,9 +10,9 @@ local P = Proto(SPEC.name, SPEC.title)
 -- each freed by its finalizer); at Lua's default pace (a cycle when the heap doubles, run slowly)
 -- dead ones pile up and glibc's malloc spends a quarter of a -V run on the fragmented heap.
 -- Cycles from 1.5 times the live heap, run ten times as fast, took -V a fifth less time in
--- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory; from 1.2 times, some 6% less again,
--- and from 2 or 3 times a third more (bench/README.md, "Ninth round"): what costs is the garbage
--- let pile up between two cycles, more than their marking. A pass without a tree makes few
+-- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory; from 1.2 times, 6% to 15% less again
+-- side by side (bench/README.md, "Ninth round"). From 2 times, alone, runs took a third more, but
+-- side by side the same as 1.2 ("Tenth round"). A pass without a tree makes few
 -- userdata: its garbage is the frames' copied bytes (a 64 KiB Publish frame's, whole), and
 -- there each cycle marks everything the tracker keeps for later passes, so the default pace,
 -- with half as many cycles, took about a tenth less CPU time on the 64 KiB bench capture
@@ -20,12 +20,13 @@ local P = Proto(SPEC.name, SPEC.title)
 -- pass differs from the last one's). The setting is the Lua state's, which other Lua plugins
 -- share: it changes when their garbage is freed, never what they see.
 if GC_PACE.set == nil then
-  GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", 120), collectgarbage("setstepmul", 1000)
+  local TREE_PAUSE, TREE_STEPMUL = 120, 1000
+  GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", TREE_PAUSE), collectgarbage("setstepmul", TREE_STEPMUL)
   GC_PACE.tree = true
   GC_PACE.set = function(tree)
     GC_PACE.tree = tree
-    collectgarbage("setpause", tree and 120 or GC_PACE.pause)
-    collectgarbage("setstepmul", tree and 1000 or GC_PACE.stepmul)
+    collectgarbage("setpause", tree and TREE_PAUSE or GC_PACE.pause)
+    collectgarbage("setstepmul", tree and TREE_STEPMUL or GC_PACE.stepmul)
   end
 end
 -- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
