@@ -5724,18 +5724,12 @@ local function runtime(SPEC)
 local P = Proto(SPEC.name, SPEC.title)
 
 -- The Lua collector's pace. A tree costs a dozen userdata a message (TvbRanges and TreeItems,
--- each freed by its finalizer); at Lua's default pace (a cycle when the heap doubles, run slowly)
--- dead ones pile up and glibc's malloc spends a quarter of a -V run on the fragmented heap.
--- Cycles from 1.5 times the live heap, run ten times as fast, took -V a fifth less time in
--- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory; from 1.2 times, 6% to 15% less again
--- side by side (bench/README.md, "Ninth round"). From 2 times, alone, runs took a third more, but
--- side by side the same as 1.2 ("Tenth round"). A pass without a tree makes few
--- userdata: its garbage is the frames' copied bytes (a 64 KiB Publish frame's, whole), and
--- there each cycle marks everything the tracker keeps for later passes, so the default pace,
--- with half as many cycles, took about a tenth less CPU time on the 64 KiB bench capture
--- (bench/README.md, "Third round"): each pass gets its own (GC_PACE.set, when a packet's
--- pass differs from the last one's). The setting is the Lua state's, which other Lua plugins
--- share: it changes when their garbage is freed, never what they see.
+-- each freed by its finalizer); at Lua's default pace dead ones pile up and glibc's malloc spends
+-- a quarter of a -V run on the fragmented heap. Cycles from 1.2 times the live heap, run ten times
+-- as fast, took a fifth to a third less time (bench/README.md, ninth and tenth rounds). A pass
+-- without a tree makes few userdata, and each cycle marks all the tracker keeps: there the
+-- default pace took a tenth less time ("Third round"). Each pass gets its own (GC_PACE.set); the
+-- setting is the Lua state's, shared with other plugins: it changes when garbage is freed only.
 if GC_PACE.set == nil then
   local TREE_PAUSE, TREE_STEPMUL = 120, 1000
   GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", TREE_PAUSE), collectgarbage("setstepmul", TREE_STEPMUL)
@@ -6464,10 +6458,9 @@ end
 -- Arrays of plain structs without a tree -----------------------------------------------
 -- With no tree kept (ctx.lite) an array of structs whose members are plain integers, or hooks
 -- that can step over their bytes (skip), is read from one copy of its bytes: no TvbRange per
--- value. Anything else about an element (bytes ending inside it, a 64-bit value of 2^46 or
--- more, a hook that cannot step over it) leaves it and the rest to the general reader, which
--- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
--- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
+-- value. Anything else about an element (bytes ending inside it, a 64-bit value of 2^46 or more,
+-- a hook that cannot step over it) leaves it and the rest to the general reader, which explains
+-- it. One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
 local LITE = { plans = {}, measured = {} }
 -- Arrays of integers the loop read whole, each one more than the one before (a Publish frame's
 -- ids, a confirm's): the tracker takes them as one run without checking each id again.
@@ -6595,13 +6588,10 @@ end
 -- A plan's loop. Every element is read whole or not at all: where one does not fit, or holds
 -- what the general reader must explain, the loop returns how many it read and where that one
 -- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
--- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
--- Consecutive integers, and the first four bytes of a step over a hook's bytes after them (its
--- skip_head, HEAD32 in its source: a big-endian uint32), are read by one string.byte call
--- behind one bounds check: a Publish frame's id and its entry's size are 12 bytes of one call,
--- not two (a C call each, per message). (Struct.unpack, a 64-bit value as two 32-bit halves,
--- took the same CPU time and more instructions.) A counted array is a numeric for loop, which
--- tests no condition of its own per element.
+-- integers; a 64-bit value must be below 10^12 (LITE.key). Consecutive integers, and the first
+-- four bytes of a step over a hook's bytes after them (its skip_head, HEAD32 in its source), are
+-- read by one string.byte call behind one bounds check (Struct.unpack took as long, with more
+-- instructions). A counted array is a numeric for loop, which tests no condition per element.
 LITE.GROUP_MAX = 32  -- bytes of one call: its values are locals, and a function has 200 at most
 LITE.compile = function(plan)
   local body, names, skips = {}, {}, {}
@@ -8461,13 +8451,12 @@ end
 -- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
 -- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
--- CRC-32 (zlib's), sliced by 16: sixteen tables, T[k][b] the CRC of byte b followed by k zero
--- bytes, so a step of 16 bytes is one XOR of 16 lookups. Lua 5.3 and later (tshark 4.4) XOR
--- with integer operators, which 5.2's parser refuses: that CRC is compiled from text (NATIVE),
--- used where it compiles. Elsewhere (tshark 4.0's Lua 5.2, or a 5.1 build) Wireshark's own bit
--- library (BitOp) XORs, all 16 operands in one call; a byte at a time through tables of bytes
--- took four times as long. The tables are built at the first CRC, not when the plugin loads: a
--- pass without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
+-- CRC-32 (zlib's), sliced by 16: T[k][b] is the CRC of byte b followed by k zero bytes, so 16
+-- bytes are one XOR of 16 lookups. Lua 5.3 on (tshark 4.4) XORs with integer operators, which
+-- 5.2's parser refuses: that CRC is compiled from text (NATIVE) where it compiles. Elsewhere
+-- Wireshark's bit library XORs all 16 operands in one call (a byte at a time took four times as
+-- long; bit32, or the tables as locals, no less). The tables are built at the first CRC: a pass
+-- without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
 local CRC_T = {}
 
 -- The 16 tables, XORing with xor(a, b): T[0][b] is byte b's step, T[k][b] that of b followed by
@@ -9780,13 +9769,11 @@ local function amqp_sections(s, pos, len)
   error(err, 0)
 end
 
--- Values, for the detail tree only (never on a pass without a tree): what a section holds,
--- under the field names the registry declares for the message (the spec's amqp `of:`).
--- A value is {t = kind, v = value, pos = start of its body, len = body length}; kinds:
--- null, bool, int, float, text, bytes, list, map, described. A bytes value keeps its tvb
--- instead of v: its hex text is made only where it is shown as text (AMQPV.text), as a data
--- section's item shows its bytes and never needs it. One table holds it
--- all: a Lua chunk has at most 200 locals, and the plugin is one chunk.
+-- Values, for the detail tree only: what a section holds, under the field names the registry
+-- declares for the message (the spec's amqp `of:`). A value is {t = kind, v = value, pos = start
+-- of its body, len = body length}; kinds: null, bool, int, float, text, bytes, list, map,
+-- described. A bytes value keeps its tvb instead of v: its hex text is made only where it is
+-- shown as text (AMQPV.text). One table (the plugin is one chunk, of 200 locals at most).
 local AMQPV = {}
 
 AMQPV.INTS = {
@@ -10065,16 +10052,41 @@ end
 -- (one table, not locals: the plugin's main chunk is near Lua's limit of 200).
 local OSIRIS = {}
 
+-- Texts that entries and records repeat by the hundred a frame ("Entry 7: ", "Simple entry,
+-- 109 bytes"), made once: under Lua 5.2 string.format, a number written into text and a UInt64's
+-- tostring were a tenth of a -V run over Deliver traffic (bench/README.md, "Eleventh round").
+-- At most 4,096 texts of each kind are kept: their keys, sizes among them, come from the wire.
+OSIRIS.texts = setmetatable({}, { __index = function(all, kind) all[kind] = { n = 0 }; return all[kind] end })
+
+-- string.format(fmt, ...), kept in texts under key (called where texts has no such key).
+function OSIRIS.text(texts, key, fmt, ...)
+  local text = string.format(fmt, ...)
+  if texts.n < 4096 then texts.n, texts[key] = texts.n + 1, text end
+  return text
+end
+
+-- chunk_id + index as text, for a chunk id a number holds: its thousands' made once a chunk (heads).
+function OSIRIS.offset_text(chunk_id, index, heads)
+  local rest = chunk_id % 1000 + index
+  local three = rest % 1000
+  local thousands = (chunk_id - chunk_id % 1000 + rest - three) / 1000
+  local head = heads[thousands] or OSIRIS.text(heads, thousands, thousands > 0 and "%d" or "", thousands)
+  local texts = OSIRIS.texts[head == "" and "%d" or "%03d"]
+  return head .. (texts[three] or OSIRIS.text(texts, three, head == "" and "%d" or "%03d", three))
+end
+
 -- A simple entry at pos, size bytes with its length field, as "label index: ..." (a chunk's) or
 -- "label: ..." (a Publish message's, index nil): its items, by the thousand (one string each).
 -- range: its bytes, and size_range: its length field's, where the caller has made them.
 function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range, size_range)
   local add = TI.add
   local item = add(tree, field, range or tvb(pos, size))
+  local texts, sizes = OSIRIS.texts[label], OSIRIS.texts.simple
   if index then
-    TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, size))
+    TI.set_text(item, (texts[index] or OSIRIS.text(texts, index, "%s %d: ", label, index))
+      .. (sizes[size] or OSIRIS.text(sizes, size, "Simple entry, %d bytes", size)))
   else
-    TI.set_text(item, string.format("%s: Simple entry, %d bytes", label, size))
+    TI.set_text(item, texts[-1 - size] or OSIRIS.text(texts, -1 - size, "%s: Simple entry, %d bytes", label, size))
   end
   add(item, F.entry_kind, tvb(pos, 1), 0)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
@@ -10428,11 +10440,14 @@ function OSIRIS.record(holder, btvb, pos, len, offset, entry_index, size_range)
 end
 
 -- The record item's text, once what it holds is known (kind: ", AMQP 1.0" and the like).
-function OSIRIS.record_text(child, offset, len, kind)
+-- offset_text: its offset as text, where the caller has made it (OSIRIS.offset_text).
+function OSIRIS.record_text(child, offset, len, kind, offset_text)
+  local texts = OSIRIS.texts[kind]
   if offset then
-    TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+    TI.set_text(child, "Record at offset " .. (offset_text or tostring(offset))
+      .. (texts[len] or OSIRIS.text(texts, len, ": %d bytes%s", len, kind)))
   else
-    TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
+    TI.set_text(child, texts[-1 - len] or OSIRIS.text(texts, -1 - len, "Record: %d bytes%s", len, kind))
   end
 end
 
@@ -10445,16 +10460,16 @@ end
 
 -- A record of one data section (AMQP_WALK.lone_data), size bytes at record_pos, its bytes from
 -- byte i of data (a copy the caller made): the items show_record gives it, with no walk.
--- size_range: its length field, as OSIRIS.record takes it.
+-- size_range: its length field, as OSIRIS.record takes it; offset_text as OSIRIS.record_text's.
 function OSIRIS.lone_data_record(holder, tvb, data, i, record_pos, size, offset, entry_index, data_field,
-    size_range)
+    size_range, offset_text)
   local add = TI.add
   local child, whole = OSIRIS.record(holder, tvb, record_pos, size, offset, entry_index, size_range)
   add(child, F.sections, whole, 0x75)
   -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
   local start = record_pos + (string.byte(data, i + 3) == 0xa0 and 5 or 8)
   add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
-  OSIRIS.record_text(child, offset, size, ", AMQP 1.0")
+  OSIRIS.record_text(child, offset, size, ", AMQP 1.0", offset_text)
 end
 
 local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
@@ -10614,6 +10629,7 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
   local add, set_text, set_len = TI.add, TI.set_text, TI.set_len
   local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
   local field, title = F[name], struct_title("published_message")
+  local titles = OSIRIS.texts[title .. " [%d]"]
   at = 1
   for index = 0, plain - 1 do
     local a, b, c, d = byte(data, at + 8, at + 11)
@@ -10622,7 +10638,7 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
     local entry_pos, record_pos = p + 8, p + 12
     -- (made empty and then stretched, as the general reader makes a struct's item)
     local child = add(holder, field, tvb(p, 0))
-    set_text(child, title .. " [" .. index .. "]")
+    set_text(child, titles[index] or OSIRIS.text(titles, index, "%s [%d]", title, index))
     add(child, F.publishing_id, tvb(p, 8))
     -- the entry's length field is its record's: one TvbRange for both size items
     local whole, length = tvb(entry_pos, 4 + size), tvb(entry_pos, 4)
@@ -10661,10 +10677,11 @@ end
 -- The items the general path gives a plain chunk (read_entry, show_entry and show_records over
 -- its entries, AMQPV.show over each one-section message), read from the one copy that
 -- OSIRIS.plain_chunk checked: no table, pcall or copy per entry or record. data_field: the data
--- section's field.
-function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+-- section's field. number_id: the chunk id where a number holds it.
+function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx, number_id)
   local add, byte = TI.add, string.byte
-  local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
+  local simple_entry, lone_data_record, offset_text = OSIRIS.simple_entry, OSIRIS.lone_data_record, OSIRIS.offset_text
+  local heads = { n = 0 }
   -- Both holders first, then each entry's item and its record's in one pass: the two subtrees
   -- read as the general path's do, and an entry's length field is read and made a TvbRange once
   -- for its size item and its record's.
@@ -10679,7 +10696,8 @@ function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_i
     local entry_pos = pos + at - 1
     local length = tvb(entry_pos, 4)
     simple_entry(holder, tvb, entry_pos, 4 + size, F.entries, "Entry", index, nil, length)
-    lone_data_record(records, tvb, data, at + 4, entry_pos + 4, size, chunk_id + index, index, data_field, length)
+    lone_data_record(records, tvb, data, at + 4, entry_pos + 4, size, chunk_id + index, index, data_field, length,
+      number_id and offset_text(number_id, index, heads))
     at = at + 4 + size
   end
 end
@@ -10711,11 +10729,12 @@ HOOKS.osiris_chunk = {
     -- A UInt64 (a number where a double holds it, as 64-bit values are read): the records'
     -- offsets are counted from it, and a uint64 field's item takes a UInt64.
     local chunk_id = siblings.chunk_id or 0
-    if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
+    local number_id = type(chunk_id) == "number" and chunk_id
+    if number_id then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
     local data_field = data and OSIRIS.data_field()
     if data_field and OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
-      OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+      OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx, number_id)
       return
     end
     local tracking = chunk_type == 1 or chunk_type == 2
@@ -11426,13 +11445,11 @@ local registered = nil
 local conns, memo = {}, {}
 local SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
--- What stats.lua's tap counts for the packet just dissected, by each PDU's place in that
--- dissection: the frames with a response or confirm time (timed, from the links the tracker put
--- on them), and what each PDU moves (moved: MESSAGES.volume, worked out where a tree is built,
--- as a tap makes Wireshark build one, and shown as the filter for "this stream"). A tap runs
--- after each packet's dissection, on whichever pass, so only that packet's are kept: kept for
--- every packet, they were tables by the ten thousand that every cycle of the collector marked,
--- and a -V run slowed down as they grew (bench/README.md, "Eighth round").
+-- What stats.lua's tap counts for the packet just dissected, by each PDU's place in it: the
+-- frames with a response or confirm time (timed), and what each PDU moves (moved: MESSAGES.volume,
+-- worked out where a tree is built). A tap runs after each packet's dissection, so only that
+-- packet's are kept: kept for all, they were tables by the ten thousand that every cycle of the
+-- collector marked, and -V slowed down as they grew (bench/README.md, "Eighth round").
 local TAPPED = {}
 
 -- Whether a port is the server's, by port: worked out once per port from the ports preference
@@ -11620,9 +11637,7 @@ local function moved(tree, tvb, pinfo, count, volume)
 end
 
 -- What a later pass reads of a frame the tracker is done with (not pending): its links, notes,
--- command and key, kept in SETTLED's columns at the index this returns. Kept whole, a frame was
--- its own table of a dozen fields and its links, two tables kept for every PDU of the capture
--- and made among the garbage of its tree; now it is its links alone (bench/README.md, "Eighth
+-- command and key, in SETTLED's columns at the index this returns, not a table a frame ("Eighth
 -- round"). The links are the frame's own table, made here where it has none, so that links a
 -- later frame adds to it (an answer's, a confirm's) are seen.
 local function settled(f)
@@ -11844,13 +11859,11 @@ if SPEC.magic and not SPEC.carried_by then
   P:register_heuristic("tcp", heuristic)
 end
 
--- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the
--- Statistics menu's streamdump entries print the request latency per command, the
--- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
--- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
--- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
--- are the links the tracker put on each frame; the messages what each PDU moves (from the
--- package's messages.lua): register.lua keeps both for the packet just dissected (TAPPED).
+-- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the Statistics
+-- menu print the request latency per command, the publish-to-confirm latency, and the messages
+-- and bytes per stream, topic or subject as `streamdump stats` figures them: samples counted in
+-- microseconds, median, p95 and p99 by nearest rank, milliseconds to 3 decimals. register.lua
+-- keeps the tracker's links and each PDU's volume for the packet just dissected (TAPPED).
 
 do
   local function latency_rows(samples)

@@ -801,13 +801,16 @@ def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None
         bytes(tail),
         encode_chunk(plain[:2], chunk_id=400, chunk_type=1),  # tracking
         encode_chunk(plain[5:9], chunk_id=500),  # plain
+        # plain, the offsets' thousands carried within the chunk (999999, 1000000: "1000" "000")
+        encode_chunk(plain[5:9], chunk_id=999_998),
+        encode_chunk(plain[5:9], chunk_id=2**53 + 5),  # plain, an id no number holds exactly
     ]
     path = tmp_path / "chunks.pcap"
     path.write_bytes(tcp_pcap([(False, _deliver(chunk)) for chunk in chunks]))
     text = PLUGIN.read_text(encoding="utf-8")
     call = "OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx)"
     start = "function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, "
-    start += "data_field, ctx)\n"
+    start += "data_field, ctx, number_id)\n"
     assert text.count(call) == 1 and text.count(start) == 1
     variants = {
         "probed": text.replace(start, start + '  io.stderr:write("plain chunk\\n")\n'),
@@ -816,8 +819,10 @@ def test_a_plain_chunk_shows_what_the_general_path_shows(tmp_path: Path) -> None
     # (PDML: each item's text and value, and the bytes it covers, which -V does not print)
     runs = variant_runs(variants, path, tmp_path, {"pdml": ["-T", "pdml"]})
     probed, said = runs["probed", "pdml"]
-    assert said.count("plain chunk") == 2
-    assert probed.count('showname="Record at offset') == 40 + 6 + 3 + 2 + 2 + 4
+    assert said.count("plain chunk") == 4
+    assert probed.count('showname="Record at offset') == 40 + 6 + 3 + 2 + 2 + 4 + 4 + 4
+    for offset in (999_999, 1_000_000, 1_000_001, 2**53 + 8):
+        assert f'showname="Record at offset {offset}: ' in probed
     assert probed == runs["general", "pdml"][0]
 
 

@@ -54,16 +54,41 @@ end
 -- (one table, not locals: the plugin's main chunk is near Lua's limit of 200).
 local OSIRIS = {}
 
+-- Texts that entries and records repeat by the hundred a frame ("Entry 7: ", "Simple entry,
+-- 109 bytes"), made once: under Lua 5.2 string.format, a number written into text and a UInt64's
+-- tostring were a tenth of a -V run over Deliver traffic (bench/README.md, "Eleventh round").
+-- At most 4,096 texts of each kind are kept: their keys, sizes among them, come from the wire.
+OSIRIS.texts = setmetatable({}, { __index = function(all, kind) all[kind] = { n = 0 }; return all[kind] end })
+
+-- string.format(fmt, ...), kept in texts under key (called where texts has no such key).
+function OSIRIS.text(texts, key, fmt, ...)
+  local text = string.format(fmt, ...)
+  if texts.n < 4096 then texts.n, texts[key] = texts.n + 1, text end
+  return text
+end
+
+-- chunk_id + index as text, for a chunk id a number holds: its thousands' made once a chunk (heads).
+function OSIRIS.offset_text(chunk_id, index, heads)
+  local rest = chunk_id % 1000 + index
+  local three = rest % 1000
+  local thousands = (chunk_id - chunk_id % 1000 + rest - three) / 1000
+  local head = heads[thousands] or OSIRIS.text(heads, thousands, thousands > 0 and "%d" or "", thousands)
+  local texts = OSIRIS.texts[head == "" and "%d" or "%03d"]
+  return head .. (texts[three] or OSIRIS.text(texts, three, head == "" and "%d" or "%03d", three))
+end
+
 -- A simple entry at pos, size bytes with its length field, as "label index: ..." (a chunk's) or
 -- "label: ..." (a Publish message's, index nil): its items, by the thousand (one string each).
 -- range: its bytes, and size_range: its length field's, where the caller has made them.
 function OSIRIS.simple_entry(tree, tvb, pos, size, field, label, index, range, size_range)
   local add = TI.add
   local item = add(tree, field, range or tvb(pos, size))
+  local texts, sizes = OSIRIS.texts[label], OSIRIS.texts.simple
   if index then
-    TI.set_text(item, string.format("%s %d: Simple entry, %d bytes", label, index, size))
+    TI.set_text(item, (texts[index] or OSIRIS.text(texts, index, "%s %d: ", label, index))
+      .. (sizes[size] or OSIRIS.text(sizes, size, "Simple entry, %d bytes", size)))
   else
-    TI.set_text(item, string.format("%s: Simple entry, %d bytes", label, size))
+    TI.set_text(item, texts[-1 - size] or OSIRIS.text(texts, -1 - size, "%s: Simple entry, %d bytes", label, size))
   end
   add(item, F.entry_kind, tvb(pos, 1), 0)
   -- The whole entry's size, worked out from its length field (the bytes it highlights).
@@ -417,11 +442,14 @@ function OSIRIS.record(holder, btvb, pos, len, offset, entry_index, size_range)
 end
 
 -- The record item's text, once what it holds is known (kind: ", AMQP 1.0" and the like).
-function OSIRIS.record_text(child, offset, len, kind)
+-- offset_text: its offset as text, where the caller has made it (OSIRIS.offset_text).
+function OSIRIS.record_text(child, offset, len, kind, offset_text)
+  local texts = OSIRIS.texts[kind]
   if offset then
-    TI.set_text(child, string.format("Record at offset %s: %d bytes%s", tostring(offset), len, kind))
+    TI.set_text(child, "Record at offset " .. (offset_text or tostring(offset))
+      .. (texts[len] or OSIRIS.text(texts, len, ": %d bytes%s", len, kind)))
   else
-    TI.set_text(child, string.format("Record: %d bytes%s", len, kind))
+    TI.set_text(child, texts[-1 - len] or OSIRIS.text(texts, -1 - len, "Record: %d bytes%s", len, kind))
   end
 end
 
@@ -434,16 +462,16 @@ end
 
 -- A record of one data section (AMQP_WALK.lone_data), size bytes at record_pos, its bytes from
 -- byte i of data (a copy the caller made): the items show_record gives it, with no walk.
--- size_range: its length field, as OSIRIS.record takes it.
+-- size_range: its length field, as OSIRIS.record takes it; offset_text as OSIRIS.record_text's.
 function OSIRIS.lone_data_record(holder, tvb, data, i, record_pos, size, offset, entry_index, data_field,
-    size_range)
+    size_range, offset_text)
   local add = TI.add
   local child, whole = OSIRIS.record(holder, tvb, record_pos, size, offset, entry_index, size_range)
   add(child, F.sections, whole, 0x75)
   -- the binary's bytes, after its a0 or b0 constructor and size (AMQPV.section's)
   local start = record_pos + (string.byte(data, i + 3) == 0xa0 and 5 or 8)
   add(add(child, F.message, whole), data_field, tvb(start, record_pos + size - start))
-  OSIRIS.record_text(child, offset, size, ", AMQP 1.0")
+  OSIRIS.record_text(child, offset, size, ", AMQP 1.0", offset_text)
 end
 
 local function show_record(holder, btvb, pos, len, offset, entry_index, tracking, snapshot, ctx)
@@ -603,6 +631,7 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
   local add, set_text, set_len = TI.add, TI.set_text, TI.set_len
   local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
   local field, title = F[name], struct_title("published_message")
+  local titles = OSIRIS.texts[title .. " [%d]"]
   at = 1
   for index = 0, plain - 1 do
     local a, b, c, d = byte(data, at + 8, at + 11)
@@ -611,7 +640,7 @@ LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, v
     local entry_pos, record_pos = p + 8, p + 12
     -- (made empty and then stretched, as the general reader makes a struct's item)
     local child = add(holder, field, tvb(p, 0))
-    set_text(child, title .. " [" .. index .. "]")
+    set_text(child, titles[index] or OSIRIS.text(titles, index, "%s [%d]", title, index))
     add(child, F.publishing_id, tvb(p, 8))
     -- the entry's length field is its record's: one TvbRange for both size items
     local whole, length = tvb(entry_pos, 4 + size), tvb(entry_pos, 4)
@@ -650,10 +679,11 @@ end
 -- The items the general path gives a plain chunk (read_entry, show_entry and show_records over
 -- its entries, AMQPV.show over each one-section message), read from the one copy that
 -- OSIRIS.plain_chunk checked: no table, pcall or copy per entry or record. data_field: the data
--- section's field.
-function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+-- section's field. number_id: the chunk id where a number holds it.
+function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx, number_id)
   local add, byte = TI.add, string.byte
-  local simple_entry, lone_data_record = OSIRIS.simple_entry, OSIRIS.lone_data_record
+  local simple_entry, lone_data_record, offset_text = OSIRIS.simple_entry, OSIRIS.lone_data_record, OSIRIS.offset_text
+  local heads = { n = 0 }
   -- Both holders first, then each entry's item and its record's in one pass: the two subtrees
   -- read as the general path's do, and an entry's length field is read and made a TvbRange once
   -- for its size item and its record's.
@@ -668,7 +698,8 @@ function OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_i
     local entry_pos = pos + at - 1
     local length = tvb(entry_pos, 4)
     simple_entry(holder, tvb, entry_pos, 4 + size, F.entries, "Entry", index, nil, length)
-    lone_data_record(records, tvb, data, at + 4, entry_pos + 4, size, chunk_id + index, index, data_field, length)
+    lone_data_record(records, tvb, data, at + 4, entry_pos + 4, size, chunk_id + index, index, data_field, length,
+      number_id and offset_text(number_id, index, heads))
     at = at + 4 + size
   end
 end
@@ -700,11 +731,12 @@ HOOKS.osiris_chunk = {
     -- A UInt64 (a number where a double holds it, as 64-bit values are read): the records'
     -- offsets are counted from it, and a uint64 field's item takes a UInt64.
     local chunk_id = siblings.chunk_id or 0
-    if type(chunk_id) == "number" then chunk_id = UInt64.new(chunk_id) end
+    local number_id = type(chunk_id) == "number" and chunk_id
+    if number_id then chunk_id = UInt64.new(chunk_id) end
     local num_entries = siblings.num_entries or 0
     local data_field = data and OSIRIS.data_field()
     if data_field and OSIRIS.plain_chunk(data, len, num_entries, siblings.num_records, ctx) then
-      OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx)
+      OSIRIS.show_plain_chunk(tree, tvb, pos, len, data, num_entries, chunk_id, data_field, ctx, number_id)
       return
     end
     local tracking = chunk_type == 1 or chunk_type == 2

@@ -149,13 +149,11 @@ local function amqp_sections(s, pos, len)
   error(err, 0)
 end
 
--- Values, for the detail tree only (never on a pass without a tree): what a section holds,
--- under the field names the registry declares for the message (the spec's amqp `of:`).
--- A value is {t = kind, v = value, pos = start of its body, len = body length}; kinds:
--- null, bool, int, float, text, bytes, list, map, described. A bytes value keeps its tvb
--- instead of v: its hex text is made only where it is shown as text (AMQPV.text), as a data
--- section's item shows its bytes and never needs it. One table holds it
--- all: a Lua chunk has at most 200 locals, and the plugin is one chunk.
+-- Values, for the detail tree only: what a section holds, under the field names the registry
+-- declares for the message (the spec's amqp `of:`). A value is {t = kind, v = value, pos = start
+-- of its body, len = body length}; kinds: null, bool, int, float, text, bytes, list, map,
+-- described. A bytes value keeps its tvb instead of v: its hex text is made only where it is
+-- shown as text (AMQPV.text). One table (the plugin is one chunk, of 200 locals at most).
 local AMQPV = {}
 
 AMQPV.INTS = {

@@ -2,13 +2,12 @@
 -- inflate(tvb, pos, len, label), a zlib/gzip stream inflated by Wireshark's own zlib (nil if
 -- not); and the expansion budget of one frame, as codecs/compression.py's Budget.
 
--- CRC-32 (zlib's), sliced by 16: sixteen tables, T[k][b] the CRC of byte b followed by k zero
--- bytes, so a step of 16 bytes is one XOR of 16 lookups. Lua 5.3 and later (tshark 4.4) XOR
--- with integer operators, which 5.2's parser refuses: that CRC is compiled from text (NATIVE),
--- used where it compiles. Elsewhere (tshark 4.0's Lua 5.2, or a 5.1 build) Wireshark's own bit
--- library (BitOp) XORs, all 16 operands in one call; a byte at a time through tables of bytes
--- took four times as long. The tables are built at the first CRC, not when the plugin loads: a
--- pass without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
+-- CRC-32 (zlib's), sliced by 16: T[k][b] is the CRC of byte b followed by k zero bytes, so 16
+-- bytes are one XOR of 16 lookups. Lua 5.3 on (tshark 4.4) XORs with integer operators, which
+-- 5.2's parser refuses: that CRC is compiled from text (NATIVE) where it compiles. Elsewhere
+-- Wireshark's bit library XORs all 16 operands in one call (a byte at a time took four times as
+-- long; bit32, or the tables as locals, no less). The tables are built at the first CRC: a pass
+-- without a tree checks none. One local (the plugin's main chunk is near Lua's limit of 200).
 local CRC_T = {}
 
 -- The 16 tables, XORing with xor(a, b): T[0][b] is byte b's step, T[k][b] that of b followed by

@@ -7,18 +7,12 @@
 local P = Proto(SPEC.name, SPEC.title)
 
 -- The Lua collector's pace. A tree costs a dozen userdata a message (TvbRanges and TreeItems,
--- each freed by its finalizer); at Lua's default pace (a cycle when the heap doubles, run slowly)
--- dead ones pile up and glibc's malloc spends a quarter of a -V run on the fragmented heap.
--- Cycles from 1.5 times the live heap, run ten times as fast, took -V a fifth less time in
--- tshark 4.0 and 4.4 (bench/vs_tshark.py), with less memory; from 1.2 times, 6% to 15% less again
--- side by side (bench/README.md, "Ninth round"). From 2 times, alone, runs took a third more, but
--- side by side the same as 1.2 ("Tenth round"). A pass without a tree makes few
--- userdata: its garbage is the frames' copied bytes (a 64 KiB Publish frame's, whole), and
--- there each cycle marks everything the tracker keeps for later passes, so the default pace,
--- with half as many cycles, took about a tenth less CPU time on the 64 KiB bench capture
--- (bench/README.md, "Third round"): each pass gets its own (GC_PACE.set, when a packet's
--- pass differs from the last one's). The setting is the Lua state's, which other Lua plugins
--- share: it changes when their garbage is freed, never what they see.
+-- each freed by its finalizer); at Lua's default pace dead ones pile up and glibc's malloc spends
+-- a quarter of a -V run on the fragmented heap. Cycles from 1.2 times the live heap, run ten times
+-- as fast, took a fifth to a third less time (bench/README.md, ninth and tenth rounds). A pass
+-- without a tree makes few userdata, and each cycle marks all the tracker keeps: there the
+-- default pace took a tenth less time ("Third round"). Each pass gets its own (GC_PACE.set); the
+-- setting is the Lua state's, shared with other plugins: it changes when garbage is freed only.
 if GC_PACE.set == nil then
   local TREE_PAUSE, TREE_STEPMUL = 120, 1000
   GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", TREE_PAUSE), collectgarbage("setstepmul", TREE_STEPMUL)
@@ -747,10 +741,9 @@ end
 -- Arrays of plain structs without a tree -----------------------------------------------
 -- With no tree kept (ctx.lite) an array of structs whose members are plain integers, or hooks
 -- that can step over their bytes (skip), is read from one copy of its bytes: no TvbRange per
--- value. Anything else about an element (bytes ending inside it, a 64-bit value of 2^46 or
--- more, a hook that cannot step over it) leaves it and the rest to the general reader, which
--- explains it. 64-bit values come as Lua numbers here, exact below 2^46 and printed alike.
--- One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
+-- value. Anything else about an element (bytes ending inside it, a 64-bit value of 2^46 or more,
+-- a hook that cannot step over it) leaves it and the rest to the general reader, which explains
+-- it. One table, not locals: the plugin's main chunk is near Lua's limit of 200 locals.
 local LITE = { plans = {}, measured = {} }
 -- Arrays of integers the loop read whole, each one more than the one before (a Publish frame's
 -- ids, a confirm's): the tracker takes them as one run without checking each id again.
@@ -878,13 +871,10 @@ end
 -- A plan's loop. Every element is read whole or not at all: where one does not fit, or holds
 -- what the general reader must explain, the loop returns how many it read and where that one
 -- starts. Integers are put together from bytes without ^ or floats, so Lua 5.4 keeps them
--- integers; a 64-bit value must be below 10^12 (see LITE.key), so 2^46 or more is left.
--- Consecutive integers, and the first four bytes of a step over a hook's bytes after them (its
--- skip_head, HEAD32 in its source: a big-endian uint32), are read by one string.byte call
--- behind one bounds check: a Publish frame's id and its entry's size are 12 bytes of one call,
--- not two (a C call each, per message). (Struct.unpack, a 64-bit value as two 32-bit halves,
--- took the same CPU time and more instructions.) A counted array is a numeric for loop, which
--- tests no condition of its own per element.
+-- integers; a 64-bit value must be below 10^12 (LITE.key). Consecutive integers, and the first
+-- four bytes of a step over a hook's bytes after them (its skip_head, HEAD32 in its source), are
+-- read by one string.byte call behind one bounds check (Struct.unpack took as long, with more
+-- instructions). A counted array is a numeric for loop, which tests no condition per element.
 LITE.GROUP_MAX = 32  -- bytes of one call: its values are locals, and a function has 200 at most
 LITE.compile = function(plan)
   local body, names, skips = {}, {}, {}

@@ -12,13 +12,11 @@ local registered = nil
 local conns, memo = {}, {}
 local SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
 local tls_from = {}  -- connection -> the packet its TLS starts at (the client's ClientHello)
--- What stats.lua's tap counts for the packet just dissected, by each PDU's place in that
--- dissection: the frames with a response or confirm time (timed, from the links the tracker put
--- on them), and what each PDU moves (moved: MESSAGES.volume, worked out where a tree is built,
--- as a tap makes Wireshark build one, and shown as the filter for "this stream"). A tap runs
--- after each packet's dissection, on whichever pass, so only that packet's are kept: kept for
--- every packet, they were tables by the ten thousand that every cycle of the collector marked,
--- and a -V run slowed down as they grew (bench/README.md, "Eighth round").
+-- What stats.lua's tap counts for the packet just dissected, by each PDU's place in it: the
+-- frames with a response or confirm time (timed), and what each PDU moves (moved: MESSAGES.volume,
+-- worked out where a tree is built). A tap runs after each packet's dissection, so only that
+-- packet's are kept: kept for all, they were tables by the ten thousand that every cycle of the
+-- collector marked, and -V slowed down as they grew (bench/README.md, "Eighth round").
 local TAPPED = {}
 
 -- Whether a port is the server's, by port: worked out once per port from the ports preference
@@ -206,9 +204,7 @@ local function moved(tree, tvb, pinfo, count, volume)
 end
 
 -- What a later pass reads of a frame the tracker is done with (not pending): its links, notes,
--- command and key, kept in SETTLED's columns at the index this returns. Kept whole, a frame was
--- its own table of a dozen fields and its links, two tables kept for every PDU of the capture
--- and made among the garbage of its tree; now it is its links alone (bench/README.md, "Eighth
+-- command and key, in SETTLED's columns at the index this returns, not a table a frame ("Eighth
 -- round"). The links are the frame's own table, made here where it has none, so that links a
 -- later frame adds to it (an answer's, a confirm's) are seen.
 local function settled(f)

@@ -1,10 +1,8 @@
--- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the
--- Statistics menu's streamdump entries print the request latency per command, the
--- publish-to-confirm latency, and the messages and bytes per stream, topic or subject as
--- `streamdump stats` figures them (analysis/statistics.py): samples counted by their value in
--- microseconds, the median, p95 and p99 by nearest rank, milliseconds to 3 decimals. The samples
--- are the links the tracker put on each frame; the messages what each PDU moves (from the
--- package's messages.lua): register.lua keeps both for the packet just dissected (TAPPED).
+-- Statistics through Wireshark's tap and menu API: `tshark -z <protocol>,stat` and the Statistics
+-- menu print the request latency per command, the publish-to-confirm latency, and the messages
+-- and bytes per stream, topic or subject as `streamdump stats` figures them: samples counted in
+-- microseconds, median, p95 and p99 by nearest rank, milliseconds to 3 decimals. register.lua
+-- keeps the tracker's links and each PDU's volume for the packet just dissected (TAPPED).
 
 do
   local function latency_rows(samples)
