@@ -6556,11 +6556,10 @@ LITE.key = function(item)
   return text
 end
 
--- With a tree, a protocol package's reader of an array's leading elements where they have the
--- one shape most traffic has (a Publish's simple entries): struct name -> fn(holder, tvb, pos,
--- limit, count, items, version, ctx, name), which shows and stores as many as it can exactly as
--- the general reader would, and returns how many and where they end. The general reader takes
--- the rest, and explains whatever made the shape stop.
+-- With a tree, a package's reader of an array's leading elements where they have the shape most
+-- traffic has (a Publish's simple entries): struct name -> fn(holder, tvb, pos, limit, count,
+-- items, version, ctx, name), which shows and stores as many as it can as the general reader
+-- would, and returns how many and where they end; the general reader takes (and explains) the rest.
 LITE.shown = {}
 
 -- Elements from [pos, limit) into items while they are plain: how many, and where they end.
@@ -8159,9 +8158,17 @@ local function path_values(fields, path, index, out)
   return out
 end
 
+-- A frame's links to write to: its own table, made where it has none or shares its session's
+-- (links.shared), and put in its slot for later passes where it has one (register.lua's settled).
 local function links_of(f)
-  f.links = f.links or {}
-  return f.links
+  local links = f.links
+  if links == nil or links.shared then
+    local own = {}
+    for name, value in pairs(links or own) do own[name] = value end
+    own.shared, f.links, links = nil, own, own
+    if f.settled_in then f.settled_in[f.settled_at] = own end
+  end
+  return links
 end
 
 -- kind: the conversation rule's kind of finding, as the Python tracker files it.
@@ -8335,8 +8342,7 @@ end
 local function keep_link(links, name, value)
   local kept = links.kept
   if kept == nil then
-    kept = {}
-    links.kept = kept
+    kept = {}; links.kept = kept
   elseif kept.shared then
     local own = {}
     for i, pair in ipairs(kept) do own[i] = pair end
@@ -8353,15 +8359,9 @@ do
   local keys = {}
   session_key = function(name, sid)
     local by_id = keys[name]
-    if by_id == nil then
-      by_id = {}
-      keys[name] = by_id
-    end
+    if by_id == nil then by_id = {}; keys[name] = by_id end
     local key = by_id[sid]
-    if key == nil then
-      key = name .. ":" .. tostring(sid)
-      by_id[sid] = key
-    end
+    if key == nil then key = name .. ":" .. tostring(sid); by_id[sid] = key end
     return key
   end
 end
@@ -8397,12 +8397,19 @@ local function sessions(conn, f)
       elseif role.role == "use" then
         local session = conn.sessions[key]
         if session then
-          local links = links_of(f)
-          links.opened_in = session.opened_in
-          if links.kept == nil then
-            links.kept = session.kept
+          if f.links == nil then
+            -- The session's links, one table for the frames that use it (links_of copies it for one
+            -- that gets a link of its own): each table is kept for later passes, marked every cycle.
+            session.links = session.links or { opened_in = session.opened_in, kept = session.kept, shared = true }
+            f.links = session.links
           else
-            for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
+            local links = links_of(f)
+            links.opened_in = session.opened_in
+            if links.kept == nil then
+              links.kept = session.kept
+            else
+              for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
+            end
           end
           session.uses = session.uses + 1
           if session.limit and session.uses >= session.limit then
@@ -9219,10 +9226,7 @@ do
     CONV_RULES.limits = {
       before = function(conn, f)
         local found = conn.rules.limits
-        if found == nil then
-          found = {}
-          conn.rules.limits = found
-        end
+        if found == nil then found = {}; conn.rules.limits = found end
         if not f.from_client then
           for i, limit in ipairs(spec) do
             if f.command == limit.command and is_number(f.fields[limit.announced]) then
@@ -9374,10 +9378,7 @@ do
       before = function(conn, f)
         if f.command ~= spec.ask and f.command ~= spec.answer then return end
         local waiting = conn.rules.pings
-        if waiting == nil then
-          waiting = {}
-          conn.rules.pings = waiting
-        end
+        if waiting == nil then waiting = {}; conn.rules.pings = waiting end
         if f.command == spec.ask then
           local list = waiting[side_key(f.from_client)] or {}
           list[#list + 1] = f
@@ -10422,11 +10423,9 @@ local function take_record(ctx, index, message, left)
   return true
 end
 
--- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
--- entry's) where known.
--- A record's item and the items every record has (its offset and entry index where known, its
--- size); the item and the record's TvbRange, for its message's items too. size_range: the
--- record's length field, where the caller has made it (a simple entry's own length field).
+-- A record's item, len bytes at pos of btvb, and the items every record has: its offset (a
+-- chunk's, counted) and entry index where known, its size (size_range: its length field, where
+-- the caller has made it). Returns the item and the record's TvbRange, for its message's items.
 function OSIRIS.record(holder, btvb, pos, len, offset, entry_index, size_range)
   local add = TI.add
   local whole = btvb(pos, len)
@@ -10600,11 +10599,10 @@ HOOKS.osiris_entry = {
   end,
 }
 
--- A Publish's leading messages that the general reader would show with no note (LITE.shown):
--- at version 1, each a publishing id that a number holds exactly and a simple entry whose record
--- is one AMQP 1.0 message of one data section (what most publishers send, hundreds a frame),
--- within the frame's records budget. Shown and stored as the general reader would (the struct's
--- table, its entry's), from one copy of the messages' bytes: no pcall, walk or copy per message.
+-- A Publish's leading messages that the general reader would show with no note (LITE.shown): at
+-- version 1, each a publishing id a number holds exactly and a simple entry whose record is one
+-- AMQP 1.0 message of one data section (what most publishers send), within the records budget.
+-- Shown and stored as the general reader would, from one copy: no pcall, walk or copy a message.
 LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, version, ctx, name)
   local data_field = OSIRIS.data_field()
   local n = limit - pos  -- (a plain message is 17 bytes at least: id, size, 00 53 75 a0 00)
@@ -10873,10 +10871,7 @@ do
     CONV_RULES.versions = {
       feed = function(conn, f)
         local announced = conn.rules.versions
-        if announced == nil then
-          announced = {}
-          conn.rules.versions = announced
-        end
+        if announced == nil then announced = {}; conn.rules.versions = announced end
         if f.command == spec.command then
           local items = f.fields[spec.path[1]]
           if type(items) == "table" then
@@ -10917,10 +10912,7 @@ do
     end
     local function flights(conn)
       local found = conn.rules.acks
-      if found == nil then
-        found = {}
-        conn.rules.acks = found
-      end
+      if found == nil then found = {}; conn.rules.acks = found end
       return found
     end
 
@@ -11074,10 +11066,9 @@ do
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
       local flight = flights(conn)[session_key(ack.name, sid)] or new_flight()
-      -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
-      -- come from a few frames): the frame that sent them and the wait since.
-      local sent_in, waited = { runs = {} }, { runs = {} }
-      local a, b = sent_in.runs, waited.runs
+      -- The links, per id, as runs of ids sent by one frame (a confirm's hundreds of ids come from a
+      -- few frames): the frame that sent them and the wait since. Flagged runs = true, not wrapped.
+      local a, b = { runs = true }, { runs = true }
       local last, wait = nil, nil  -- the last sending frame, and the wait since it
       local waits = {}
       local keyed = LITE.key
@@ -11140,7 +11131,7 @@ do
       let_go(flight)
       if #a > 0 then
         local links = links_of(f)
-        links.publish_in, links.confirm_time = sent_in, waited
+        links.publish_in, links.confirm_time = a, b
       end
       if failing and ack.fail_code then
         local counts, codes = {}, {}
@@ -11542,10 +11533,10 @@ do
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
--- { runs = { first, last, value, ... } } (confirms.lua), which this spells out.
+-- { first, last, value, ..., runs = true } (confirms.lua), which this spells out.
 local function link_array(value)
-  local runs = value.runs
-  if runs == nil then return value end
+  local runs = value.runs and value
+  if not runs then return value end
   local out = {}
   for r = 1, #runs, 3 do
     for index = runs[r], runs[r + 1] do out[index] = runs[r + 2] end
@@ -11574,7 +11565,7 @@ local function show_links(tree, tvb, f)
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
-    local runs = type(value) == "table" and value.runs
+    local runs = type(value) == "table" and value.runs and value
     if runs and runs_ascend(runs) then
       -- Runs in the order of their elements, none overlapping: one item per element, as spelt out.
       for r = 1, #runs, 3 do
@@ -11637,13 +11628,13 @@ local function moved(tree, tvb, pinfo, count, volume)
 end
 
 -- What a later pass reads of a frame the tracker is done with (not pending): its links, notes,
--- command and key, in SETTLED's columns at the index this returns, not a table a frame ("Eighth
--- round"). The links are the frame's own table, made here where it has none, so that links a
--- later frame adds to it (an answer's, a confirm's) are seen.
+-- command and key, in SETTLED's columns at the index this returns ("Eighth round"). links_of puts
+-- a table it makes for the frame later (for an answer's link, a confirm's) in its slot.
 local function settled(f)
   local n = SETTLED.n + 1
   SETTLED.n = n
-  SETTLED.links[n], SETTLED.notes[n], SETTLED.key[n], SETTLED.command[n] = links_of(f), f.tnotes, f.key, f.command
+  SETTLED.links[n], SETTLED.notes[n], SETTLED.key[n], SETTLED.command[n] = f.links, f.tnotes, f.key, f.command
+  f.settled_in, f.settled_at = SETTLED.links, n
   return n
 end
 
@@ -11954,7 +11945,7 @@ do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
-        local runs = type(waited) == "table" and waited.runs
+        local runs = type(waited) == "table" and waited.runs and waited
         if runs then  -- runs of ids with one wait (confirms.lua)
           for r = 1, #runs, 3 do
             if type(runs[r + 2]) == "number" then add(confirm, name, runs[r + 2], runs[r + 1] - runs[r] + 1) end

@@ -6,10 +6,7 @@ do
     CONV_RULES.limits = {
       before = function(conn, f)
         local found = conn.rules.limits
-        if found == nil then
-          found = {}
-          conn.rules.limits = found
-        end
+        if found == nil then found = {}; conn.rules.limits = found end
         if not f.from_client then
           for i, limit in ipairs(spec) do
             if f.command == limit.command and is_number(f.fields[limit.announced]) then

@@ -7,10 +7,7 @@ do
       before = function(conn, f)
         if f.command ~= spec.ask and f.command ~= spec.answer then return end
         local waiting = conn.rules.pings
-        if waiting == nil then
-          waiting = {}
-          conn.rules.pings = waiting
-        end
+        if waiting == nil then waiting = {}; conn.rules.pings = waiting end
         if f.command == spec.ask then
           local list = waiting[side_key(f.from_client)] or {}
           list[#list + 1] = f

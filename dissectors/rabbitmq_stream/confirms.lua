@@ -15,10 +15,7 @@ do
     end
     local function flights(conn)
       local found = conn.rules.acks
-      if found == nil then
-        found = {}
-        conn.rules.acks = found
-      end
+      if found == nil then found = {}; conn.rules.acks = found end
       return found
     end
 
@@ -172,10 +169,9 @@ do
       if not is_number(sid) then return end
       local ref = failing and ack.fail or ack.confirm
       local flight = flights(conn)[session_key(ack.name, sid)] or new_flight()
-      -- The links, per id, as runs of ids sent by one frame (RUNS: a confirm's hundreds of ids
-      -- come from a few frames): the frame that sent them and the wait since.
-      local sent_in, waited = { runs = {} }, { runs = {} }
-      local a, b = sent_in.runs, waited.runs
+      -- The links, per id, as runs of ids sent by one frame (a confirm's hundreds of ids come from a
+      -- few frames): the frame that sent them and the wait since. Flagged runs = true, not wrapped.
+      local a, b = { runs = true }, { runs = true }
       local last, wait = nil, nil  -- the last sending frame, and the wait since it
       local waits = {}
       local keyed = LITE.key
@@ -238,7 +234,7 @@ do
       let_go(flight)
       if #a > 0 then
         local links = links_of(f)
-        links.publish_in, links.confirm_time = sent_in, waited
+        links.publish_in, links.confirm_time = a, b
       end
       if failing and ack.fail_code then
         local counts, codes = {}, {}

@@ -424,11 +424,9 @@ local function take_record(ctx, index, message, left)
   return true
 end
 
--- One record, len bytes at pos of btvb: offset (a chunk's, counted) and entry_index (its
--- entry's) where known.
--- A record's item and the items every record has (its offset and entry index where known, its
--- size); the item and the record's TvbRange, for its message's items too. size_range: the
--- record's length field, where the caller has made it (a simple entry's own length field).
+-- A record's item, len bytes at pos of btvb, and the items every record has: its offset (a
+-- chunk's, counted) and entry index where known, its size (size_range: its length field, where
+-- the caller has made it). Returns the item and the record's TvbRange, for its message's items.
 function OSIRIS.record(holder, btvb, pos, len, offset, entry_index, size_range)
   local add = TI.add
   local whole = btvb(pos, len)
@@ -602,11 +600,10 @@ HOOKS.osiris_entry = {
   end,
 }
 
--- A Publish's leading messages that the general reader would show with no note (LITE.shown):
--- at version 1, each a publishing id that a number holds exactly and a simple entry whose record
--- is one AMQP 1.0 message of one data section (what most publishers send, hundreds a frame),
--- within the frame's records budget. Shown and stored as the general reader would (the struct's
--- table, its entry's), from one copy of the messages' bytes: no pcall, walk or copy per message.
+-- A Publish's leading messages that the general reader would show with no note (LITE.shown): at
+-- version 1, each a publishing id a number holds exactly and a simple entry whose record is one
+-- AMQP 1.0 message of one data section (what most publishers send), within the records budget.
+-- Shown and stored as the general reader would, from one copy: no pcall, walk or copy a message.
 LITE.shown.published_message = function(holder, tvb, pos, limit, count, items, version, ctx, name)
   local data_field = OSIRIS.data_field()
   local n = limit - pos  -- (a plain message is 17 bytes at least: id, size, 00 53 75 a0 00)

@@ -5,10 +5,7 @@ do
     CONV_RULES.versions = {
       feed = function(conn, f)
         local announced = conn.rules.versions
-        if announced == nil then
-          announced = {}
-          conn.rules.versions = announced
-        end
+        if announced == nil then announced = {}; conn.rules.versions = announced end
         if f.command == spec.command then
           local items = f.fields[spec.path[1]]
           if type(items) == "table" then

@@ -839,11 +839,10 @@ LITE.key = function(item)
   return text
 end
 
--- With a tree, a protocol package's reader of an array's leading elements where they have the
--- one shape most traffic has (a Publish's simple entries): struct name -> fn(holder, tvb, pos,
--- limit, count, items, version, ctx, name), which shows and stores as many as it can exactly as
--- the general reader would, and returns how many and where they end. The general reader takes
--- the rest, and explains whatever made the shape stop.
+-- With a tree, a package's reader of an array's leading elements where they have the shape most
+-- traffic has (a Publish's simple entries): struct name -> fn(holder, tvb, pos, limit, count,
+-- items, version, ctx, name), which shows and stores as many as it can as the general reader
+-- would, and returns how many and where they end; the general reader takes (and explains) the rest.
 LITE.shown = {}
 
 -- Elements from [pos, limit) into items while they are plain: how many, and where they end.
@@ -2442,9 +2441,17 @@ local function path_values(fields, path, index, out)
   return out
 end
 
+-- A frame's links to write to: its own table, made where it has none or shares its session's
+-- (links.shared), and put in its slot for later passes where it has one (register.lua's settled).
 local function links_of(f)
-  f.links = f.links or {}
-  return f.links
+  local links = f.links
+  if links == nil or links.shared then
+    local own = {}
+    for name, value in pairs(links or own) do own[name] = value end
+    own.shared, f.links, links = nil, own, own
+    if f.settled_in then f.settled_in[f.settled_at] = own end
+  end
+  return links
 end
 
 -- kind: the conversation rule's kind of finding, as the Python tracker files it.
@@ -2618,8 +2625,7 @@ end
 local function keep_link(links, name, value)
   local kept = links.kept
   if kept == nil then
-    kept = {}
-    links.kept = kept
+    kept = {}; links.kept = kept
   elseif kept.shared then
     local own = {}
     for i, pair in ipairs(kept) do own[i] = pair end
@@ -2636,15 +2642,9 @@ do
   local keys = {}
   session_key = function(name, sid)
     local by_id = keys[name]
-    if by_id == nil then
-      by_id = {}
-      keys[name] = by_id
-    end
+    if by_id == nil then by_id = {}; keys[name] = by_id end
     local key = by_id[sid]
-    if key == nil then
-      key = name .. ":" .. tostring(sid)
-      by_id[sid] = key
-    end
+    if key == nil then key = name .. ":" .. tostring(sid); by_id[sid] = key end
     return key
   end
 end
@@ -2680,12 +2680,19 @@ local function sessions(conn, f)
       elseif role.role == "use" then
         local session = conn.sessions[key]
         if session then
-          local links = links_of(f)
-          links.opened_in = session.opened_in
-          if links.kept == nil then
-            links.kept = session.kept
+          if f.links == nil then
+            -- The session's links, one table for the frames that use it (links_of copies it for one
+            -- that gets a link of its own): each table is kept for later passes, marked every cycle.
+            session.links = session.links or { opened_in = session.opened_in, kept = session.kept, shared = true }
+            f.links = session.links
           else
-            for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
+            local links = links_of(f)
+            links.opened_in = session.opened_in
+            if links.kept == nil then
+              links.kept = session.kept
+            else
+              for _, pair in ipairs(session.kept) do keep_link(links, pair[1], pair[2]) end
+            end
           end
           session.uses = session.uses + 1
           if session.limit and session.uses >= session.limit then

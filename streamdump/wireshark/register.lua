@@ -109,10 +109,10 @@ do
 end
 
 -- An array link as a plain array: a confirm's keeps its per-id links as runs of one value,
--- { runs = { first, last, value, ... } } (confirms.lua), which this spells out.
+-- { first, last, value, ..., runs = true } (confirms.lua), which this spells out.
 local function link_array(value)
-  local runs = value.runs
-  if runs == nil then return value end
+  local runs = value.runs and value
+  if not runs then return value end
   local out = {}
   for r = 1, #runs, 3 do
     for index = runs[r], runs[r + 1] do out[index] = runs[r + 2] end
@@ -141,7 +141,7 @@ local function show_links(tree, tvb, f)
   -- In the order the spec's conversation.links lists them; an array link gives one item per element.
   for _, name in ipairs(SPEC.conversation.links) do
     local value = links[name]
-    local runs = type(value) == "table" and value.runs
+    local runs = type(value) == "table" and value.runs and value
     if runs and runs_ascend(runs) then
       -- Runs in the order of their elements, none overlapping: one item per element, as spelt out.
       for r = 1, #runs, 3 do
@@ -204,13 +204,13 @@ local function moved(tree, tvb, pinfo, count, volume)
 end
 
 -- What a later pass reads of a frame the tracker is done with (not pending): its links, notes,
--- command and key, in SETTLED's columns at the index this returns, not a table a frame ("Eighth
--- round"). The links are the frame's own table, made here where it has none, so that links a
--- later frame adds to it (an answer's, a confirm's) are seen.
+-- command and key, in SETTLED's columns at the index this returns ("Eighth round"). links_of puts
+-- a table it makes for the frame later (for an answer's link, a confirm's) in its slot.
 local function settled(f)
   local n = SETTLED.n + 1
   SETTLED.n = n
-  SETTLED.links[n], SETTLED.notes[n], SETTLED.key[n], SETTLED.command[n] = links_of(f), f.tnotes, f.key, f.command
+  SETTLED.links[n], SETTLED.notes[n], SETTLED.key[n], SETTLED.command[n] = f.links, f.tnotes, f.key, f.command
+  f.settled_in, f.settled_at = SETTLED.links, n
   return n
 end
 

@@ -93,7 +93,7 @@ do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
         local waited = links.confirm_time
-        local runs = type(waited) == "table" and waited.runs
+        local runs = type(waited) == "table" and waited.runs and waited
         if runs then  -- runs of ids with one wait (confirms.lua)
           for r = 1, #runs, 3 do
             if type(runs[r + 2]) == "number" then add(confirm, name, runs[r + 2], runs[r + 1] - runs[r] + 1) end
