@@ -35,6 +35,12 @@ every dissector prints (frame, IP, TCP, reassembly) and the messages it reads fr
 over those messages, are the items it adds per message. In detail mode every tshark run's output
 goes to a pipe that counts its lines (the plugin's and items-only's counts are printed, so the
 match can be checked), not to /dev/null.
+With --repeat N the commands run in N rounds, every command once a round (items-only joins after
+the first round, when the plugin's line count is known), rather than one command N times in a row:
+a machine that slows down for a minute then slows a plugin run and its reference alike. Each column
+keeps its best time, and each ratio is also given round by round with the median of those, the
+figure least moved by when the runs happened (seen here: the same items-only command took 32 s in
+one run and 42 s in another within the hour, while the plugin's took 79 s in both).
 tshark runs with -n and HOME set to an empty temp dir, so no personal plugin or
 preference takes part. The capture is read once before timing (streamdump stats, which
 also gives the frame count), so every timed run reads it from the page cache.
@@ -66,6 +72,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import make_captures
@@ -274,6 +281,7 @@ class Run:
     lines: int | None = None  # stdout's lines, when counted
     marks: int | None = None  # the sum of the numbers after `mark` at a line's start, when asked
     cpu: float = 0.0  # the child's CPU seconds, user and system: less moved by a busy machine than wall time
+    rounds: list[float] | None = None  # every run's wall seconds, by round, when it is a column's best
 
     @property
     def ok(self) -> bool:
@@ -320,18 +328,69 @@ def count_output(stream, mark: bytes | None) -> tuple[int, int | None]:
     return lines, marks
 
 
-def best_of(argv: list[str], repeat: int, env: dict[str, str] | None = None, count: bool = False) -> Run:
-    """Fastest of `repeat` runs (the others lost time to noise); peak RSS is the largest seen."""
-    runs = []
-    for _ in range(repeat):
-        run = run_child(argv, env, count)
-        if not run.ok:
-            return run
-        runs.append(run)
+def best_of(runs: list[Run]) -> Run:
+    """The fastest of a column's runs (the others lost time to noise); peak RSS is the largest seen.
+    A failed run is returned as it is."""
+    failed = [r for r in runs if not r.ok]
+    if failed:
+        return failed[0]
     best = min(runs, key=lambda r: r.seconds)
     best.rss_mib = max(r.rss_mib for r in runs)
     best.cpu = min(r.cpu for r in runs)
+    best.rounds = [round(r.seconds, 3) for r in runs]
     return best
+
+
+def in_rounds(
+    cmds: dict[str, list[str]], repeat: int, mode: str, env: dict[str, str], then=None
+) -> dict[str, list[Run]]:
+    """Every column's runs, one of each per round rather than a column's runs back to back, so
+    a plugin run and its reference run close together in time and a machine that slows down for a
+    while slows both: the ratios within a round are paired. `then(runs)`, after the first round,
+    may return more columns (name -> argv, the items-only reference) for the rounds to take in."""
+    runs: dict[str, list[Run]] = {column: [] for column in cmds}
+    for turn in range(repeat):
+        for column, argv in list(cmds.items()):
+            if runs[column] and not runs[column][-1].ok:
+                continue  # failed once: the failure is what gets reported
+            tshark = column != "streamdump"
+            print(f"  {mode:<9} {column:<15} round {turn + 1} ...", end="", flush=True)
+            run = run_child(argv, env if tshark else None, count=tshark and mode == "detail")
+            print(f" {seconds(run)}", flush=True)
+            runs[column].append(run)
+        if turn == 0 and then is not None:
+            for column, argv in (then(runs) or {}).items():
+                cmds[column] = argv
+                runs[column] = []
+                print(f"  {mode:<9} {column:<15} round 1 ...", end="", flush=True)
+                runs[column].append(run_child(argv, env, count=True))
+                print(f" {seconds(runs[column][-1])}", flush=True)
+    return runs
+
+
+def round_ratios(ours: dict, reference: dict) -> list[float]:
+    """The ratio of each round's two runs."""
+    a, b = ours.get("rounds") or [], reference.get("rounds") or []
+    return [x / y for x, y in zip(a, b, strict=False) if y > 0]
+
+
+def median_paired(ours: dict, reference: dict) -> float | None:
+    ratios = round_ratios(ours, reference)
+    return round(median(sorted(ratios)), 2) if len(ratios) >= 2 else None
+
+
+def paired(ours: dict, reference: dict) -> str:
+    """Each round's ratio and their median: the figure least moved by when the runs happened."""
+    ratios = round_ratios(ours, reference)
+    if len(ratios) < 2:
+        return ""
+    each = ", ".join(f"{r:.2f}x" for r in ratios)
+    return f"; by round {each}, median {median(sorted(ratios)):.2f}x"
+
+
+def median(values: list[float]) -> float:
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def last_line(text: str) -> str:
@@ -476,8 +535,11 @@ def plugin_ratios(result: dict) -> list[str]:
         lines.append(
             f"  plugin/framing-only, {what} ({mode}): {plugin['seconds']:.2f} s / {framing['seconds']:.2f} s"
             f" = {times:.1f}x ({verdict} the {target:g}x target){cpu_ratio(plugin, framing)}"
+            f"{paired(plugin, framing)}"
         )
         result.setdefault("plugin_ratios", {})[mode] = round(times, 2)
+        if median_paired(plugin, framing) is not None:
+            result["plugin_ratios"][f"{mode}_paired_median"] = median_paired(plugin, framing)
         if plugin.get("cpu") and framing.get("cpu"):
             result["plugin_ratios"][f"{mode}_cpu"] = round(plugin["cpu"] / framing["cpu"], 2)
         ids = columns.get("tshark_ids")
@@ -503,9 +565,11 @@ def plugin_ratios(result: dict) -> list[str]:
         lines.append(
             f"  plugin/items-only, {what}: {plugin['seconds']:.2f} s / {items['seconds']:.2f} s = {over:.1f}x"
             f" ({'within' if over <= ITEMS_TARGET else 'over'} the {ITEMS_TARGET:g}x target)"
-            f"{cpu_ratio(plugin, items)}"
+            f"{cpu_ratio(plugin, items)}{paired(plugin, items)}"
         )
         result["plugin_ratios"]["detail_vs_items"] = round(over, 2)
+        if median_paired(plugin, items) is not None:
+            result["plugin_ratios"]["detail_vs_items_paired_median"] = median_paired(plugin, items)
         nocrc = columns.get("tshark_plugin_nocrc")
         if nocrc and nocrc["exit_code"] == 0:
             unchecked = nocrc["seconds"] / items["seconds"]
@@ -522,9 +586,9 @@ def plugin_ratios(result: dict) -> list[str]:
 
 def items_only(
     capture: Path, args: argparse.Namespace, plugin: Run, tmp: Path, env: dict[str, str]
-) -> tuple[list[str], Run, float] | None:
-    """The items-only dissector's command line, timed run and items per message, matched to the
-    plugin's -V lines; None without the plugin's count or any message in the headers."""
+) -> tuple[list[str], float] | None:
+    """The items-only dissector's command line and items per message, matched to the plugin's -V
+    lines; None without the plugin's count or any message in the headers."""
     if plugin.lines is None or not plugin.ok:
         return None
     bare = tmp / f"{ITEMS_PROTO}_bare.lua"
@@ -535,8 +599,28 @@ def items_only(
     per_message = max(0.0, (plugin.lines - base.lines) / base.marks)
     lua = tmp / f"{ITEMS_PROTO}.lua"
     lua.write_text(ITEMS_LUA % {"per_message": repr(per_message)})
-    argv = tshark_argv(args.tshark, capture, lua, ["-V"])
-    return argv, best_of(argv, args.repeat, env, count=True), per_message
+    return tshark_argv(args.tshark, capture, lua, ["-V"]), per_message
+
+
+def with_items(
+    capture: Path,
+    args: argparse.Namespace,
+    tmp: Path,
+    env: dict[str, str],
+    matched: dict,
+    first: dict[str, list[Run]],
+) -> dict[str, list[str]] | None:
+    """After -V's first round: the items-only column, matched to the plugin's first run (its
+    argv and items per message also go to `matched`)."""
+    if "tshark_plugin" not in first:
+        return None
+    found = items_only(capture, args, first["tshark_plugin"][0], tmp, env)
+    if found is None:
+        print(f"  detail    {'tshark_items':<15} skipped (no line count, or no message counted)")
+        return None
+    matched["argv"], matched["per_message"] = found
+    print(f"  detail    {'tshark_items':<15} {found[1]:.2f} items a message", flush=True)
+    return {"tshark_items": found[0]}
 
 
 def bench_capture(
@@ -565,24 +649,14 @@ def bench_capture(
             ids_lua=tmp / f"{IDS_PROTO}.lua",
             crc_off=args.crc_off,
         )
-        runs: dict[str, Run] = {}
-        for column, argv in cmds.items():
-            print(f"  {mode:<9} {column:<15} ...", end="", flush=True)
-            tshark = column != "streamdump"
-            run = best_of(argv, args.repeat, env if tshark else None, count=tshark and mode == "detail")
-            print(f" {seconds(run)}", flush=True)
-            report_failure(argv, run)
-            runs[column] = run
-        if mode == "detail" and "tshark_plugin" in runs:
-            print(f"  {mode:<9} {'tshark_items':<15} ...", end="", flush=True)
-            matched = items_only(capture, args, runs["tshark_plugin"], tmp, env)
-            if matched is None:
-                print(" skipped (no plugin line count, or no message in the headers)", flush=True)
-            else:
-                cmds["tshark_items"], runs["tshark_items"], per_message = matched
-                report_failure(cmds["tshark_items"], runs["tshark_items"])
-                print(f" {seconds(runs['tshark_items'])} ({per_message:.2f} items a message)", flush=True)
-                result["items_per_message"] = round(per_message, 3)
+        matched: dict = {}
+        then = partial(with_items, capture, args, tmp, env, matched) if mode == "detail" else None
+        every = in_rounds(cmds, args.repeat, mode, env, then=then)
+        runs = {column: best_of(column_runs) for column, column_runs in every.items()}
+        for column, run in runs.items():
+            report_failure(cmds[column], run)
+        if matched:
+            result["items_per_message"] = round(matched["per_message"], 3)
         rows.append(table_row(mode, runs, size, frames))
         result["modes"][mode] = {
             column: {**asdict(run), "argv": cmds[column]} for column, run in runs.items()
@@ -617,7 +691,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "captures", nargs="*", type=Path, default=make_captures.default_paths(), help="capture files"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="runs per command; the best time is kept")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every command; best times kept, ratios also per round",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     parser.add_argument("--no-plugin", action="store_true", help="skip the slow tshark+plugin reference")
     parser.add_argument(
