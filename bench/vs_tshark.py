@@ -50,9 +50,14 @@ Reproduce (the captures need root and a running RabbitMQ; about 250 MB each):
     sudo python bench/make_captures.py
     python bench/vs_tshark.py [CAPTURE ...] [--repeat 3] [--modes one-line,detail] [--no-plugin]
                               [--no-streamdump] [--plugin PATH] [--crc-off] [--json-out figures.json]
+                              [--chroot /var/tmp/sd-trixie]
 
 --crc-off also times -V with the plugin's rabbitmq_stream.check_crc preference off, the part of
 the -V ratio a Deliver chunk's CRC takes (items-only checks none).
+
+--chroot ROOT runs every tshark command in the Debian 13 chroot `.ci/tshark44` makes (tshark 4.4,
+Lua 5.4), as its user, over copies of the capture and scripts put in its /tmp: the same figures
+for Wireshark 4.4. It needs root.
 
 tshark+plugin takes minutes on the 250 MB captures; --no-plugin leaves it out. No test
 asserts these times: they depend on the machine, and are for reading, not for CI.
@@ -288,6 +293,62 @@ class Run:
         return self.exit_code == 0
 
 
+class Chroot:
+    """tshark inside a Debian chroot (`.ci/tshark44` makes one with tshark 4.4), run as its normal
+    user, since Wireshark 4.4 turns Lua off for root. A command's capture (-r) and Lua scripts are
+    copied into a stage in the chroot's /tmp the first time it names them (again when they
+    change), and the command is rewritten to name the copies, with an empty HOME there."""
+
+    USER = "streamdump"
+
+    def __init__(self, root: Path):
+        users = [line.split(":") for line in (root / "etc" / "passwd").read_text().splitlines()]
+        ids = next((entry[2:4] for entry in users if entry[0] == self.USER), None)
+        if ids is None:
+            raise SystemExit(f"vs_tshark: no user {self.USER} in {root} (run .ci/tshark44 as root)")
+        self.root, (self.uid, self.gid) = root, ids
+        self.stage = Path(tempfile.mkdtemp(prefix="vs_tshark-", dir=root / "tmp"))
+        self.stage.chmod(0o755)
+        (self.stage / "home").mkdir()
+        (self.stage / "home").chmod(0o777)
+        self.copies: dict[tuple[str, int, int], str] = {}
+
+    def inside(self, path: Path) -> str:
+        found = path.stat()
+        key = (str(path.resolve()), found.st_mtime_ns, found.st_size)
+        if key not in self.copies:
+            name = f"{len(self.copies)}-{path.name}"
+            shutil.copyfile(path, self.stage / name)
+            (self.stage / name).chmod(0o644)
+            self.copies[key] = f"/tmp/{self.stage.name}/{name}"
+        return self.copies[key]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        out, after_r = [], False
+        for arg in argv[1:]:
+            if after_r:
+                arg = self.inside(Path(arg))
+            elif arg.startswith("lua_script:"):
+                arg = "lua_script:" + self.inside(Path(arg.removeprefix("lua_script:")))
+            after_r = arg == "-r"
+            out.append(arg)
+        home = f"HOME=/tmp/{self.stage.name}/home"
+        jail = ["chroot", f"--userspec={self.uid}:{self.gid}", f"--groups={self.gid}", str(self.root)]
+        return [*jail, "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", home, "tshark", *out]
+
+    def close(self) -> None:
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+
+# Set by --chroot: every tshark command (argv[0] "tshark") runs in it.
+CHROOT: Chroot | None = None
+
+
+def placed(argv: list[str]) -> list[str]:
+    """The command as it runs: in the chroot, when --chroot gave one and it is tshark's."""
+    return CHROOT.wrap(argv) if CHROOT is not None and argv[:1] == ["tshark"] else argv
+
+
 def run_child(
     argv: list[str], env: dict[str, str] | None = None, count: bool = False, mark: bytes | None = None
 ) -> Run:
@@ -296,6 +357,7 @@ def run_child(
 
     With `count`, stdout goes to a pipe whose lines are counted (and numbers after `mark`
     summed) as they come, instead of to /dev/null."""
+    argv = placed(argv)  # before the clock starts: the chroot's copies are not the run's time
     start = time.perf_counter()
     lines = marks = None
     with tempfile.TemporaryFile() as err_file, open(os.devnull, "wb") as null:
@@ -465,7 +527,7 @@ def machine(tshark: str, env: dict[str, str]) -> dict[str, str | int | None]:
                 break
     except OSError:
         pass
-    version = subprocess.run([tshark, "-v"], capture_output=True, text=True, env=env, check=False)
+    version = subprocess.run(placed([tshark, "-v"]), capture_output=True, text=True, env=env, check=False)
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -712,6 +774,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="with -V, also time the plugin with chunk CRCs unchecked (rabbitmq_stream.check_crc:FALSE)",
     )
     parser.add_argument("--tshark", default=shutil.which("tshark") or "/usr/bin/tshark", help="tshark binary")
+    parser.add_argument(
+        "--chroot",
+        type=Path,
+        help="run tshark in this Debian chroot as its user streamdump (.ci/tshark44 makes one); root",
+    )
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(args.modes) - set(MODES))
@@ -725,7 +792,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_inputs(args: argparse.Namespace) -> None:
-    if not (os.path.isfile(args.tshark) and os.access(args.tshark, os.X_OK)):
+    if args.chroot is not None:
+        if os.geteuid() != 0:
+            raise SystemExit("vs_tshark: --chroot runs tshark with chroot, which needs root")
+        if not (args.chroot / "usr" / "bin" / "tshark").is_file():
+            raise SystemExit(f"vs_tshark: no tshark in {args.chroot} (run .ci/tshark44 as root)")
+        args.tshark = "tshark"
+    elif not (os.path.isfile(args.tshark) and os.access(args.tshark, os.X_OK)):
         raise SystemExit(f"vs_tshark: tshark not found at {args.tshark} (apt-get install tshark)")
     if not args.no_plugin and not args.plugin.is_file():
         raise SystemExit(f"vs_tshark: {args.plugin} missing (streamdump lua generate)")
@@ -737,8 +810,18 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global CHROOT
     args = parse_args(argv)
     check_inputs(args)
+    CHROOT = Chroot(args.chroot) if args.chroot is not None else None
+    try:
+        return run(args)
+    finally:
+        if CHROOT is not None:
+            CHROOT.close()
+
+
+def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="vs_tshark-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()

@@ -62,3 +62,36 @@ def test_the_ratios_are_paired_by_round_and_their_median_printed(tmp_path):
 def test_the_median_of_an_even_count_is_the_middle_pair_s_mean():
     assert vs_tshark.median([1.0, 2.0, 4.0, 8.0]) == 3.0
     assert vs_tshark.median([1.0, 2.0, 9.0]) == 2.0
+
+
+def test_in_a_chroot_a_command_names_copies_of_its_capture_and_scripts_there(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\nstreamdump:x:1000:1001::/home:/bin/sh\n")
+    capture, lua = tmp_path / "c.pcap", tmp_path / "p.lua"
+    capture.write_bytes(b"pcap")
+    lua.write_text("-- one")
+    jail = vs_tshark.Chroot(root)
+    try:
+        argv = ["tshark", "-n", "-r", str(capture), "-X", f"lua_script:{lua}", "-J", "p.lua", "-V"]
+        wrapped = jail.wrap(argv)
+        stage = f"/tmp/{jail.stage.name}"
+        assert wrapped[:4] == ["chroot", "--userspec=1000:1001", "--groups=1001", str(root)]
+        assert wrapped[4:8] == ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={stage}/home"]
+        copies = [f"{stage}/0-c.pcap", f"lua_script:{stage}/1-p.lua"]
+        assert wrapped[8:] == ["tshark", "-n", "-r", copies[0], "-X", copies[1], "-J", "p.lua", "-V"]
+        assert (jail.stage / "1-p.lua").read_text() == "-- one"
+        assert jail.wrap(argv) == wrapped  # copied once
+        lua.write_text("-- two, changed")
+        again = jail.wrap(argv)
+        assert (
+            f"lua_script:{stage}/2-p.lua" in again
+            and (jail.stage / "2-p.lua").read_text() == "-- two, changed"
+        )
+        monkeypatch.setattr(vs_tshark, "CHROOT", jail)
+        assert vs_tshark.placed(argv)[0] == "chroot"
+        assert vs_tshark.placed(["python", "-m", "streamdump"]) == ["python", "-m", "streamdump"]
+    finally:
+        jail.close()
+    assert not jail.stage.exists()
