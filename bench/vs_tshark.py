@@ -79,6 +79,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from statistics import median
 
 import make_captures
 
@@ -411,22 +412,25 @@ def in_rounds(
     while slows both: the ratios within a round are paired. `then(runs)`, after the first round,
     may return more columns (name -> argv, the items-only reference) for the rounds to take in."""
     runs: dict[str, list[Run]] = {column: [] for column in cmds}
-    for turn in range(repeat):
-        for column, argv in list(cmds.items()):
+
+    def run(columns: list[str], turn: int) -> None:
+        for column in columns:
             if runs[column] and not runs[column][-1].ok:
                 continue  # failed once: the failure is what gets reported
             tshark = column != "streamdump"
             print(f"  {mode:<9} {column:<15} round {turn + 1} ...", end="", flush=True)
-            run = run_child(argv, env if tshark else None, count=tshark and mode == "detail")
-            print(f" {seconds(run)}", flush=True)
-            runs[column].append(run)
+            runs[column].append(
+                run_child(cmds[column], env if tshark else None, count=tshark and mode == "detail")
+            )
+            print(f" {seconds(runs[column][-1])}", flush=True)
+
+    for turn in range(repeat):
+        run(list(cmds), turn)
         if turn == 0 and then is not None:
-            for column, argv in (then(runs) or {}).items():
-                cmds[column] = argv
-                runs[column] = []
-                print(f"  {mode:<9} {column:<15} round 1 ...", end="", flush=True)
-                runs[column].append(run_child(argv, env, count=True))
-                print(f" {seconds(runs[column][-1])}", flush=True)
+            added = then(runs) or {}
+            cmds.update(added)
+            runs.update({column: [] for column in added})
+            run(list(added), turn)
     return runs
 
 
@@ -437,22 +441,18 @@ def round_ratios(ours: dict, reference: dict) -> list[float]:
 
 
 def median_paired(ours: dict, reference: dict) -> float | None:
+    """The median of the rounds' ratios, when there are two rounds or more."""
     ratios = round_ratios(ours, reference)
-    return round(median(sorted(ratios)), 2) if len(ratios) >= 2 else None
+    return round(median(ratios), 2) if len(ratios) >= 2 else None
 
 
 def paired(ours: dict, reference: dict) -> str:
     """Each round's ratio and their median: the figure least moved by when the runs happened."""
-    ratios = round_ratios(ours, reference)
-    if len(ratios) < 2:
+    middle = median_paired(ours, reference)
+    if middle is None:
         return ""
-    each = ", ".join(f"{r:.2f}x" for r in ratios)
-    return f"; by round {each}, median {median(sorted(ratios)):.2f}x"
-
-
-def median(values: list[float]) -> float:
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    each = ", ".join(f"{r:.2f}x" for r in round_ratios(ours, reference))
+    return f"; by round {each}, median {middle:.2f}x"
 
 
 def last_line(text: str) -> str:
@@ -673,14 +673,14 @@ def with_items(
     first: dict[str, list[Run]],
 ) -> dict[str, list[str]] | None:
     """After -V's first round: the items-only column, matched to the plugin's first run (its
-    argv and items per message also go to `matched`)."""
+    items per message also go to `matched`)."""
     if "tshark_plugin" not in first:
         return None
     found = items_only(capture, args, first["tshark_plugin"][0], tmp, env)
     if found is None:
         print(f"  detail    {'tshark_items':<15} skipped (no line count, or no message counted)")
         return None
-    matched["argv"], matched["per_message"] = found
+    matched["per_message"] = found[1]
     print(f"  detail    {'tshark_items':<15} {found[1]:.2f} items a message", flush=True)
     return {"tshark_items": found[0]}
 
