@@ -202,29 +202,9 @@ local SPECS = {
   {
     name = "eventmesh",
     title = "EventMesh TCP",
-    short = "EventMesh",
     ports = { 10000 },
     tls_ports = {},
-    roles = {},
-    order = ">",
-    max_size = 4194304,
     magic = { offset = 0, bytes = "4576656e744d657368" },
-    header = {
-      { name = "magic", type = "raw", size = 9, const = "4576656e744d657368" },
-      { name = "codec_version", type = "raw", size = 4, const = "30303030" },
-      { name = "message_length", type = "int32" },
-      { name = "header_length", type = "int32" },
-      { name = "header", type = "json", struct = "em_header", size = "header_length", inline = true },
-      { name = "length_counts", type = "hook", hook = "length_convention" },
-    },
-    frame = {
-      key = "cmd",
-      response_key = "field",
-      layout_versions = false,
-      key_case = "exact",
-      default_version = 1,
-      key_enum = "command",
-    },
     enums = {
       command = {
         [0] = "HEARTBEAT_REQUEST",
@@ -267,89 +247,6 @@ local SPECS = {
       },
       op_status = { [0] = "SUCCESS", [1] = "FAIL", [2] = "ACL_FAIL", [3] = "TPS_OVERLOAD" },
     },
-    structs = {
-      em_header = {
-        { name = "cmd", type = "uint8", enum = "command", display = "name" },
-        { name = "code", type = "int32", enum = "op_status", display = "dec" },
-        { name = "desc", type = "string", info = "desc", prefix = "int16" },
-        { name = "seq", type = "string", info = "seq", prefix = "int16" },
-        { name = "properties", type = "struct", struct = "em_properties" },
-        { name = "command_copy", type = "string", entry = "command", optional = true, prefix = "int16" },
-        {
-          name = "header_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      em_properties = {
-        { name = "protocol_type", type = "string", info = "type", entry = "protocoltype", prefix = "int16" },
-        { name = "protocol_version", type = "string", entry = "protocolversion", prefix = "int16" },
-        { name = "protocol_desc", type = "string", entry = "protocoldesc", prefix = "int16" },
-        {
-          name = "other_properties",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      user_agent = {
-        { name = "env", type = "string", prefix = "int16" },
-        { name = "subsystem", type = "string", prefix = "int16" },
-        { name = "path", type = "string", prefix = "int16" },
-        { name = "pid", type = "int32" },
-        { name = "host", type = "string", prefix = "int16" },
-        { name = "port", type = "int32" },
-        { name = "client_version", type = "string", entry = "version", prefix = "int16" },
-        { name = "username", type = "string", info = "user", prefix = "int16" },
-        { name = "password", type = "string", secret = true, prefix = "int16" },
-        { name = "token", type = "string", secret = true, prefix = "int16" },
-        { name = "idc", type = "string", prefix = "int16" },
-        { name = "client_group", type = "string", info = "group", entry = "group", prefix = "int16" },
-        { name = "purpose", type = "string", info = "purpose", prefix = "int16" },
-        { name = "unack", type = "int32" },
-        {
-          name = "user_agent_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      subscription = {
-        {
-          name = "topic_list",
-          type = "array",
-          info = "topics",
-          entry = "topicList",
-          of = { name = "topic_list", type = "struct", struct = "subscription_item" },
-          prefix = "int32",
-        },
-        {
-          name = "subscription_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      subscription_item = {
-        { name = "topic", type = "string", prefix = "int16" },
-        { name = "subscription_mode", type = "string", entry = "mode", prefix = "int16" },
-        { name = "subscription_type", type = "string", entry = "type", prefix = "int16" },
-      },
-      redirect_info = { { name = "ip", type = "string", info = "to", prefix = "int16" }, { name = "port", type = "int32" } },
-    },
     commands = {
       [0] = { name = "Heartbeat", versions = { 1 } },
       [2] = { name = "Hello", versions = { 1 } },
@@ -373,417 +270,376 @@ local SPECS = {
       [33] = { name = "Unregister", versions = { 1 } },
       [35] = { name = "Recommend", versions = { 1 } },
     },
-    layouts = {
-      [0] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [2] = {
-        request = {
-          fields = {
-            { name = "user_agent", type = "json", struct = "user_agent", size = "rest", optional = true, inline = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [4] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [6] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [8] = {
-        request = {
-          fields = {
-            {
-              name = "subscription",
-              type = "json",
-              struct = "subscription",
-              size = "rest",
-              optional = true,
-              inline = true,
-            },
-          },
-        },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [10] = {
-        request = {
-          fields = {
-            {
-              name = "subscription",
-              type = "json",
-              struct = "subscription",
-              size = "rest",
-              optional = true,
-              inline = true,
-            },
-          },
-        },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [12] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [14] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [17] = {
-        command = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [19] = {
-        command = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [20] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [24] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [15] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [22] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [26] = {
-        request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-        response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
-      },
-      [30] = {
-        command = {
-          fields = {
-            {
-              name = "redirect",
-              type = "json",
-              struct = "redirect_info",
-              size = "rest",
-              optional = true,
-              inline = true,
-            },
-          },
-        },
-      },
-      [28] = { command = { fields = { { name = "body", type = "json", size = "rest", optional = true } } } },
-      [29] = { command = { fields = { { name = "body", type = "json", size = "rest", optional = true } } } },
-      [31] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [33] = {
-        request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-      [35] = {
-        request = {
-          fields = {
-            { name = "user_agent", type = "json", struct = "user_agent", size = "rest", optional = true, inline = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
-      },
-    },
-    answers = {
-      [1] = 0,
-      [3] = 2,
-      [5] = 4,
-      [7] = 6,
-      [9] = 8,
-      [11] = 10,
-      [13] = 12,
-      [18] = 14,
-      [21] = 20,
-      [25] = 24,
-      [16] = 15,
-      [23] = 22,
-      [27] = 26,
-      [32] = 31,
-      [34] = 33,
-      [36] = 35,
-    },
-    masked = "********",
-    hook_info = {
-      message_package = {
-        { name = "topic", type = "string", info = "topic", prefix = "int16" },
-        { name = "event_id", type = "string", info = "id", prefix = "int16" },
-      },
-    },
-    hook_names = {},
-    names = {
-      { name = "body", ftype = "string", title = "Body", doc = "The body: JSON, shown as it is" },
-      {
-        name = "client_group",
-        ftype = "string",
-        title = "Client Group",
-        doc = "The producer or consumer group (the server requires one)",
-      },
-      {
-        name = "client_version",
-        ftype = "string",
-        title = "Client Version",
-        doc = "The client's version (the server requires one)",
-      },
-      { name = "cmd", ftype = "uint8", title = "Cmd", doc = "The command, by name", enum = "command", display = "name" },
-      {
-        name = "code",
-        ftype = "int32",
-        title = "Code",
-        doc = "The outcome: 0 SUCCESS, 1 FAIL",
-        enum = "op_status",
-        display = "dec",
-      },
-      {
-        name = "codec_version",
-        ftype = "bytes",
-        title = "Codec Version",
-        doc = "The codec's version text (always 0000)",
-      },
-      { name = "command", ftype = "string", title = "Command", doc = "Command name from the registry" },
-      {
-        name = "command_copy",
-        ftype = "string",
-        title = "Command Copy",
-        doc = "The command again (Java's getCommand())",
-      },
-      {
-        name = "connection",
-        ftype = "string",
-        title = "Connection",
-        doc = "The connection: client address:port \226\134\146 server address:port",
-      },
-      { name = "content", ftype = "string", title = "Content", doc = "The message's content, where it is JSON" },
-      {
-        name = "content_bytes",
-        ftype = "bytes",
-        title = "Content Bytes",
-        doc = "The message's content, where it is neither",
-      },
-      {
-        name = "content_text",
-        ftype = "string",
-        title = "Content Text",
-        doc = "The message's content, where it is text but not JSON",
-      },
-      {
-        name = "content_type",
-        ftype = "string",
-        title = "Content Type",
-        doc = "The CloudEvent datacontenttype, or the message's content type header",
-      },
-      {
-        name = "desc",
-        ftype = "string",
-        title = "Desc",
-        doc = "The server's words about the outcome (an error's text)",
-      },
-      { name = "env", ftype = "string", title = "Env" },
-      { name = "event_id", ftype = "string", title = "Event ID", doc = "The CloudEvent id" },
-      {
-        name = "header",
-        ftype = "none",
-        title = "Header",
-        doc = "The header: command, status, sequence and properties, in JSON",
-      },
-      { name = "header_length", ftype = "int32", title = "Header Length", doc = "The header's length in bytes" },
-      { name = "header_other", ftype = "none", title = "Header Other", doc = "Header keys no field names" },
-      { name = "header_other.key", ftype = "string", title = "Header Other Key" },
-      { name = "header_other.value", ftype = "string", title = "Header Other Value" },
-      { name = "host", ftype = "string", title = "Host" },
-      { name = "idc", ftype = "string", title = "Idc" },
-      { name = "ip", ftype = "string", title = "Ip" },
-      {
-        name = "key",
-        ftype = "uint8",
-        title = "Key",
-        doc = "The command key (a response's is its request's)",
-        enum = "commands",
-      },
-      { name = "kind", ftype = "string", title = "Kind", doc = "request, response or command" },
-      {
-        name = "length_counts",
-        ftype = "string",
-        title = "Length Counts",
-        doc = "What the message length counts here: 1.8 (8 + header + body) or 1.9 (13 + header + body)",
-      },
-      { name = "links", ftype = "none", title = "Links", doc = "What the conversation tracker links to this frame" },
-      { name = "magic", ftype = "bytes", title = "Magic", doc = "The magic every frame starts with" },
-      {
-        name = "message_length",
-        ftype = "int32",
-        title = "Message Length",
-        doc = "The message length: 8 + header + body up to EventMesh 1.8 and in the Go SDK, 13 + header + body from 1.9 (length_counts says which this frame uses)",
-      },
-      { name = "other_properties", ftype = "none", title = "Other Properties", doc = "Properties no field names" },
-      { name = "other_properties.key", ftype = "string", title = "Other Properties Key" },
-      { name = "other_properties.value", ftype = "string", title = "Other Properties Value" },
-      { name = "package", ftype = "string", title = "Package", doc = "The message package" },
-      { name = "password", ftype = "string", title = "Password", doc = "Shown masked in every view" },
-      { name = "path", ftype = "string", title = "Path" },
-      { name = "payload", ftype = "bytes", title = "Payload", doc = "Body of a frame with no layout in the registry" },
-      { name = "pid", ftype = "int32", title = "Pid" },
-      { name = "port", ftype = "int32", title = "Port" },
-      {
-        name = "properties",
-        ftype = "none",
-        title = "Properties",
-        doc = "Header properties: the message package's protocol",
-      },
-      {
-        name = "protocol_desc",
-        ftype = "string",
-        title = "Protocol Desc",
-        doc = "The transport (tcp); the Go SDK sends random letters",
-      },
-      {
-        name = "protocol_type",
-        ftype = "string",
-        title = "Protocol Type",
-        doc = "The message package: cloudevents, eventmeshmessage or openmessage",
-      },
-      {
-        name = "protocol_version",
-        ftype = "string",
-        title = "Protocol Version",
-        doc = "The package's version (a CloudEvent's specversion)",
-      },
-      { name = "purpose", ftype = "string", title = "Purpose", doc = "pub or sub" },
-      { name = "redirect", ftype = "none", title = "Redirect" },
-      {
-        name = "request_in",
-        ftype = "uint32",
-        title = "Request In",
-        doc = "The request this frame answers",
-        display = "request_packet",
-      },
-      {
-        name = "response_in",
-        ftype = "uint32",
-        title = "Response In",
-        doc = "The response to this request",
-        display = "response_packet",
-      },
-      {
-        name = "response_time",
-        ftype = "double",
-        title = "Response Time",
-        doc = "Seconds between the request and this response",
-      },
-      {
-        name = "seq",
-        ftype = "string",
-        title = "Seq",
-        doc = "The request's sequence; its response and acks carry the same",
-      },
-      { name = "size", ftype = "uint32", title = "Size", doc = "Frame size in bytes, after the size field" },
-      { name = "subscription", ftype = "none", title = "Subscription" },
-      { name = "subscription_mode", ftype = "string", title = "Subscription Mode", doc = "CLUSTERING or BROADCASTING" },
-      { name = "subscription_other", ftype = "none", title = "Subscription Other" },
-      { name = "subscription_other.key", ftype = "string", title = "Subscription Other Key" },
-      { name = "subscription_other.value", ftype = "string", title = "Subscription Other Value" },
-      { name = "subscription_type", ftype = "string", title = "Subscription Type", doc = "ASYNC or SYNC" },
-      { name = "subsystem", ftype = "string", title = "Subsystem" },
-      { name = "token", ftype = "string", title = "Token", doc = "Shown masked in every view" },
-      { name = "topic", ftype = "string", title = "Topic", doc = "The topic" },
-      { name = "topic_list", ftype = "none", title = "Topic List" },
-      { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
-      { name = "unack", ftype = "int32", title = "Unack" },
-      { name = "user_agent", ftype = "none", title = "User Agent" },
-      { name = "user_agent_other", ftype = "none", title = "User Agent Other" },
-      { name = "user_agent_other.key", ftype = "string", title = "User Agent Other Key" },
-      { name = "user_agent_other.value", ftype = "string", title = "User Agent Other Value" },
-      { name = "username", ftype = "string", title = "Username" },
-      {
-        name = "volume",
-        ftype = "none",
-        title = "Volume",
-        doc = "The messages this frame moves, as stats count them per topic",
-      },
-      {
-        name = "volume.bytes",
-        ftype = "uint64",
-        title = "Volume Bytes",
-        doc = "How many bytes of messages the frame moves",
-      },
-      {
-        name = "volume.direction",
-        ftype = "string",
-        title = "Volume Direction",
-        doc = "Which way they go, as stats name it (publish, deliver, ...)",
-      },
-      {
-        name = "volume.messages",
-        ftype = "uint32",
-        title = "Volume Messages",
-        doc = "How many messages the frame moves",
-      },
-      {
-        name = "volume.topic",
-        ftype = "string",
-        title = "Volume Topic",
-        doc = "The topic the messages are addressed to, as stats name it",
-      },
-    },
-    limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
-    conversation = {
-      correlation = "seq",
-      status = "code",
-      status_text = "desc",
-      codes = "dec",
-      server = "server",
-      ok = { 0 },
-      routine = {},
-      close_hints = {},
-      close_about = {},
-      setup = { "Hello" },
-      sessions = {},
-      links = { "request_in", "response_in", "response_time" },
-      closes = {
-        ServerGoodbye = { code = "code", reason = { "desc" }, says = "said goodbye", enum = "op_status", severity = "note" },
-        Redirect = { reason = { "ip", "port" }, says = "redirected the client to", severity = "note" },
-      },
-      versioned = false,
-      rule_order = { "heartbeat" },
-      rules = {},
-    },
     subject = "topic",
-    carries = {},
-    lua_block = 1,
+    names = {
+      { "body", "string", "Body", "The body: JSON, shown as it is" },
+      { "client_group", "string", "Client Group", "The producer or consumer group (the server requires one)" },
+      { "client_version", "string", "Client Version", "The client's version (the server requires one)" },
+      { "cmd", "uint8", "Cmd", "The command, by name", enum = "command", display = "name" },
+      { "code", "int32", "Code", "The outcome: 0 SUCCESS, 1 FAIL", enum = "op_status", display = "dec" },
+      { "codec_version", "bytes", "Codec Version", "The codec's version text (always 0000)" },
+      { "command", "string", "Command", "Command name from the registry" },
+      { "command_copy", "string", "Command Copy", "The command again (Java's getCommand())" },
+      { "connection", "string", "Connection", "The connection: client address:port \226\134\146 server address:port" },
+      { "content", "string", "Content", "The message's content, where it is JSON" },
+      { "content_bytes", "bytes", "Content Bytes", "The message's content, where it is neither" },
+      { "content_text", "string", "Content Text", "The message's content, where it is text but not JSON" },
+      { "content_type", "string", "Content Type", "The CloudEvent datacontenttype, or the message's content type header" },
+      { "desc", "string", "Desc", "The server's words about the outcome (an error's text)" },
+      { "env", "string", "Env" },
+      { "event_id", "string", "Event ID", "The CloudEvent id" },
+      { "header", "none", "Header", "The header: command, status, sequence and properties, in JSON" },
+      { "header_length", "int32", "Header Length", "The header's length in bytes" },
+      { "header_other", "none", "Header Other", "Header keys no field names" },
+      { "header_other.key", "string", "Header Other Key" },
+      { "header_other.value", "string", "Header Other Value" },
+      { "host", "string", "Host" },
+      { "idc", "string", "Idc" },
+      { "ip", "string", "Ip" },
+      { "key", "uint8", "Key", "The command key (a response's is its request's)", enum = "commands" },
+      { "kind", "string", "Kind", "request, response or command" },
+      { "length_counts", "string", "Length Counts", "What the message length counts here: 1.8 (8 + header + body) or 1.9 (13 + header + body)" },
+      { "links", "none", "Links", "What the conversation tracker links to this frame" },
+      { "magic", "bytes", "Magic", "The magic every frame starts with" },
+      { "message_length", "int32", "Message Length", "The message length: 8 + header + body up to EventMesh 1.8 and in the Go SDK, 13 + header + body from 1.9 (length_counts says which this frame uses)" },
+      { "other_properties", "none", "Other Properties", "Properties no field names" },
+      { "other_properties.key", "string", "Other Properties Key" },
+      { "other_properties.value", "string", "Other Properties Value" },
+      { "package", "string", "Package", "The message package" },
+      { "password", "string", "Password", "Shown masked in every view" },
+      { "path", "string", "Path" },
+      { "payload", "bytes", "Payload", "Body of a frame with no layout in the registry" },
+      { "pid", "int32", "Pid" },
+      { "port", "int32", "Port" },
+      { "properties", "none", "Properties", "Header properties: the message package's protocol" },
+      { "protocol_desc", "string", "Protocol Desc", "The transport (tcp); the Go SDK sends random letters" },
+      { "protocol_type", "string", "Protocol Type", "The message package: cloudevents, eventmeshmessage or openmessage" },
+      { "protocol_version", "string", "Protocol Version", "The package's version (a CloudEvent's specversion)" },
+      { "purpose", "string", "Purpose", "pub or sub" },
+      { "redirect", "none", "Redirect" },
+      { "request_in", "uint32", "Request In", "The request this frame answers", display = "request_packet" },
+      { "response_in", "uint32", "Response In", "The response to this request", display = "response_packet" },
+      { "response_time", "double", "Response Time", "Seconds between the request and this response" },
+      { "seq", "string", "Seq", "The request's sequence; its response and acks carry the same" },
+      { "size", "uint32", "Size", "Frame size in bytes, after the size field" },
+      { "subscription", "none", "Subscription" },
+      { "subscription_mode", "string", "Subscription Mode", "CLUSTERING or BROADCASTING" },
+      { "subscription_other", "none", "Subscription Other" },
+      { "subscription_other.key", "string", "Subscription Other Key" },
+      { "subscription_other.value", "string", "Subscription Other Value" },
+      { "subscription_type", "string", "Subscription Type", "ASYNC or SYNC" },
+      { "subsystem", "string", "Subsystem" },
+      { "token", "string", "Token", "Shown masked in every view" },
+      { "topic", "string", "Topic", "The topic" },
+      { "topic_list", "none", "Topic List" },
+      { "trailing", "bytes", "Trailing", "Bytes after the last field of the layout" },
+      { "unack", "int32", "Unack" },
+      { "user_agent", "none", "User Agent" },
+      { "user_agent_other", "none", "User Agent Other" },
+      { "user_agent_other.key", "string", "User Agent Other Key" },
+      { "user_agent_other.value", "string", "User Agent Other Value" },
+      { "username", "string", "Username" },
+      { "volume", "none", "Volume", "The messages this frame moves, as stats count them per topic" },
+      { "volume.bytes", "uint64", "Volume Bytes", "How many bytes of messages the frame moves" },
+      { "volume.direction", "string", "Volume Direction", "Which way they go, as stats name it (publish, deliver, ...)" },
+      { "volume.messages", "uint32", "Volume Messages", "How many messages the frame moves" },
+      { "volume.topic", "string", "Volume Topic", "The topic the messages are addressed to, as stats name it" },
+    },
+    decoding = function() return {
+      short = "EventMesh",
+      roles = {},
+      order = ">",
+      max_size = 4194304,
+      header = {
+        { name = "magic", type = "raw", size = 9, const = "4576656e744d657368" },
+        { name = "codec_version", type = "raw", size = 4, const = "30303030" },
+        { name = "message_length", type = "int32" },
+        { name = "header_length", type = "int32" },
+        { name = "header", type = "json", struct = "em_header", size = "header_length", inline = true },
+        { name = "length_counts", type = "hook", hook = "length_convention" },
+      },
+      frame = {
+        key = "cmd",
+        response_key = "field",
+        layout_versions = false,
+        key_case = "exact",
+        default_version = 1,
+        key_enum = "command",
+      },
+      structs = {
+        em_header = {
+          { name = "cmd", type = "uint8", enum = "command", display = "name" },
+          { name = "code", type = "int32", enum = "op_status", display = "dec" },
+          { name = "desc", type = "string", info = "desc", prefix = "int16" },
+          { name = "seq", type = "string", info = "seq", prefix = "int16" },
+          { name = "properties", type = "struct", struct = "em_properties" },
+          { name = "command_copy", type = "string", entry = "command", optional = true, prefix = "int16" },
+          {
+            name = "header_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        em_properties = {
+          { name = "protocol_type", type = "string", info = "type", entry = "protocoltype", prefix = "int16" },
+          { name = "protocol_version", type = "string", entry = "protocolversion", prefix = "int16" },
+          { name = "protocol_desc", type = "string", entry = "protocoldesc", prefix = "int16" },
+          {
+            name = "other_properties",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        user_agent = {
+          { name = "env", type = "string", prefix = "int16" },
+          { name = "subsystem", type = "string", prefix = "int16" },
+          { name = "path", type = "string", prefix = "int16" },
+          { name = "pid", type = "int32" },
+          { name = "host", type = "string", prefix = "int16" },
+          { name = "port", type = "int32" },
+          { name = "client_version", type = "string", entry = "version", prefix = "int16" },
+          { name = "username", type = "string", info = "user", prefix = "int16" },
+          { name = "password", type = "string", secret = true, prefix = "int16" },
+          { name = "token", type = "string", secret = true, prefix = "int16" },
+          { name = "idc", type = "string", prefix = "int16" },
+          { name = "client_group", type = "string", info = "group", entry = "group", prefix = "int16" },
+          { name = "purpose", type = "string", info = "purpose", prefix = "int16" },
+          { name = "unack", type = "int32" },
+          {
+            name = "user_agent_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        subscription = {
+          {
+            name = "topic_list",
+            type = "array",
+            info = "topics",
+            entry = "topicList",
+            of = { name = "topic_list", type = "struct", struct = "subscription_item" },
+            prefix = "int32",
+          },
+          {
+            name = "subscription_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        subscription_item = {
+          { name = "topic", type = "string", prefix = "int16" },
+          { name = "subscription_mode", type = "string", entry = "mode", prefix = "int16" },
+          { name = "subscription_type", type = "string", entry = "type", prefix = "int16" },
+        },
+        redirect_info = { { name = "ip", type = "string", info = "to", prefix = "int16" }, { name = "port", type = "int32" } },
+      },
+      layouts = {
+        [0] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [2] = {
+          request = {
+            fields = {
+              {
+                name = "user_agent",
+                type = "json",
+                struct = "user_agent",
+                size = "rest",
+                optional = true,
+                inline = true,
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [4] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [6] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [8] = {
+          request = {
+            fields = {
+              {
+                name = "subscription",
+                type = "json",
+                struct = "subscription",
+                size = "rest",
+                optional = true,
+                inline = true,
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [10] = {
+          request = {
+            fields = {
+              {
+                name = "subscription",
+                type = "json",
+                struct = "subscription",
+                size = "rest",
+                optional = true,
+                inline = true,
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [12] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [14] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [17] = {
+          command = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [19] = {
+          command = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [20] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [24] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [15] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [22] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [26] = {
+          request = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+          response = { fields = { { name = "package", type = "json", hook = "message_package", size = "rest", optional = true } } },
+        },
+        [30] = {
+          command = {
+            fields = {
+              {
+                name = "redirect",
+                type = "json",
+                struct = "redirect_info",
+                size = "rest",
+                optional = true,
+                inline = true,
+              },
+            },
+          },
+        },
+        [28] = { command = { fields = { { name = "body", type = "json", size = "rest", optional = true } } } },
+        [29] = { command = { fields = { { name = "body", type = "json", size = "rest", optional = true } } } },
+        [31] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [33] = {
+          request = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+        [35] = {
+          request = {
+            fields = {
+              {
+                name = "user_agent",
+                type = "json",
+                struct = "user_agent",
+                size = "rest",
+                optional = true,
+                inline = true,
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "json", size = "rest", optional = true } } },
+        },
+      },
+      answers = {
+        [1] = 0,
+        [3] = 2,
+        [5] = 4,
+        [7] = 6,
+        [9] = 8,
+        [11] = 10,
+        [13] = 12,
+        [18] = 14,
+        [21] = 20,
+        [25] = 24,
+        [16] = 15,
+        [23] = 22,
+        [27] = 26,
+        [32] = 31,
+        [34] = 33,
+        [36] = 35,
+      },
+      masked = "********",
+      hook_info = {
+        message_package = {
+          { name = "topic", type = "string", info = "topic", prefix = "int16" },
+          { name = "event_id", type = "string", info = "id", prefix = "int16" },
+        },
+      },
+      hook_names = {},
+      limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
+      conversation = {
+        correlation = "seq",
+        status = "code",
+        status_text = "desc",
+        codes = "dec",
+        server = "server",
+        ok = { 0 },
+        routine = {},
+        close_hints = {},
+        close_about = {},
+        setup = { "Hello" },
+        sessions = {},
+        links = { "request_in", "response_in", "response_time" },
+        closes = {
+          ServerGoodbye = { code = "code", reason = { "desc" }, says = "said goodbye", enum = "op_status", severity = "note" },
+          Redirect = { reason = { "ip", "port" }, says = "redirected the client to", severity = "note" },
+        },
+        versioned = false,
+        rule_order = { "heartbeat" },
+        rules = {},
+      },
+      carries = {},
+      lua_block = 1,
+    } end,
   },
   {
     name = "liftbridge",
     title = "Liftbridge",
-    short = "Liftbridge",
     ports = {},
     tls_ports = {},
-    roles = {},
-    order = ">",
-    max_size = 67108864,
     carried_by = "nats",
     magic = { offset = 0, bytes = "b90e43b4" },
-    header = {
-      { name = "magic", type = "uint32", display = "hex", const = 3104719796 },
-      { name = "envelope_version", type = "uint8" },
-      { name = "header_length", type = "uint8" },
-      { name = "flags", type = "uint8", display = "hex", bits = { { name = "crc_flag", type = "uint8", mask = 1 } } },
-      { name = "msg_type", type = "uint8", enum = "msg_type", display = "name" },
-      { name = "envelope_rest", type = "hook", hook = "envelope", struct = "envelope_crc", inline = true },
-    },
-    frame = {
-      key = "msg_type",
-      response_key = "field",
-      layout_versions = false,
-      key_case = "exact",
-      default_version = 1,
-      key_enum = "msg_type",
-    },
     enums = {
       msg_type = {
         [0] = "Publish",
@@ -805,88 +661,6 @@ local SPECS = {
       ack_policy = { [0] = "LEADER", [1] = "ALL", [2] = "NONE" },
       ack_error = { [0] = "OK", [1] = "UNKNOWN", [2] = "INCORRECT_OFFSET", [3] = "TOO_LARGE", [4] = "ENCRYPTION" },
     },
-    structs = {
-      envelope_crc = {
-        { name = "crc", type = "uint32", display = "hex" },
-        { name = "crc_check", type = "string", info = "crc", prefix = "int16" },
-        { name = "header_padding", type = "bytes", prefix = "int32" },
-      },
-      lb_message = {
-        { name = "offset", type = "int64", tag = 1 },
-        { name = "message_key", type = "bytes", tag = 2, prefix = "int32" },
-        { name = "value", type = "bytes", tag = 3, prefix = "int32" },
-        { name = "timestamp", type = "int64", tag = 4 },
-        { name = "stream", type = "string", info = "stream", tag = 5, prefix = "int16" },
-        { name = "partition", type = "int32", info = "partition", tag = 6 },
-        { name = "subject", type = "string", tag = 7, prefix = "int16" },
-        { name = "reply_subject", type = "string", tag = 8, prefix = "int16" },
-        {
-          name = "headers",
-          type = "map",
-          tag = 9,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "bytes", prefix = "int32" },
-          prefix = "int32",
-        },
-        { name = "ack_inbox", type = "string", info = "ack_inbox", tag = 10, prefix = "int16" },
-        { name = "correlation_id", type = "string", info = "id", tag = 11, prefix = "int16" },
-        { name = "ack_policy", type = "int32", enum = "ack_policy", display = "dec", tag = 12 },
-        {
-          name = "message_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      lb_ack = {
-        { name = "stream", type = "string", info = "stream", tag = 1, prefix = "int16" },
-        { name = "partition_subject", type = "string", tag = 2, prefix = "int16" },
-        { name = "msg_subject", type = "string", tag = 3, prefix = "int16" },
-        { name = "offset", type = "int64", info = "offset", tag = 4 },
-        { name = "ack_inbox", type = "string", tag = 5, prefix = "int16" },
-        { name = "correlation_id", type = "string", info = "id", tag = 6, prefix = "int16" },
-        { name = "ack_policy", type = "int32", enum = "ack_policy", display = "dec", tag = 7 },
-        { name = "reception_timestamp", type = "int64", tag = 8 },
-        { name = "commit_timestamp", type = "int64", tag = 9 },
-        { name = "ack_error", type = "int32", enum = "ack_error", display = "dec", info = "error", tag = 10 },
-        {
-          name = "ack_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      lb_partition_notification = {
-        { name = "stream", type = "string", info = "stream", tag = 1, prefix = "int16" },
-        { name = "partition", type = "int32", info = "partition", tag = 2 },
-        {
-          name = "notification_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      lb_fields = {
-        {
-          name = "fields",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-    },
     commands = {
       [0] = { name = "Publish", versions = { 1 } },
       [1] = { name = "Ack", versions = { 1 } },
@@ -904,393 +678,266 @@ local SPECS = {
       [12] = { name = "PartitionStatusRequest", versions = { 1 } },
       [13] = { name = "PartitionStatusResponse", versions = { 1 } },
     },
-    layouts = {
-      [0] = {
-        command = { fields = { { name = "message", type = "protobuf", struct = "lb_message", size = "rest", inline = true } } },
+    subject = "stream",
+    names = {
+      { "ack", "none", "Ack" },
+      { "ack_error", "int32", "Ack Error", "OK, or why the message was refused", enum = "ack_error", display = "dec" },
+      { "ack_inbox", "string", "Ack Inbox", "Where the server publishes the Ack" },
+      { "ack_other", "none", "Ack Other", "Fields api.proto does not name, by number" },
+      { "ack_other.key", "string", "Ack Other Key" },
+      { "ack_other.value", "string", "Ack Other Value" },
+      { "ack_policy", "int32", "Ack Policy", "Who must have it before the Ack: LEADER, ALL, NONE", enum = "ack_policy", display = "dec" },
+      { "command", "string", "Command", "Command name from the registry" },
+      { "commit_timestamp", "int64", "Commit Timestamp", "When it was committed, in ns since 1970" },
+      { "connection", "string", "Connection", "The connection: client address:port \226\134\146 server address:port" },
+      { "correlation_id", "string", "Correlation ID", "The id the Ack carries back" },
+      { "crc", "uint32", "CRC", "CRC-32C (Castagnoli) of the bytes from the header length on", display = "hex" },
+      { "crc_check", "string", "CRC Check", "valid or wrong" },
+      { "crc_flag", "uint8", "CRC Flag", "A CRC-32C of the message follows the header", mask = 1 },
+      { "envelope_rest", "none", "Envelope Rest", "The CRC-32C, and header bytes up to the header length" },
+      { "envelope_version", "uint8", "Envelope Version", "The envelope's version (0 is the only one)" },
+      { "fields", "none", "Fields", "The message's fields by number (wire type: value)" },
+      { "fields.key", "string", "Fields Key" },
+      { "fields.value", "string", "Fields Value" },
+      { "flags", "uint8", "Flags", "Flags: bit 0 says a CRC-32C follows", display = "hex" },
+      { "header_length", "uint8", "Header Length", "Where the protobuf message starts: 8, or 12 with a CRC" },
+      { "header_padding", "bytes", "Header Padding", "Header bytes beyond the known fields, up to the header length" },
+      { "headers", "none", "Headers", "The message's headers" },
+      { "headers.key", "string", "Headers Key" },
+      { "headers.value", "bytes", "Headers Value" },
+      { "high_watermark", "int64", "High Watermark", "The partition's high watermark" },
+      { "internal", "none", "Internal" },
+      { "key", "uint8", "Key", "The command key (a response's is its request's)", enum = "commands" },
+      { "kind", "string", "Kind", "request, response or command" },
+      { "leader_epoch", "uint64", "Leader Epoch", "The leader's epoch" },
+      { "links", "none", "Links", "What the conversation tracker links to this frame" },
+      { "log_data", "bytes", "Log Data", "Commit-log data, as stored" },
+      { "magic", "uint32", "Magic", "The envelope's magic, B9 0E 43 B4", display = "hex" },
+      { "message", "none", "Message" },
+      { "message_key", "bytes", "Message Key", "The message's key (partitioning, compaction)" },
+      { "message_other", "none", "Message Other", "Fields api.proto does not name, by number" },
+      { "message_other.key", "string", "Message Other Key" },
+      { "message_other.value", "string", "Message Other Value" },
+      { "msg_subject", "string", "Msg Subject", "The subject the message was published on" },
+      { "msg_type", "uint8", "Msg Type", "What the protobuf message is", display = "name", enum = "commands" },
+      { "notification", "none", "Notification" },
+      { "notification_other", "none", "Notification Other", "Fields internal.proto does not name, by number" },
+      { "notification_other.key", "string", "Notification Other Key" },
+      { "notification_other.value", "string", "Notification Other Value" },
+      { "offset", "int64", "Offset", "On publish the expected offset (-1: none); on delivery the message's offset" },
+      { "partition", "int32", "Partition", "The partition" },
+      { "partition_subject", "string", "Partition Subject", "The partition's NATS subject" },
+      { "payload", "bytes", "Payload", "Body of a frame with no layout in the registry" },
+      { "reception_timestamp", "int64", "Reception Timestamp", "When the leader received it, in ns since 1970" },
+      { "reply_subject", "string", "Reply Subject", "The NATS reply subject" },
+      { "size", "uint32", "Size", "Frame size in bytes, after the size field" },
+      { "stream", "string", "Stream", "The stream the message is published to" },
+      { "subject", "string", "Subject", "The NATS subject it was published on" },
+      { "timestamp", "int64", "Timestamp", "When it was published, in ns since 1970" },
+      { "trailing", "bytes", "Trailing", "Bytes after the last field of the layout" },
+      { "value", "bytes", "Value", "The message's value" },
+      { "volume", "none", "Volume", "The messages this frame moves, as stats count them per stream" },
+      { "volume.bytes", "uint64", "Volume Bytes", "How many bytes of messages the frame moves" },
+      { "volume.direction", "string", "Volume Direction", "Which way they go, as stats name it (publish, deliver, ...)" },
+      { "volume.messages", "uint32", "Volume Messages", "How many messages the frame moves" },
+      { "volume.stream", "string", "Volume Stream", "The stream the messages are addressed to, as stats name it" },
+    },
+    decoding = function() return {
+      short = "Liftbridge",
+      roles = {},
+      order = ">",
+      max_size = 67108864,
+      header = {
+        { name = "magic", type = "uint32", display = "hex", const = 3104719796 },
+        { name = "envelope_version", type = "uint8" },
+        { name = "header_length", type = "uint8" },
+        { name = "flags", type = "uint8", display = "hex", bits = { { name = "crc_flag", type = "uint8", mask = 1 } } },
+        { name = "msg_type", type = "uint8", enum = "msg_type", display = "name" },
+        { name = "envelope_rest", type = "hook", hook = "envelope", struct = "envelope_crc", inline = true },
       },
-      [1] = {
-        command = { fields = { { name = "ack", type = "protobuf", struct = "lb_ack", size = "rest", inline = true } } },
+      frame = {
+        key = "msg_type",
+        response_key = "field",
+        layout_versions = false,
+        key_case = "exact",
+        default_version = 1,
+        key_enum = "msg_type",
       },
-      [14] = {
-        command = {
-          fields = {
-            {
-              name = "notification",
-              type = "protobuf",
-              struct = "lb_partition_notification",
-              size = "rest",
-              inline = true,
+      structs = {
+        envelope_crc = {
+          { name = "crc", type = "uint32", display = "hex" },
+          { name = "crc_check", type = "string", info = "crc", prefix = "int16" },
+          { name = "header_padding", type = "bytes", prefix = "int32" },
+        },
+        lb_message = {
+          { name = "offset", type = "int64", tag = 1 },
+          { name = "message_key", type = "bytes", tag = 2, prefix = "int32" },
+          { name = "value", type = "bytes", tag = 3, prefix = "int32" },
+          { name = "timestamp", type = "int64", tag = 4 },
+          { name = "stream", type = "string", info = "stream", tag = 5, prefix = "int16" },
+          { name = "partition", type = "int32", info = "partition", tag = 6 },
+          { name = "subject", type = "string", tag = 7, prefix = "int16" },
+          { name = "reply_subject", type = "string", tag = 8, prefix = "int16" },
+          {
+            name = "headers",
+            type = "map",
+            tag = 9,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "bytes", prefix = "int32" },
+            prefix = "int32",
+          },
+          { name = "ack_inbox", type = "string", info = "ack_inbox", tag = 10, prefix = "int16" },
+          { name = "correlation_id", type = "string", info = "id", tag = 11, prefix = "int16" },
+          { name = "ack_policy", type = "int32", enum = "ack_policy", display = "dec", tag = 12 },
+          {
+            name = "message_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        lb_ack = {
+          { name = "stream", type = "string", info = "stream", tag = 1, prefix = "int16" },
+          { name = "partition_subject", type = "string", tag = 2, prefix = "int16" },
+          { name = "msg_subject", type = "string", tag = 3, prefix = "int16" },
+          { name = "offset", type = "int64", info = "offset", tag = 4 },
+          { name = "ack_inbox", type = "string", tag = 5, prefix = "int16" },
+          { name = "correlation_id", type = "string", info = "id", tag = 6, prefix = "int16" },
+          { name = "ack_policy", type = "int32", enum = "ack_policy", display = "dec", tag = 7 },
+          { name = "reception_timestamp", type = "int64", tag = 8 },
+          { name = "commit_timestamp", type = "int64", tag = 9 },
+          { name = "ack_error", type = "int32", enum = "ack_error", display = "dec", info = "error", tag = 10 },
+          {
+            name = "ack_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        lb_partition_notification = {
+          { name = "stream", type = "string", info = "stream", tag = 1, prefix = "int16" },
+          { name = "partition", type = "int32", info = "partition", tag = 2 },
+          {
+            name = "notification_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        lb_fields = {
+          {
+            name = "fields",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+      },
+      layouts = {
+        [0] = {
+          command = { fields = { { name = "message", type = "protobuf", struct = "lb_message", size = "rest", inline = true } } },
+        },
+        [1] = {
+          command = { fields = { { name = "ack", type = "protobuf", struct = "lb_ack", size = "rest", inline = true } } },
+        },
+        [14] = {
+          command = {
+            fields = {
+              {
+                name = "notification",
+                type = "protobuf",
+                struct = "lb_partition_notification",
+                size = "rest",
+                inline = true,
+              },
             },
           },
         },
-      },
-      [2] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [3] = {
-        command = {
-          fields = {
-            { name = "leader_epoch", type = "uint64" },
-            { name = "high_watermark", type = "int64" },
-            { name = "log_data", type = "raw", size = "rest" },
+        [2] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [3] = {
+          command = {
+            fields = {
+              { name = "leader_epoch", type = "uint64" },
+              { name = "high_watermark", type = "int64" },
+              { name = "log_data", type = "raw", size = "rest" },
+            },
           },
         },
+        [4] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [5] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [6] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [7] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [8] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [9] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [10] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [11] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [12] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
+        [13] = {
+          command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+        },
       },
-      [4] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
+      answers = {},
+      masked = "********",
+      hook_info = {},
+      hook_names = {},
+      limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
+      conversation = {
+        codes = "hex",
+        server = "server",
+        ok = {},
+        routine = {},
+        close_hints = {},
+        close_about = {},
+        setup = {},
+        sessions = {},
+        links = {},
+        closes = {},
+        versioned = false,
+        rule_order = {},
+        rules = {},
       },
-      [5] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [6] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [7] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [8] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [9] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [10] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [11] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [12] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-      [13] = {
-        command = { fields = { { name = "internal", type = "protobuf", struct = "lb_fields", size = "rest", inline = true } } },
-      },
-    },
-    answers = {},
-    masked = "********",
-    hook_info = {},
-    hook_names = {},
-    names = {
-      { name = "ack", ftype = "none", title = "Ack" },
-      {
-        name = "ack_error",
-        ftype = "int32",
-        title = "Ack Error",
-        doc = "OK, or why the message was refused",
-        enum = "ack_error",
-        display = "dec",
-      },
-      { name = "ack_inbox", ftype = "string", title = "Ack Inbox", doc = "Where the server publishes the Ack" },
-      { name = "ack_other", ftype = "none", title = "Ack Other", doc = "Fields api.proto does not name, by number" },
-      { name = "ack_other.key", ftype = "string", title = "Ack Other Key" },
-      { name = "ack_other.value", ftype = "string", title = "Ack Other Value" },
-      {
-        name = "ack_policy",
-        ftype = "int32",
-        title = "Ack Policy",
-        doc = "Who must have it before the Ack: LEADER, ALL, NONE",
-        enum = "ack_policy",
-        display = "dec",
-      },
-      { name = "command", ftype = "string", title = "Command", doc = "Command name from the registry" },
-      {
-        name = "commit_timestamp",
-        ftype = "int64",
-        title = "Commit Timestamp",
-        doc = "When it was committed, in ns since 1970",
-      },
-      {
-        name = "connection",
-        ftype = "string",
-        title = "Connection",
-        doc = "The connection: client address:port \226\134\146 server address:port",
-      },
-      { name = "correlation_id", ftype = "string", title = "Correlation ID", doc = "The id the Ack carries back" },
-      {
-        name = "crc",
-        ftype = "uint32",
-        title = "CRC",
-        doc = "CRC-32C (Castagnoli) of the bytes from the header length on",
-        display = "hex",
-      },
-      { name = "crc_check", ftype = "string", title = "CRC Check", doc = "valid or wrong" },
-      {
-        name = "crc_flag",
-        ftype = "uint8",
-        title = "CRC Flag",
-        doc = "A CRC-32C of the message follows the header",
-        mask = 1,
-      },
-      {
-        name = "envelope_rest",
-        ftype = "none",
-        title = "Envelope Rest",
-        doc = "The CRC-32C, and header bytes up to the header length",
-      },
-      {
-        name = "envelope_version",
-        ftype = "uint8",
-        title = "Envelope Version",
-        doc = "The envelope's version (0 is the only one)",
-      },
-      { name = "fields", ftype = "none", title = "Fields", doc = "The message's fields by number (wire type: value)" },
-      { name = "fields.key", ftype = "string", title = "Fields Key" },
-      { name = "fields.value", ftype = "string", title = "Fields Value" },
-      { name = "flags", ftype = "uint8", title = "Flags", doc = "Flags: bit 0 says a CRC-32C follows", display = "hex" },
-      {
-        name = "header_length",
-        ftype = "uint8",
-        title = "Header Length",
-        doc = "Where the protobuf message starts: 8, or 12 with a CRC",
-      },
-      {
-        name = "header_padding",
-        ftype = "bytes",
-        title = "Header Padding",
-        doc = "Header bytes beyond the known fields, up to the header length",
-      },
-      { name = "headers", ftype = "none", title = "Headers", doc = "The message's headers" },
-      { name = "headers.key", ftype = "string", title = "Headers Key" },
-      { name = "headers.value", ftype = "bytes", title = "Headers Value" },
-      { name = "high_watermark", ftype = "int64", title = "High Watermark", doc = "The partition's high watermark" },
-      { name = "internal", ftype = "none", title = "Internal" },
-      {
-        name = "key",
-        ftype = "uint8",
-        title = "Key",
-        doc = "The command key (a response's is its request's)",
-        enum = "commands",
-      },
-      { name = "kind", ftype = "string", title = "Kind", doc = "request, response or command" },
-      { name = "leader_epoch", ftype = "uint64", title = "Leader Epoch", doc = "The leader's epoch" },
-      { name = "links", ftype = "none", title = "Links", doc = "What the conversation tracker links to this frame" },
-      { name = "log_data", ftype = "bytes", title = "Log Data", doc = "Commit-log data, as stored" },
-      { name = "magic", ftype = "uint32", title = "Magic", doc = "The envelope's magic, B9 0E 43 B4", display = "hex" },
-      { name = "message", ftype = "none", title = "Message" },
-      {
-        name = "message_key",
-        ftype = "bytes",
-        title = "Message Key",
-        doc = "The message's key (partitioning, compaction)",
-      },
-      {
-        name = "message_other",
-        ftype = "none",
-        title = "Message Other",
-        doc = "Fields api.proto does not name, by number",
-      },
-      { name = "message_other.key", ftype = "string", title = "Message Other Key" },
-      { name = "message_other.value", ftype = "string", title = "Message Other Value" },
-      {
-        name = "msg_subject",
-        ftype = "string",
-        title = "Msg Subject",
-        doc = "The subject the message was published on",
-      },
-      {
-        name = "msg_type",
-        ftype = "uint8",
-        title = "Msg Type",
-        doc = "What the protobuf message is",
-        display = "name",
-        enum = "commands",
-      },
-      { name = "notification", ftype = "none", title = "Notification" },
-      {
-        name = "notification_other",
-        ftype = "none",
-        title = "Notification Other",
-        doc = "Fields internal.proto does not name, by number",
-      },
-      { name = "notification_other.key", ftype = "string", title = "Notification Other Key" },
-      { name = "notification_other.value", ftype = "string", title = "Notification Other Value" },
-      {
-        name = "offset",
-        ftype = "int64",
-        title = "Offset",
-        doc = "On publish the expected offset (-1: none); on delivery the message's offset",
-      },
-      { name = "partition", ftype = "int32", title = "Partition", doc = "The partition" },
-      {
-        name = "partition_subject",
-        ftype = "string",
-        title = "Partition Subject",
-        doc = "The partition's NATS subject",
-      },
-      { name = "payload", ftype = "bytes", title = "Payload", doc = "Body of a frame with no layout in the registry" },
-      {
-        name = "reception_timestamp",
-        ftype = "int64",
-        title = "Reception Timestamp",
-        doc = "When the leader received it, in ns since 1970",
-      },
-      { name = "reply_subject", ftype = "string", title = "Reply Subject", doc = "The NATS reply subject" },
-      { name = "size", ftype = "uint32", title = "Size", doc = "Frame size in bytes, after the size field" },
-      { name = "stream", ftype = "string", title = "Stream", doc = "The stream the message is published to" },
-      { name = "subject", ftype = "string", title = "Subject", doc = "The NATS subject it was published on" },
-      { name = "timestamp", ftype = "int64", title = "Timestamp", doc = "When it was published, in ns since 1970" },
-      { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
-      { name = "value", ftype = "bytes", title = "Value", doc = "The message's value" },
-      {
-        name = "volume",
-        ftype = "none",
-        title = "Volume",
-        doc = "The messages this frame moves, as stats count them per stream",
-      },
-      {
-        name = "volume.bytes",
-        ftype = "uint64",
-        title = "Volume Bytes",
-        doc = "How many bytes of messages the frame moves",
-      },
-      {
-        name = "volume.direction",
-        ftype = "string",
-        title = "Volume Direction",
-        doc = "Which way they go, as stats name it (publish, deliver, ...)",
-      },
-      {
-        name = "volume.messages",
-        ftype = "uint32",
-        title = "Volume Messages",
-        doc = "How many messages the frame moves",
-      },
-      {
-        name = "volume.stream",
-        ftype = "string",
-        title = "Volume Stream",
-        doc = "The stream the messages are addressed to, as stats name it",
-      },
-    },
-    limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
-    conversation = {
-      codes = "hex",
-      server = "server",
-      ok = {},
-      routine = {},
-      close_hints = {},
-      close_about = {},
-      setup = {},
-      sessions = {},
-      links = {},
-      closes = {},
-      versioned = false,
-      rule_order = {},
-      rules = {},
-    },
-    subject = "stream",
-    carries = {},
-    lua_block = 2,
+      carries = {},
+      lua_block = 2,
+    } end,
   },
   {
     name = "nats",
     title = "NATS",
-    short = "NATS",
     ports = { 4222 },
     tls_ports = {},
-    roles = {},
-    order = ">",
-    max_size = 67239936,
-    header = { { name = "op", type = "string", size = "word" } },
-    frame = { key = "op", response_key = "field", layout_versions = false, key_case = "any", default_version = 1 },
     enums = {},
-    structs = {
-      server_info = {
-        { name = "server_id", type = "string", prefix = "int16" },
-        { name = "server_name", type = "string", prefix = "int16" },
-        { name = "server_version", type = "string", info = "server", entry = "version", prefix = "int16" },
-        { name = "go", type = "string", prefix = "int16" },
-        { name = "host", type = "string", prefix = "int16" },
-        { name = "port", type = "int32" },
-        { name = "server_headers", type = "bool", entry = "headers" },
-        { name = "max_payload", type = "int64", info = "max_payload" },
-        { name = "proto", type = "int32" },
-        { name = "client_id", type = "uint64" },
-        { name = "client_ip", type = "string", prefix = "int16" },
-        { name = "auth_required", type = "bool" },
-        { name = "tls_required", type = "bool" },
-        { name = "jetstream", type = "bool" },
-        { name = "nonce", type = "string", prefix = "int16" },
-        { name = "cluster", type = "string", prefix = "int16" },
-        {
-          name = "connect_urls",
-          type = "array",
-          of = { name = "connect_urls", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-        { name = "ldm", type = "bool" },
-        {
-          name = "info_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      connect_options = {
-        { name = "verbose", type = "bool" },
-        { name = "pedantic", type = "bool" },
-        { name = "tls_required", type = "bool" },
-        { name = "auth_token", type = "string", secret = true, prefix = "int16" },
-        { name = "user", type = "string", info = "user", prefix = "int16" },
-        { name = "pass", type = "string", secret = true, prefix = "int16" },
-        { name = "client_name", type = "string", info = "name", entry = "name", prefix = "int16" },
-        { name = "lang", type = "string", info = "lang", prefix = "int16" },
-        { name = "client_version", type = "string", info = "version", entry = "version", prefix = "int16" },
-        { name = "client_protocol", type = "int32", entry = "protocol" },
-        { name = "echo", type = "bool" },
-        { name = "sig", type = "string", secret = true, prefix = "int16" },
-        { name = "jwt", type = "string", secret = true, prefix = "int16" },
-        { name = "nkey", type = "string", prefix = "int16" },
-        { name = "connect_headers", type = "bool", entry = "headers" },
-        { name = "no_responders", type = "bool" },
-        {
-          name = "connect_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      pub_args = {
-        { name = "subject", type = "string", info = "subject", prefix = "int16" },
-        { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
-        { name = "payload_size", type = "uint32" },
-      },
-      hpub_args = {
-        { name = "subject", type = "string", info = "subject", prefix = "int16" },
-        { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
-        { name = "header_size", type = "uint32" },
-        { name = "total_size", type = "uint32" },
-      },
-      sub_args = {
-        { name = "subject", type = "string", info = "subject", prefix = "int16" },
-        { name = "queue_group", type = "string", info = "queue", optional = true, prefix = "int16" },
-        { name = "sid", type = "string", info = "sid", prefix = "int16" },
-      },
-      unsub_args = {
-        { name = "sid", type = "string", info = "sid", prefix = "int16" },
-        { name = "max_msgs", type = "uint32", info = "max", optional = true },
-      },
-      msg_args = {
-        { name = "subject", type = "string", info = "subject", prefix = "int16" },
-        { name = "sid", type = "string", info = "sid", prefix = "int16" },
-        { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
-        { name = "payload_size", type = "uint32" },
-      },
-      hmsg_args = {
-        { name = "subject", type = "string", info = "subject", prefix = "int16" },
-        { name = "sid", type = "string", info = "sid", prefix = "int16" },
-        { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
-        { name = "header_size", type = "uint32" },
-        { name = "total_size", type = "uint32" },
-      },
-    },
     commands = {
       INFO = { name = "Info", versions = { 1 } },
       CONNECT = { name = "Connect", versions = { 1 } },
@@ -1305,600 +952,432 @@ local SPECS = {
       ["+OK"] = { name = "Ok", versions = { 1 } },
       ["-ERR"] = { name = "Error", versions = { 1 } },
     },
-    layouts = {
-      INFO = {
-        command = { fields = { { name = "info", type = "json", struct = "server_info", size = "line", inline = true } } },
-      },
-      CONNECT = {
-        command = { fields = { { name = "connect", type = "json", struct = "connect_options", size = "line", inline = true } } },
-      },
-      PUB = {
-        command = {
-          fields = {
-            { name = "pub", type = "words", struct = "pub_args", size = "line", inline = true },
-            { name = "data", type = "raw", hook = "payload", size = "payload_size" },
-            { name = "data_end", type = "raw", size = 2, const = "0d0a" },
-          },
-        },
-      },
-      HPUB = {
-        command = {
-          fields = {
-            { name = "hpub", type = "words", struct = "hpub_args", size = "line", inline = true },
-            { name = "headers", type = "raw", hook = "header_block", size = "header_size" },
-            { name = "data", type = "raw", hook = "payload", size = "payload_size" },
-            { name = "data_end", type = "raw", size = 2, const = "0d0a" },
-          },
-        },
-      },
-      SUB = { command = { fields = { { name = "sub", type = "words", struct = "sub_args", size = "line", inline = true } } } },
-      UNSUB = {
-        command = { fields = { { name = "unsub", type = "words", struct = "unsub_args", size = "line", inline = true } } },
-      },
-      MSG = {
-        command = {
-          fields = {
-            { name = "msg", type = "words", struct = "msg_args", size = "line", inline = true },
-            { name = "data", type = "raw", hook = "payload", size = "payload_size" },
-            { name = "data_end", type = "raw", size = 2, const = "0d0a" },
-          },
-        },
-      },
-      HMSG = {
-        command = {
-          fields = {
-            { name = "hmsg", type = "words", struct = "hmsg_args", size = "line", inline = true },
-            { name = "headers", type = "raw", hook = "header_block", size = "header_size" },
-            { name = "data", type = "raw", hook = "payload", size = "payload_size" },
-            { name = "data_end", type = "raw", size = 2, const = "0d0a" },
-          },
-        },
-      },
-      PING = { command = { fields = {} } },
-      PONG = { command = { fields = {} } },
-      ["+OK"] = { command = { fields = {} } },
-      ["-ERR"] = { command = { fields = { { name = "error_text", type = "string", info = "error", size = "line" } } } },
-    },
-    answers = {},
-    masked = "********",
-    hook_info = {
-      header_block = {
-        { name = "status", type = "uint16", info = "status" },
-        { name = "status_text", type = "string", info = "description", prefix = "int16" },
-        { name = "service_error", type = "string", info = "service_error", prefix = "int16" },
-        { name = "service_error_code", type = "uint32", info = "service_code" },
-      },
-      payload = {
-        { name = "js_api", type = "string", info = "api", prefix = "int16" },
-        { name = "js_stream", type = "string", info = "stream", prefix = "int16" },
-        { name = "js_consumer", type = "string", info = "consumer", prefix = "int16" },
-        { name = "js_stream_seq", type = "uint64", info = "seq" },
-        { name = "js_ack", type = "string", info = "ack", prefix = "int16" },
-        { name = "js_duplicate", type = "bool", info = "duplicate" },
-        { name = "js_error_code", type = "uint32", info = "js_error" },
-        { name = "js_err_code", type = "uint32", info = "err_code" },
-        { name = "kv_bucket", type = "string", info = "bucket", prefix = "int16" },
-        { name = "kv_key", type = "string", info = "key", prefix = "int16" },
-        { name = "kv_operation", type = "string", info = "op", prefix = "int16" },
-        { name = "kv_revision", type = "uint64", info = "revision" },
-        { name = "obj_bucket", type = "string", info = "bucket", prefix = "int16" },
-        { name = "obj_nuid", type = "string", info = "nuid", prefix = "int16" },
-        { name = "obj_name", type = "string", info = "name", prefix = "int16" },
-        { name = "srv_verb", type = "string", info = "service", prefix = "int16" },
-      },
-    },
-    hook_names = {
-      payload = {
-        by = "subject",
-        patterns = {
-          { pattern = "$JS.API.CONSUMER.MSG.NEXT.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.MSG.NEXT" } },
-          {
-            pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}.{js_filter>}",
-            set = { js_api = "CONSUMER.CREATE" },
-          },
-          { pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.CREATE" } },
-          { pattern = "$JS.API.CONSUMER.CREATE.{js_stream}", set = { js_api = "CONSUMER.CREATE" } },
-          {
-            pattern = "$JS.API.CONSUMER.DURABLE.CREATE.{js_stream}.{js_consumer}",
-            set = { js_api = "CONSUMER.DURABLE.CREATE" },
-          },
-          { pattern = "$JS.API.CONSUMER.INFO.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.INFO" } },
-          { pattern = "$JS.API.CONSUMER.DELETE.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.DELETE" } },
-          {
-            pattern = "$JS.API.CONSUMER.LEADER.STEPDOWN.{js_stream}.{js_consumer}",
-            set = { js_api = "CONSUMER.LEADER.STEPDOWN" },
-          },
-          { pattern = "$JS.API.CONSUMER.NAMES.{js_stream}", set = { js_api = "CONSUMER.NAMES" } },
-          { pattern = "$JS.API.CONSUMER.LIST.{js_stream}", set = { js_api = "CONSUMER.LIST" } },
-          { pattern = "$JS.API.STREAM.MSG.GET.{js_stream}", set = { js_api = "STREAM.MSG.GET" } },
-          { pattern = "$JS.API.STREAM.MSG.DELETE.{js_stream}", set = { js_api = "STREAM.MSG.DELETE" } },
-          { pattern = "$JS.API.STREAM.LEADER.STEPDOWN.{js_stream}", set = { js_api = "STREAM.LEADER.STEPDOWN" } },
-          { pattern = "$JS.API.STREAM.PEER.REMOVE.{js_stream}", set = { js_api = "STREAM.PEER.REMOVE" } },
-          { pattern = "$JS.API.STREAM.NAMES", set = { js_api = "STREAM.NAMES" } },
-          { pattern = "$JS.API.STREAM.LIST", set = { js_api = "STREAM.LIST" } },
-          { pattern = "$JS.API.STREAM.CREATE.{js_stream}", set = { js_api = "STREAM.CREATE" } },
-          { pattern = "$JS.API.STREAM.UPDATE.{js_stream}", set = { js_api = "STREAM.UPDATE" } },
-          { pattern = "$JS.API.STREAM.DELETE.{js_stream}", set = { js_api = "STREAM.DELETE" } },
-          { pattern = "$JS.API.STREAM.INFO.{js_stream}", set = { js_api = "STREAM.INFO" } },
-          { pattern = "$JS.API.STREAM.PURGE.{js_stream}", set = { js_api = "STREAM.PURGE" } },
-          { pattern = "$JS.API.STREAM.SNAPSHOT.{js_stream}", set = { js_api = "STREAM.SNAPSHOT" } },
-          { pattern = "$JS.API.STREAM.RESTORE.{js_stream}", set = { js_api = "STREAM.RESTORE" } },
-          { pattern = "$JS.API.DIRECT.GET.{js_stream}.{js_subject>}", set = { js_api = "DIRECT.GET" } },
-          { pattern = "$JS.API.DIRECT.GET.{js_stream}", set = { js_api = "DIRECT.GET" } },
-          { pattern = "$JS.API.INFO", set = { js_api = "INFO" } },
-          { pattern = "$JS.API.{js_api>}", set = {} },
-          { pattern = "$KV.{kv_bucket}.{kv_key>}", set = {} },
-          { pattern = "$O.{obj_bucket}.C.{obj_nuid}", set = {} },
-          { pattern = "$O.{obj_bucket}.M.{obj_name}", set = {} },
-          { pattern = "$SRV.{srv_verb}.{srv_name}.{srv_id}", set = {} },
-          { pattern = "$SRV.{srv_verb}.{srv_name}", set = {} },
-          { pattern = "$SRV.{srv_verb}", set = {} },
-        },
-      },
-    },
-    names = {
-      { name = "auth_required", ftype = "bool", title = "Auth Required" },
-      { name = "auth_token", ftype = "string", title = "Auth Token", doc = "Shown masked in every view" },
-      {
-        name = "chunks_in",
-        ftype = "uint32",
-        title = "Chunks In",
-        doc = "The chunks of the object this metadata describes",
-        display = "request_packet",
-      },
-      { name = "client_id", ftype = "uint64", title = "Client ID", doc = "The id the server gave this connection" },
-      { name = "client_ip", ftype = "string", title = "Client Ip" },
-      { name = "client_name", ftype = "string", title = "Client Name", doc = "The client's name" },
-      {
-        name = "client_protocol",
-        ftype = "int32",
-        title = "Client Protocol",
-        doc = "1: the client understands INFO updates",
-      },
-      { name = "client_version", ftype = "string", title = "Client Version", doc = "The client library's version" },
-      { name = "cluster", ftype = "string", title = "Cluster" },
-      { name = "command", ftype = "string", title = "Command", doc = "Command name from the registry" },
-      { name = "connect", ftype = "none", title = "Connect" },
-      { name = "connect_headers", ftype = "bool", title = "Connect Headers", doc = "The client understands HMSG" },
-      { name = "connect_other", ftype = "none", title = "Connect Other", doc = "CONNECT keys no field names" },
-      { name = "connect_other.key", ftype = "string", title = "Connect Other Key" },
-      { name = "connect_other.value", ftype = "string", title = "Connect Other Value" },
-      { name = "connect_urls", ftype = "string", title = "Connect Urls", doc = "Other servers of the cluster" },
-      {
-        name = "connection",
-        ftype = "string",
-        title = "Connection",
-        doc = "The connection: client address:port \226\134\146 server address:port",
-      },
-      { name = "data", ftype = "bytes", title = "Data", doc = "The payload" },
-      { name = "data_end", ftype = "bytes", title = "Data End", doc = "The CRLF after the payload" },
-      { name = "data_json", ftype = "string", title = "Data Json", doc = "The payload, where it is JSON" },
-      { name = "data_text", ftype = "string", title = "Data Text", doc = "The payload, where it is text but not JSON" },
-      { name = "echo", ftype = "bool", title = "Echo", doc = "The client receives its own messages" },
-      { name = "error_text", ftype = "string", title = "Error Text", doc = "The server's words, in single quotes" },
-      { name = "go", ftype = "string", title = "Go", doc = "The Go version the server was built with" },
-      {
-        name = "header_size",
-        ftype = "uint32",
-        title = "Header Size",
-        doc = "The headers' size in bytes (NATS/1.0 line included)",
-      },
-      { name = "headers", ftype = "bytes", title = "Headers", doc = "The headers (NATS/1.0 and Name: value lines)" },
-      { name = "hmsg", ftype = "none", title = "Hmsg" },
-      { name = "host", ftype = "string", title = "Host" },
-      { name = "hpub", ftype = "none", title = "Hpub" },
-      { name = "info", ftype = "none", title = "Info" },
-      { name = "info_other", ftype = "none", title = "Info Other", doc = "INFO keys no field names" },
-      { name = "info_other.key", ftype = "string", title = "Info Other Key" },
-      { name = "info_other.value", ftype = "string", title = "Info Other Value" },
-      { name = "jetstream", ftype = "bool", title = "Jetstream", doc = "Whether JetStream is enabled" },
-      {
-        name = "js_ack",
-        ftype = "string",
-        title = "Js Ack",
-        doc = "An acknowledgement sent to a $JS.ACK subject, by name: +ACK (an empty payload too), -NAK, +WPI (in progress), +NXT (ack and pull), +TERM",
-      },
-      {
-        name = "js_api",
-        ftype = "string",
-        title = "Js Api",
-        doc = "The JetStream API call its subject names ($JS.API.<call>): STREAM.CREATE, CONSUMER.MSG.NEXT (a pull), DIRECT.GET...",
-      },
-      {
-        name = "js_consumer",
-        ftype = "string",
-        title = "Js Consumer",
-        doc = "The JetStream consumer: of an API call, or that delivered the message",
-      },
-      {
-        name = "js_consumer_seq",
-        ftype = "uint64",
-        title = "Js Consumer Seq",
-        doc = "The message's sequence for its consumer",
-      },
-      {
-        name = "js_delivered",
-        ftype = "uint64",
-        title = "Js Delivered",
-        doc = "How many times the message has been delivered",
-      },
-      {
-        name = "js_duplicate",
-        ftype = "bool",
-        title = "Js Duplicate",
-        doc = "A publish ack says the stream already had a message with this Nats-Msg-Id",
-      },
-      {
-        name = "js_err_code",
-        ftype = "uint32",
-        title = "Js Err Code",
-        doc = "The JetStream error's own number (10071: wrong last sequence)",
-      },
-      { name = "js_error", ftype = "string", title = "Js Error", doc = "What the JetStream answer's error says" },
-      {
-        name = "js_error_code",
-        ftype = "uint32",
-        title = "Js Error Code",
-        doc = "A JetStream answer's error code (400, 404, 503), wherever it lands",
-      },
-      {
-        name = "js_filter",
-        ftype = "string",
-        title = "Js Filter",
-        doc = "The filter subject a consumer is created with ($JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>)",
-      },
-      { name = "js_pending", ftype = "uint64", title = "Js Pending", doc = "Messages still pending for the consumer" },
-      {
-        name = "js_stream",
-        ftype = "string",
-        title = "Js Stream",
-        doc = "The JetStream stream: of an API call, a delivered message ($JS.ACK reply subject), a publish ack",
-      },
-      {
-        name = "js_stream_seq",
-        ftype = "uint64",
-        title = "Js Stream Seq",
-        doc = "The message's sequence in its stream (of a delivery, or a publish ack's)",
-      },
-      {
-        name = "js_subject",
-        ftype = "string",
-        title = "Js Subject",
-        doc = "The subject a direct get asks for ($JS.API.DIRECT.GET.<stream>.<subject>)",
-      },
-      { name = "jwt", ftype = "string", title = "Jwt", doc = "The user JWT (masked)" },
-      {
-        name = "key",
-        ftype = "string",
-        title = "Key",
-        doc = "The command key (a response's is its request's)",
-        enum = "commands",
-      },
-      { name = "kind", ftype = "string", title = "Kind", doc = "request, response or command" },
-      { name = "kv_bucket", ftype = "string", title = "Kv Bucket", doc = "The KV bucket ($KV.<bucket>.<key>)" },
-      { name = "kv_key", ftype = "string", title = "Kv Key", doc = "The KV key" },
-      {
-        name = "kv_operation",
-        ftype = "string",
-        title = "Kv Operation",
-        doc = "What a KV entry does: PUT, DEL or PURGE (its KV-Operation header; none is PUT)",
-      },
-      {
-        name = "kv_revision",
-        ftype = "uint64",
-        title = "Kv Revision",
-        doc = "A KV entry's revision (its stream sequence), where the frame says it",
-      },
-      { name = "lang", ftype = "string", title = "Lang", doc = "The client library's language" },
-      { name = "ldm", ftype = "bool", title = "Ldm", doc = "The server is entering lame-duck mode" },
-      { name = "links", ftype = "none", title = "Links", doc = "What the conversation tracker links to this frame" },
-      { name = "max_msgs", ftype = "uint32", title = "Max Msgs", doc = "Unsubscribe after this many more messages" },
-      {
-        name = "max_payload",
-        ftype = "int64",
-        title = "Max Payload",
-        doc = "The largest payload the server accepts, in bytes",
-      },
-      {
-        name = "message_headers",
-        ftype = "none",
-        title = "Message Headers",
-        doc = "The headers, by name (a repeated name: its values joined by ', ')",
-      },
-      { name = "message_headers.key", ftype = "string", title = "Message Headers Key" },
-      { name = "message_headers.value", ftype = "string", title = "Message Headers Value" },
-      { name = "msg", ftype = "none", title = "Msg" },
-      { name = "nkey", ftype = "string", title = "Nkey", doc = "The public nkey" },
-      {
-        name = "no_responders",
-        ftype = "bool",
-        title = "No Responders",
-        doc = "The client wants a 503 status when no one answers a request",
-      },
-      { name = "nonce", ftype = "string", title = "Nonce", doc = "What the client signs with its nkey" },
-      {
-        name = "obj_bucket",
-        ftype = "string",
-        title = "Obj Bucket",
-        doc = "The object store bucket ($O.<bucket>.C.<nuid> or $O.<bucket>.M.<name>)",
-      },
-      {
-        name = "obj_chunks",
-        ftype = "uint32",
-        title = "Obj Chunks",
-        doc = "How many chunks hold the object, as its metadata says",
-      },
-      {
-        name = "obj_digest",
-        ftype = "string",
-        title = "Obj Digest",
-        doc = "The object's digest, as its metadata says (SHA-256=<base64 URL>)",
-      },
-      {
-        name = "obj_name",
-        ftype = "string",
-        title = "Obj Name",
-        doc = "The object's name, decoded from its metadata subject (base64 URL encoding)",
-      },
-      {
-        name = "obj_nuid",
-        ftype = "string",
-        title = "Obj Nuid",
-        doc = "The id of the chunks holding an object ($O.<bucket>.C.<nuid>)",
-      },
-      {
-        name = "obj_size",
-        ftype = "uint64",
-        title = "Obj Size",
-        doc = "The object's size in bytes, as its metadata says",
-      },
-      {
-        name = "object_in",
-        ftype = "uint32",
-        title = "Object In",
-        doc = "The metadata of the object this chunk belongs to",
-        display = "request_packet",
-      },
-      {
-        name = "op",
-        ftype = "string",
-        title = "Op",
-        doc = "The operation: INFO, CONNECT, PUB, HPUB, SUB, UNSUB, MSG, HMSG, PING, PONG, +OK or -ERR",
-      },
-      {
-        name = "opened_in",
-        ftype = "uint32",
-        title = "Opened In",
-        doc = "The SUB that opened this message's subscription",
-        display = "request_packet",
-      },
-      { name = "pass", ftype = "string", title = "Pass", doc = "Shown masked in every view" },
-      { name = "payload", ftype = "bytes", title = "Payload", doc = "Body of a frame with no layout in the registry" },
-      { name = "payload_size", ftype = "uint32", title = "Payload Size", doc = "The payload's size in bytes" },
-      { name = "pedantic", ftype = "bool", title = "Pedantic", doc = "The server checks subjects and more strictly" },
-      { name = "port", ftype = "int32", title = "Port" },
-      {
-        name = "proto",
-        ftype = "int32",
-        title = "Proto",
-        doc = "The protocol version (1: the client may get INFO updates)",
-      },
-      { name = "pub", ftype = "none", title = "Pub" },
-      {
-        name = "queue_group",
-        ftype = "string",
-        title = "Queue Group",
-        doc = "The queue group: each message goes to one member",
-      },
-      { name = "reply_to", ftype = "string", title = "Reply To", doc = "The subject to answer on (a request's inbox)" },
-      {
-        name = "request_in",
-        ftype = "uint32",
-        title = "Request In",
-        doc = "The request (or PING) this reply answers",
-        display = "request_packet",
-      },
-      {
-        name = "request_subject",
-        ftype = "string",
-        title = "Request Subject",
-        doc = "The subject of the request this reply answers",
-      },
-      {
-        name = "response_in",
-        ftype = "uint32",
-        title = "Response In",
-        doc = "The reply to this request (or PING)",
-        display = "response_packet",
-      },
-      {
-        name = "response_time",
-        ftype = "double",
-        title = "Response Time",
-        doc = "Seconds between the request and this reply",
-      },
-      {
-        name = "server_headers",
-        ftype = "bool",
-        title = "Server Headers",
-        doc = "Whether the server accepts HPUB and sends HMSG",
-      },
-      { name = "server_id", ftype = "string", title = "Server ID", doc = "The server's unique id" },
-      { name = "server_name", ftype = "string", title = "Server Name" },
-      { name = "server_version", ftype = "string", title = "Server Version", doc = "The server's version" },
-      {
-        name = "service_error",
-        ftype = "string",
-        title = "Service Error",
-        doc = "A micro service's error (its Nats-Service-Error header)",
-      },
-      {
-        name = "service_error_code",
-        ftype = "uint32",
-        title = "Service Error Code",
-        doc = "The service error's code (its Nats-Service-Error-Code header)",
-      },
-      { name = "sid", ftype = "string", title = "Sid", doc = "The subscription's id, chosen by the client" },
-      { name = "sig", ftype = "string", title = "Sig", doc = "The signed nonce (masked)" },
-      { name = "size", ftype = "uint32", title = "Size", doc = "Frame size in bytes, after the size field" },
-      { name = "srv_id", ftype = "string", title = "Srv ID", doc = "The service instance asked for" },
-      { name = "srv_name", ftype = "string", title = "Srv Name", doc = "The service asked for" },
-      {
-        name = "srv_verb",
-        ftype = "string",
-        title = "Srv Verb",
-        doc = "A service discovery request: PING, INFO or STATS ($SRV.<verb>[.<name>[.<id>]])",
-      },
-      {
-        name = "status",
-        ftype = "uint16",
-        title = "Status",
-        doc = "The status of the NATS/1.0 line (503: no responders)",
-      },
-      {
-        name = "status_text",
-        ftype = "string",
-        title = "Status Text",
-        doc = "What the status line says after the code",
-      },
-      { name = "sub", ftype = "none", title = "Sub" },
-      { name = "subject", ftype = "string", title = "Subject", doc = "The subject published to, or delivered on" },
-      {
-        name = "subscribed",
-        ftype = "string",
-        title = "Subscribed",
-        doc = "The subject pattern the subscription asked for (wildcards * and >)",
-      },
-      { name = "tls_required", ftype = "bool", title = "Tls Required" },
-      {
-        name = "total_size",
-        ftype = "uint32",
-        title = "Total Size",
-        doc = "The headers' and the payload's size in bytes",
-      },
-      { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
-      { name = "unsub", ftype = "none", title = "Unsub" },
-      { name = "user", ftype = "string", title = "User" },
-      { name = "verbose", ftype = "bool", title = "Verbose", doc = "The server answers every operation with +OK" },
-      {
-        name = "volume",
-        ftype = "none",
-        title = "Volume",
-        doc = "The messages this frame moves, as stats count them per subject",
-      },
-      {
-        name = "volume.bytes",
-        ftype = "uint64",
-        title = "Volume Bytes",
-        doc = "How many bytes of messages the frame moves",
-      },
-      {
-        name = "volume.direction",
-        ftype = "string",
-        title = "Volume Direction",
-        doc = "Which way they go, as stats name it (publish, deliver, ...)",
-      },
-      {
-        name = "volume.messages",
-        ftype = "uint32",
-        title = "Volume Messages",
-        doc = "How many messages the frame moves",
-      },
-      {
-        name = "volume.subject",
-        ftype = "string",
-        title = "Volume Subject",
-        doc = "The subject the messages are addressed to, as stats name it",
-      },
-    },
-    limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
-    conversation = {
-      codes = "hex",
-      server = "server",
-      ok = {},
-      routine = {},
-      close_hints = {},
-      close_about = {},
-      setup = { "Connect" },
-      sessions = {
-        subscription = {
-          id = "sid",
-          open = "Subscribe",
-          close = "Unsubscribe",
-          keep = { "subject", "queue_group" },
-          keep_as = { "subscribed", "queue_group" },
-          close_after = "max_msgs",
-          unknown = true,
-          used_by = { "Message", "HeadersMessage" },
-        },
-      },
-      links = { "request_in", "response_in", "response_time", "opened_in", "subscribed", "request_subject", "chunks_in", "object_in" },
-      closes = { Error = { reason = { "error_text" }, says = "refused what the client sent", severity = "error" } },
-      versioned = false,
-      rule_order = { "limits", "replies", "pings", "objects" },
-      rules = {
-        limits = { { command = "Info", announced = "max_payload", bounds = { "total_size", "payload_size" } } },
-        replies = {
-          ask = "reply_to",
-          answer = "subject",
-          status = "status",
-          statuses = {
-            [503] = "no one is subscribed to its subject (no responders)",
-            [408] = "the request timed out (a JetStream pull request expired)",
-            [409] = "the server refused it (a JetStream consumer limit or state)",
-            [404] = "the message was not found (a JetStream direct get: a KV key or object without a value)",
-          },
-          keep = { { "request_subject", "subject" } },
-          again = { field = "js_ack", values = { "+WPI" } },
-          many = {
-            field = "js_api",
-            values = { "CONSUMER.MSG.NEXT" },
-            via = "subscribed",
-            heartbeats = { [100] = "an idle heartbeat: the pull is waiting for messages" },
-            ends = { 408, 409 },
-          },
-        },
-        pings = { ask = "Ping", answer = "Pong" },
-        objects = {
-          chunk = "obj_nuid",
-          name = "obj_name",
-          digest = "obj_digest",
-          chunks = "obj_chunks",
-          size = "obj_size",
-          data = "data",
-          max_held = 65536,
-          max_objects = 1000,
-          max_chunks = 10000,
-        },
-      },
-    },
     subject = "subject",
-    carries = { data = { { protocol = "liftbridge", magic = "b90e43b4", by = "subject", patterns = { ">" } } } },
-    lua_block = 3,
+    names = {
+      { "auth_required", "bool", "Auth Required" },
+      { "auth_token", "string", "Auth Token", "Shown masked in every view" },
+      { "chunks_in", "uint32", "Chunks In", "The chunks of the object this metadata describes", display = "request_packet" },
+      { "client_id", "uint64", "Client ID", "The id the server gave this connection" },
+      { "client_ip", "string", "Client Ip" },
+      { "client_name", "string", "Client Name", "The client's name" },
+      { "client_protocol", "int32", "Client Protocol", "1: the client understands INFO updates" },
+      { "client_version", "string", "Client Version", "The client library's version" },
+      { "cluster", "string", "Cluster" },
+      { "command", "string", "Command", "Command name from the registry" },
+      { "connect", "none", "Connect" },
+      { "connect_headers", "bool", "Connect Headers", "The client understands HMSG" },
+      { "connect_other", "none", "Connect Other", "CONNECT keys no field names" },
+      { "connect_other.key", "string", "Connect Other Key" },
+      { "connect_other.value", "string", "Connect Other Value" },
+      { "connect_urls", "string", "Connect Urls", "Other servers of the cluster" },
+      { "connection", "string", "Connection", "The connection: client address:port \226\134\146 server address:port" },
+      { "data", "bytes", "Data", "The payload" },
+      { "data_end", "bytes", "Data End", "The CRLF after the payload" },
+      { "data_json", "string", "Data Json", "The payload, where it is JSON" },
+      { "data_text", "string", "Data Text", "The payload, where it is text but not JSON" },
+      { "echo", "bool", "Echo", "The client receives its own messages" },
+      { "error_text", "string", "Error Text", "The server's words, in single quotes" },
+      { "go", "string", "Go", "The Go version the server was built with" },
+      { "header_size", "uint32", "Header Size", "The headers' size in bytes (NATS/1.0 line included)" },
+      { "headers", "bytes", "Headers", "The headers (NATS/1.0 and Name: value lines)" },
+      { "hmsg", "none", "Hmsg" },
+      { "host", "string", "Host" },
+      { "hpub", "none", "Hpub" },
+      { "info", "none", "Info" },
+      { "info_other", "none", "Info Other", "INFO keys no field names" },
+      { "info_other.key", "string", "Info Other Key" },
+      { "info_other.value", "string", "Info Other Value" },
+      { "jetstream", "bool", "Jetstream", "Whether JetStream is enabled" },
+      { "js_ack", "string", "Js Ack", "An acknowledgement sent to a $JS.ACK subject, by name: +ACK (an empty payload too), -NAK, +WPI (in progress), +NXT (ack and pull), +TERM" },
+      { "js_api", "string", "Js Api", "The JetStream API call its subject names ($JS.API.<call>): STREAM.CREATE, CONSUMER.MSG.NEXT (a pull), DIRECT.GET..." },
+      { "js_consumer", "string", "Js Consumer", "The JetStream consumer: of an API call, or that delivered the message" },
+      { "js_consumer_seq", "uint64", "Js Consumer Seq", "The message's sequence for its consumer" },
+      { "js_delivered", "uint64", "Js Delivered", "How many times the message has been delivered" },
+      { "js_duplicate", "bool", "Js Duplicate", "A publish ack says the stream already had a message with this Nats-Msg-Id" },
+      { "js_err_code", "uint32", "Js Err Code", "The JetStream error's own number (10071: wrong last sequence)" },
+      { "js_error", "string", "Js Error", "What the JetStream answer's error says" },
+      { "js_error_code", "uint32", "Js Error Code", "A JetStream answer's error code (400, 404, 503), wherever it lands" },
+      { "js_filter", "string", "Js Filter", "The filter subject a consumer is created with ($JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>)" },
+      { "js_pending", "uint64", "Js Pending", "Messages still pending for the consumer" },
+      { "js_stream", "string", "Js Stream", "The JetStream stream: of an API call, a delivered message ($JS.ACK reply subject), a publish ack" },
+      { "js_stream_seq", "uint64", "Js Stream Seq", "The message's sequence in its stream (of a delivery, or a publish ack's)" },
+      { "js_subject", "string", "Js Subject", "The subject a direct get asks for ($JS.API.DIRECT.GET.<stream>.<subject>)" },
+      { "jwt", "string", "Jwt", "The user JWT (masked)" },
+      { "key", "string", "Key", "The command key (a response's is its request's)", enum = "commands" },
+      { "kind", "string", "Kind", "request, response or command" },
+      { "kv_bucket", "string", "Kv Bucket", "The KV bucket ($KV.<bucket>.<key>)" },
+      { "kv_key", "string", "Kv Key", "The KV key" },
+      { "kv_operation", "string", "Kv Operation", "What a KV entry does: PUT, DEL or PURGE (its KV-Operation header; none is PUT)" },
+      { "kv_revision", "uint64", "Kv Revision", "A KV entry's revision (its stream sequence), where the frame says it" },
+      { "lang", "string", "Lang", "The client library's language" },
+      { "ldm", "bool", "Ldm", "The server is entering lame-duck mode" },
+      { "links", "none", "Links", "What the conversation tracker links to this frame" },
+      { "max_msgs", "uint32", "Max Msgs", "Unsubscribe after this many more messages" },
+      { "max_payload", "int64", "Max Payload", "The largest payload the server accepts, in bytes" },
+      { "message_headers", "none", "Message Headers", "The headers, by name (a repeated name: its values joined by ', ')" },
+      { "message_headers.key", "string", "Message Headers Key" },
+      { "message_headers.value", "string", "Message Headers Value" },
+      { "msg", "none", "Msg" },
+      { "nkey", "string", "Nkey", "The public nkey" },
+      { "no_responders", "bool", "No Responders", "The client wants a 503 status when no one answers a request" },
+      { "nonce", "string", "Nonce", "What the client signs with its nkey" },
+      { "obj_bucket", "string", "Obj Bucket", "The object store bucket ($O.<bucket>.C.<nuid> or $O.<bucket>.M.<name>)" },
+      { "obj_chunks", "uint32", "Obj Chunks", "How many chunks hold the object, as its metadata says" },
+      { "obj_digest", "string", "Obj Digest", "The object's digest, as its metadata says (SHA-256=<base64 URL>)" },
+      { "obj_name", "string", "Obj Name", "The object's name, decoded from its metadata subject (base64 URL encoding)" },
+      { "obj_nuid", "string", "Obj Nuid", "The id of the chunks holding an object ($O.<bucket>.C.<nuid>)" },
+      { "obj_size", "uint64", "Obj Size", "The object's size in bytes, as its metadata says" },
+      { "object_in", "uint32", "Object In", "The metadata of the object this chunk belongs to", display = "request_packet" },
+      { "op", "string", "Op", "The operation: INFO, CONNECT, PUB, HPUB, SUB, UNSUB, MSG, HMSG, PING, PONG, +OK or -ERR" },
+      { "opened_in", "uint32", "Opened In", "The SUB that opened this message's subscription", display = "request_packet" },
+      { "pass", "string", "Pass", "Shown masked in every view" },
+      { "payload", "bytes", "Payload", "Body of a frame with no layout in the registry" },
+      { "payload_size", "uint32", "Payload Size", "The payload's size in bytes" },
+      { "pedantic", "bool", "Pedantic", "The server checks subjects and more strictly" },
+      { "port", "int32", "Port" },
+      { "proto", "int32", "Proto", "The protocol version (1: the client may get INFO updates)" },
+      { "pub", "none", "Pub" },
+      { "queue_group", "string", "Queue Group", "The queue group: each message goes to one member" },
+      { "reply_to", "string", "Reply To", "The subject to answer on (a request's inbox)" },
+      { "request_in", "uint32", "Request In", "The request (or PING) this reply answers", display = "request_packet" },
+      { "request_subject", "string", "Request Subject", "The subject of the request this reply answers" },
+      { "response_in", "uint32", "Response In", "The reply to this request (or PING)", display = "response_packet" },
+      { "response_time", "double", "Response Time", "Seconds between the request and this reply" },
+      { "server_headers", "bool", "Server Headers", "Whether the server accepts HPUB and sends HMSG" },
+      { "server_id", "string", "Server ID", "The server's unique id" },
+      { "server_name", "string", "Server Name" },
+      { "server_version", "string", "Server Version", "The server's version" },
+      { "service_error", "string", "Service Error", "A micro service's error (its Nats-Service-Error header)" },
+      { "service_error_code", "uint32", "Service Error Code", "The service error's code (its Nats-Service-Error-Code header)" },
+      { "sid", "string", "Sid", "The subscription's id, chosen by the client" },
+      { "sig", "string", "Sig", "The signed nonce (masked)" },
+      { "size", "uint32", "Size", "Frame size in bytes, after the size field" },
+      { "srv_id", "string", "Srv ID", "The service instance asked for" },
+      { "srv_name", "string", "Srv Name", "The service asked for" },
+      { "srv_verb", "string", "Srv Verb", "A service discovery request: PING, INFO or STATS ($SRV.<verb>[.<name>[.<id>]])" },
+      { "status", "uint16", "Status", "The status of the NATS/1.0 line (503: no responders)" },
+      { "status_text", "string", "Status Text", "What the status line says after the code" },
+      { "sub", "none", "Sub" },
+      { "subject", "string", "Subject", "The subject published to, or delivered on" },
+      { "subscribed", "string", "Subscribed", "The subject pattern the subscription asked for (wildcards * and >)" },
+      { "tls_required", "bool", "Tls Required" },
+      { "total_size", "uint32", "Total Size", "The headers' and the payload's size in bytes" },
+      { "trailing", "bytes", "Trailing", "Bytes after the last field of the layout" },
+      { "unsub", "none", "Unsub" },
+      { "user", "string", "User" },
+      { "verbose", "bool", "Verbose", "The server answers every operation with +OK" },
+      { "volume", "none", "Volume", "The messages this frame moves, as stats count them per subject" },
+      { "volume.bytes", "uint64", "Volume Bytes", "How many bytes of messages the frame moves" },
+      { "volume.direction", "string", "Volume Direction", "Which way they go, as stats name it (publish, deliver, ...)" },
+      { "volume.messages", "uint32", "Volume Messages", "How many messages the frame moves" },
+      { "volume.subject", "string", "Volume Subject", "The subject the messages are addressed to, as stats name it" },
+    },
+    decoding = function() return {
+      short = "NATS",
+      roles = {},
+      order = ">",
+      max_size = 67239936,
+      header = { { name = "op", type = "string", size = "word" } },
+      frame = { key = "op", response_key = "field", layout_versions = false, key_case = "any", default_version = 1 },
+      structs = {
+        server_info = {
+          { name = "server_id", type = "string", prefix = "int16" },
+          { name = "server_name", type = "string", prefix = "int16" },
+          { name = "server_version", type = "string", info = "server", entry = "version", prefix = "int16" },
+          { name = "go", type = "string", prefix = "int16" },
+          { name = "host", type = "string", prefix = "int16" },
+          { name = "port", type = "int32" },
+          { name = "server_headers", type = "bool", entry = "headers" },
+          { name = "max_payload", type = "int64", info = "max_payload" },
+          { name = "proto", type = "int32" },
+          { name = "client_id", type = "uint64" },
+          { name = "client_ip", type = "string", prefix = "int16" },
+          { name = "auth_required", type = "bool" },
+          { name = "tls_required", type = "bool" },
+          { name = "jetstream", type = "bool" },
+          { name = "nonce", type = "string", prefix = "int16" },
+          { name = "cluster", type = "string", prefix = "int16" },
+          {
+            name = "connect_urls",
+            type = "array",
+            of = { name = "connect_urls", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+          { name = "ldm", type = "bool" },
+          {
+            name = "info_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        connect_options = {
+          { name = "verbose", type = "bool" },
+          { name = "pedantic", type = "bool" },
+          { name = "tls_required", type = "bool" },
+          { name = "auth_token", type = "string", secret = true, prefix = "int16" },
+          { name = "user", type = "string", info = "user", prefix = "int16" },
+          { name = "pass", type = "string", secret = true, prefix = "int16" },
+          { name = "client_name", type = "string", info = "name", entry = "name", prefix = "int16" },
+          { name = "lang", type = "string", info = "lang", prefix = "int16" },
+          { name = "client_version", type = "string", info = "version", entry = "version", prefix = "int16" },
+          { name = "client_protocol", type = "int32", entry = "protocol" },
+          { name = "echo", type = "bool" },
+          { name = "sig", type = "string", secret = true, prefix = "int16" },
+          { name = "jwt", type = "string", secret = true, prefix = "int16" },
+          { name = "nkey", type = "string", prefix = "int16" },
+          { name = "connect_headers", type = "bool", entry = "headers" },
+          { name = "no_responders", type = "bool" },
+          {
+            name = "connect_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        pub_args = {
+          { name = "subject", type = "string", info = "subject", prefix = "int16" },
+          { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
+          { name = "payload_size", type = "uint32" },
+        },
+        hpub_args = {
+          { name = "subject", type = "string", info = "subject", prefix = "int16" },
+          { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
+          { name = "header_size", type = "uint32" },
+          { name = "total_size", type = "uint32" },
+        },
+        sub_args = {
+          { name = "subject", type = "string", info = "subject", prefix = "int16" },
+          { name = "queue_group", type = "string", info = "queue", optional = true, prefix = "int16" },
+          { name = "sid", type = "string", info = "sid", prefix = "int16" },
+        },
+        unsub_args = {
+          { name = "sid", type = "string", info = "sid", prefix = "int16" },
+          { name = "max_msgs", type = "uint32", info = "max", optional = true },
+        },
+        msg_args = {
+          { name = "subject", type = "string", info = "subject", prefix = "int16" },
+          { name = "sid", type = "string", info = "sid", prefix = "int16" },
+          { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
+          { name = "payload_size", type = "uint32" },
+        },
+        hmsg_args = {
+          { name = "subject", type = "string", info = "subject", prefix = "int16" },
+          { name = "sid", type = "string", info = "sid", prefix = "int16" },
+          { name = "reply_to", type = "string", info = "reply", optional = true, prefix = "int16" },
+          { name = "header_size", type = "uint32" },
+          { name = "total_size", type = "uint32" },
+        },
+      },
+      layouts = {
+        INFO = {
+          command = { fields = { { name = "info", type = "json", struct = "server_info", size = "line", inline = true } } },
+        },
+        CONNECT = {
+          command = { fields = { { name = "connect", type = "json", struct = "connect_options", size = "line", inline = true } } },
+        },
+        PUB = {
+          command = {
+            fields = {
+              { name = "pub", type = "words", struct = "pub_args", size = "line", inline = true },
+              { name = "data", type = "raw", hook = "payload", size = "payload_size" },
+              { name = "data_end", type = "raw", size = 2, const = "0d0a" },
+            },
+          },
+        },
+        HPUB = {
+          command = {
+            fields = {
+              { name = "hpub", type = "words", struct = "hpub_args", size = "line", inline = true },
+              { name = "headers", type = "raw", hook = "header_block", size = "header_size" },
+              { name = "data", type = "raw", hook = "payload", size = "payload_size" },
+              { name = "data_end", type = "raw", size = 2, const = "0d0a" },
+            },
+          },
+        },
+        SUB = {
+          command = { fields = { { name = "sub", type = "words", struct = "sub_args", size = "line", inline = true } } },
+        },
+        UNSUB = {
+          command = { fields = { { name = "unsub", type = "words", struct = "unsub_args", size = "line", inline = true } } },
+        },
+        MSG = {
+          command = {
+            fields = {
+              { name = "msg", type = "words", struct = "msg_args", size = "line", inline = true },
+              { name = "data", type = "raw", hook = "payload", size = "payload_size" },
+              { name = "data_end", type = "raw", size = 2, const = "0d0a" },
+            },
+          },
+        },
+        HMSG = {
+          command = {
+            fields = {
+              { name = "hmsg", type = "words", struct = "hmsg_args", size = "line", inline = true },
+              { name = "headers", type = "raw", hook = "header_block", size = "header_size" },
+              { name = "data", type = "raw", hook = "payload", size = "payload_size" },
+              { name = "data_end", type = "raw", size = 2, const = "0d0a" },
+            },
+          },
+        },
+        PING = { command = { fields = {} } },
+        PONG = { command = { fields = {} } },
+        ["+OK"] = { command = { fields = {} } },
+        ["-ERR"] = { command = { fields = { { name = "error_text", type = "string", info = "error", size = "line" } } } },
+      },
+      answers = {},
+      masked = "********",
+      hook_info = {
+        header_block = {
+          { name = "status", type = "uint16", info = "status" },
+          { name = "status_text", type = "string", info = "description", prefix = "int16" },
+          { name = "service_error", type = "string", info = "service_error", prefix = "int16" },
+          { name = "service_error_code", type = "uint32", info = "service_code" },
+        },
+        payload = {
+          { name = "js_api", type = "string", info = "api", prefix = "int16" },
+          { name = "js_stream", type = "string", info = "stream", prefix = "int16" },
+          { name = "js_consumer", type = "string", info = "consumer", prefix = "int16" },
+          { name = "js_stream_seq", type = "uint64", info = "seq" },
+          { name = "js_ack", type = "string", info = "ack", prefix = "int16" },
+          { name = "js_duplicate", type = "bool", info = "duplicate" },
+          { name = "js_error_code", type = "uint32", info = "js_error" },
+          { name = "js_err_code", type = "uint32", info = "err_code" },
+          { name = "kv_bucket", type = "string", info = "bucket", prefix = "int16" },
+          { name = "kv_key", type = "string", info = "key", prefix = "int16" },
+          { name = "kv_operation", type = "string", info = "op", prefix = "int16" },
+          { name = "kv_revision", type = "uint64", info = "revision" },
+          { name = "obj_bucket", type = "string", info = "bucket", prefix = "int16" },
+          { name = "obj_nuid", type = "string", info = "nuid", prefix = "int16" },
+          { name = "obj_name", type = "string", info = "name", prefix = "int16" },
+          { name = "srv_verb", type = "string", info = "service", prefix = "int16" },
+        },
+      },
+      hook_names = {
+        payload = {
+          by = "subject",
+          patterns = {
+            { pattern = "$JS.API.CONSUMER.MSG.NEXT.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.MSG.NEXT" } },
+            {
+              pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}.{js_filter>}",
+              set = { js_api = "CONSUMER.CREATE" },
+            },
+            { pattern = "$JS.API.CONSUMER.CREATE.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.CREATE" } },
+            { pattern = "$JS.API.CONSUMER.CREATE.{js_stream}", set = { js_api = "CONSUMER.CREATE" } },
+            {
+              pattern = "$JS.API.CONSUMER.DURABLE.CREATE.{js_stream}.{js_consumer}",
+              set = { js_api = "CONSUMER.DURABLE.CREATE" },
+            },
+            { pattern = "$JS.API.CONSUMER.INFO.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.INFO" } },
+            { pattern = "$JS.API.CONSUMER.DELETE.{js_stream}.{js_consumer}", set = { js_api = "CONSUMER.DELETE" } },
+            {
+              pattern = "$JS.API.CONSUMER.LEADER.STEPDOWN.{js_stream}.{js_consumer}",
+              set = { js_api = "CONSUMER.LEADER.STEPDOWN" },
+            },
+            { pattern = "$JS.API.CONSUMER.NAMES.{js_stream}", set = { js_api = "CONSUMER.NAMES" } },
+            { pattern = "$JS.API.CONSUMER.LIST.{js_stream}", set = { js_api = "CONSUMER.LIST" } },
+            { pattern = "$JS.API.STREAM.MSG.GET.{js_stream}", set = { js_api = "STREAM.MSG.GET" } },
+            { pattern = "$JS.API.STREAM.MSG.DELETE.{js_stream}", set = { js_api = "STREAM.MSG.DELETE" } },
+            { pattern = "$JS.API.STREAM.LEADER.STEPDOWN.{js_stream}", set = { js_api = "STREAM.LEADER.STEPDOWN" } },
+            { pattern = "$JS.API.STREAM.PEER.REMOVE.{js_stream}", set = { js_api = "STREAM.PEER.REMOVE" } },
+            { pattern = "$JS.API.STREAM.NAMES", set = { js_api = "STREAM.NAMES" } },
+            { pattern = "$JS.API.STREAM.LIST", set = { js_api = "STREAM.LIST" } },
+            { pattern = "$JS.API.STREAM.CREATE.{js_stream}", set = { js_api = "STREAM.CREATE" } },
+            { pattern = "$JS.API.STREAM.UPDATE.{js_stream}", set = { js_api = "STREAM.UPDATE" } },
+            { pattern = "$JS.API.STREAM.DELETE.{js_stream}", set = { js_api = "STREAM.DELETE" } },
+            { pattern = "$JS.API.STREAM.INFO.{js_stream}", set = { js_api = "STREAM.INFO" } },
+            { pattern = "$JS.API.STREAM.PURGE.{js_stream}", set = { js_api = "STREAM.PURGE" } },
+            { pattern = "$JS.API.STREAM.SNAPSHOT.{js_stream}", set = { js_api = "STREAM.SNAPSHOT" } },
+            { pattern = "$JS.API.STREAM.RESTORE.{js_stream}", set = { js_api = "STREAM.RESTORE" } },
+            { pattern = "$JS.API.DIRECT.GET.{js_stream}.{js_subject>}", set = { js_api = "DIRECT.GET" } },
+            { pattern = "$JS.API.DIRECT.GET.{js_stream}", set = { js_api = "DIRECT.GET" } },
+            { pattern = "$JS.API.INFO", set = { js_api = "INFO" } },
+            { pattern = "$JS.API.{js_api>}", set = {} },
+            { pattern = "$KV.{kv_bucket}.{kv_key>}", set = {} },
+            { pattern = "$O.{obj_bucket}.C.{obj_nuid}", set = {} },
+            { pattern = "$O.{obj_bucket}.M.{obj_name}", set = {} },
+            { pattern = "$SRV.{srv_verb}.{srv_name}.{srv_id}", set = {} },
+            { pattern = "$SRV.{srv_verb}.{srv_name}", set = {} },
+            { pattern = "$SRV.{srv_verb}", set = {} },
+          },
+        },
+      },
+      limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
+      conversation = {
+        codes = "hex",
+        server = "server",
+        ok = {},
+        routine = {},
+        close_hints = {},
+        close_about = {},
+        setup = { "Connect" },
+        sessions = {
+          subscription = {
+            id = "sid",
+            open = "Subscribe",
+            close = "Unsubscribe",
+            keep = { "subject", "queue_group" },
+            keep_as = { "subscribed", "queue_group" },
+            close_after = "max_msgs",
+            unknown = true,
+            used_by = { "Message", "HeadersMessage" },
+          },
+        },
+        links = { "request_in", "response_in", "response_time", "opened_in", "subscribed", "request_subject", "chunks_in", "object_in" },
+        closes = { Error = { reason = { "error_text" }, says = "refused what the client sent", severity = "error" } },
+        versioned = false,
+        rule_order = { "limits", "replies", "pings", "objects" },
+        rules = {
+          limits = { { command = "Info", announced = "max_payload", bounds = { "total_size", "payload_size" } } },
+          replies = {
+            ask = "reply_to",
+            answer = "subject",
+            status = "status",
+            statuses = {
+              [503] = "no one is subscribed to its subject (no responders)",
+              [408] = "the request timed out (a JetStream pull request expired)",
+              [409] = "the server refused it (a JetStream consumer limit or state)",
+              [404] = "the message was not found (a JetStream direct get: a KV key or object without a value)",
+            },
+            keep = { { "request_subject", "subject" } },
+            again = { field = "js_ack", values = { "+WPI" } },
+            many = {
+              field = "js_api",
+              values = { "CONSUMER.MSG.NEXT" },
+              via = "subscribed",
+              heartbeats = { [100] = "an idle heartbeat: the pull is waiting for messages" },
+              ends = { 408, 409 },
+            },
+          },
+          pings = { ask = "Ping", answer = "Pong" },
+          objects = {
+            chunk = "obj_nuid",
+            name = "obj_name",
+            digest = "obj_digest",
+            chunks = "obj_chunks",
+            size = "obj_size",
+            data = "data",
+            max_held = 65536,
+            max_objects = 1000,
+            max_chunks = 10000,
+          },
+        },
+      },
+      carries = { data = { { protocol = "liftbridge", magic = "b90e43b4", by = "subject", patterns = { ">" } } } },
+      lua_block = 3,
+    } end,
   },
   {
     name = "rabbitmq_stream",
     title = "RabbitMQ Streams",
-    short = "RMQS",
     ports = { 5552 },
     tls_ports = { 5551 },
-    roles = {},
-    order = ">",
-    max_size = 67108864,
-    length = { field = "size", offset = 0, width = 4, counts = "after" },
-    header = {
-      { name = "size", type = "uint32" },
-      { name = "key", type = "uint16", display = "hex", mask_off = 32768 },
-      { name = "version", type = "uint16" },
-    },
-    frame = {
-      key = "key",
-      response = { field = "key", mask = 32768 },
-      response_key = "field",
-      layout_versions = true,
-      key_case = "exact",
-      default_version = 0,
-    },
     enums = {
       response_code = {
         [1] = "OK",
@@ -1939,145 +1418,6 @@ local SPECS = {
       },
       tracking_type = { [0] = "producer sequence", [1] = "consumer offset", [2] = "timestamp" },
     },
-    structs = {
-      published_message = {
-        { name = "publishing_id", type = "uint64" },
-        { name = "filter_value", type = "string", since = 2, prefix = "int16" },
-        { name = "entry", type = "hook", hook = "osiris_entry", struct = "osiris_entry_info" },
-      },
-      osiris_entry_info = {
-        { name = "entry_kind", type = "uint8", enum = "entry_kind" },
-        { name = "entry_size", type = "uint32" },
-        { name = "compression", type = "uint8", enum = "compression" },
-        { name = "record_count", type = "uint16" },
-        { name = "uncompressed_length", type = "uint32" },
-        { name = "length", type = "uint32" },
-        { name = "framing", type = "string", prefix = "int16" },
-      },
-      publishing_error = {
-        { name = "publishing_id", type = "uint64" },
-        { name = "code", type = "uint16", enum = "response_code", info = "code" },
-      },
-      osiris_chunk = {
-        { name = "magic_version", type = "uint8", display = "hex" },
-        { name = "chunk_type", type = "uint8", enum = "chunk_type" },
-        { name = "num_entries", type = "uint16" },
-        { name = "num_records", type = "uint32", info = "records" },
-        { name = "timestamp", type = "int64", display = "time_ms" },
-        { name = "epoch", type = "uint64" },
-        { name = "chunk_id", type = "uint64", info = "chunk" },
-        { name = "crc", type = "uint32", display = "hex" },
-        { name = "data_length", type = "uint32" },
-        { name = "trailer_length", type = "uint32" },
-        { name = "bloom_size", type = "uint8" },
-        { name = "reserved", type = "raw", size = 3 },
-        { name = "chunk_data", type = "raw", hook = "osiris_chunk", size = "data_length" },
-        { name = "trailer", type = "raw", hook = "osiris_trailer", size = "trailer_length", optional = true },
-      },
-      broker = {
-        { name = "broker_reference", type = "uint16" },
-        { name = "host", type = "string", prefix = "int16" },
-        { name = "port", type = "uint32" },
-      },
-      stream_metadata = {
-        { name = "stream", type = "string", info = "stream", prefix = "int16" },
-        { name = "response_code", type = "uint16", enum = "response_code" },
-        { name = "leader_reference", type = "uint16" },
-        {
-          name = "replicas_references",
-          type = "array",
-          of = { name = "replicas_references", type = "uint16" },
-          prefix = "int32",
-        },
-      },
-      command_version = {
-        { name = "command_key", type = "uint16", display = "hex" },
-        { name = "min_version", type = "uint16" },
-        { name = "max_version", type = "uint16" },
-      },
-      osiris_record = {
-        { name = "offset", type = "uint64" },
-        { name = "entry_index", type = "uint32" },
-        { name = "record_size", type = "uint32" },
-        {
-          name = "sections",
-          type = "array",
-          of = { name = "sections", type = "uint8", enum = "amqp_section" },
-          prefix = "int32",
-        },
-        { name = "message", type = "amqp", struct = "amqp_message" },
-        { name = "bytes", type = "bytes", prefix = "int32" },
-        {
-          name = "tracking",
-          type = "array",
-          of = { name = "tracking", type = "struct", struct = "tracking_entry" },
-          prefix = "int32",
-        },
-      },
-      amqp_message = {
-        { name = "header", type = "struct", struct = "amqp_header" },
-        {
-          name = "delivery_annotations",
-          type = "map",
-          key = { name = "key", type = "amqp" },
-          value = { name = "value", type = "amqp" },
-          prefix = "int32",
-        },
-        {
-          name = "message_annotations",
-          type = "map",
-          key = { name = "key", type = "amqp" },
-          value = { name = "value", type = "amqp" },
-          prefix = "int32",
-        },
-        { name = "message_properties", type = "struct", struct = "amqp_properties", entry = "properties" },
-        {
-          name = "application_properties",
-          type = "map",
-          key = { name = "key", type = "amqp" },
-          value = { name = "value", type = "amqp" },
-          prefix = "int32",
-        },
-        { name = "data", type = "bytes", prefix = "int32" },
-        { name = "amqp_sequence", type = "array", of = { name = "amqp_sequence", type = "amqp" }, prefix = "int32" },
-        { name = "amqp_value", type = "amqp" },
-        {
-          name = "footer",
-          type = "map",
-          key = { name = "key", type = "amqp" },
-          value = { name = "value", type = "amqp" },
-          prefix = "int32",
-        },
-      },
-      amqp_header = {
-        { name = "durable", type = "bool" },
-        { name = "priority", type = "uint8" },
-        { name = "ttl", type = "uint32" },
-        { name = "first_acquirer", type = "bool" },
-        { name = "delivery_count", type = "uint32" },
-      },
-      amqp_properties = {
-        { name = "message_id", type = "amqp" },
-        { name = "user_id", type = "bytes", prefix = "int32" },
-        { name = "to", type = "string", prefix = "int16" },
-        { name = "subject", type = "string", prefix = "int16" },
-        { name = "reply_to", type = "string", prefix = "int16" },
-        { name = "message_correlation_id", type = "amqp", entry = "correlation_id" },
-        { name = "content_type", type = "string", prefix = "int16" },
-        { name = "content_encoding", type = "string", prefix = "int16" },
-        { name = "absolute_expiry_time", type = "int64", display = "time_ms" },
-        { name = "creation_time", type = "int64", display = "time_ms" },
-        { name = "group_id", type = "string", prefix = "int16" },
-        { name = "group_sequence", type = "uint32" },
-        { name = "reply_to_group_id", type = "string", prefix = "int16" },
-      },
-      tracking_entry = {
-        { name = "tracking_type", type = "uint8", enum = "tracking_type" },
-        { name = "id", type = "string", prefix = "int16" },
-        { name = "chunk_id", type = "uint64" },
-        { name = "value", type = "uint64" },
-      },
-    },
     commands = {
       [1] = { name = "DeclarePublisher", versions = { 1 } },
       [2] = { name = "Publish", versions = { 1, 2 } },
@@ -2110,975 +1450,937 @@ local SPECS = {
       [29] = { name = "CreateSuperStream", versions = { 1 } },
       [30] = { name = "DeleteSuperStream", versions = { 1 } },
     },
-    layouts = {
-      [1] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "publisher_id", type = "uint8", info = "pub" },
-            { name = "publisher_reference", type = "string", prefix = "int16" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [2] = {
-        command = {
-          fields = {
-            { name = "publisher_id", type = "uint8", info = "pub" },
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              of = { name = "messages", type = "struct", struct = "published_message" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [3] = {
-        command = {
-          fields = {
-            { name = "publisher_id", type = "uint8", info = "pub" },
-            {
-              name = "publishing_ids",
-              type = "array",
-              info = "ids",
-              of = { name = "publishing_ids", type = "uint64" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [4] = {
-        command = {
-          fields = {
-            { name = "publisher_id", type = "uint8", info = "pub" },
-            {
-              name = "errors",
-              type = "array",
-              info = "errors",
-              of = { name = "errors", type = "struct", struct = "publishing_error" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [5] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "publisher_reference", type = "string", prefix = "int16" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "sequence", type = "uint64", info = "seq" },
-          },
-        },
-      },
-      [6] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "publisher_id", type = "uint8", info = "pub" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [7] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "subscription_id", type = "uint8", info = "sub" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-            { name = "offset_type", type = "uint16", enum = "offset_type", info = "from" },
-            { name = "offset", type = "uint64", info = "offset", when = { field = "offset_type", values = { 4 } } },
-            {
-              name = "timestamp",
-              type = "int64",
-              display = "time_ms",
-              when = { field = "offset_type", values = { 5 } },
-            },
-            { name = "credit", type = "uint16", info = "credit" },
-            {
-              name = "properties",
-              type = "map",
-              optional = true,
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [8] = {
-        command = {
-          fields = {
-            { name = "subscription_id", type = "uint8", info = "sub" },
-            { name = "committed_chunk_id", type = "uint64", since = 2 },
-            { name = "chunk", type = "struct", struct = "osiris_chunk" },
-          },
-        },
-      },
-      [9] = {
-        response = {
-          fields = {
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "subscription_id", type = "uint8", info = "sub" },
-          },
-        },
-        command = {
-          fields = {
-            { name = "subscription_id", type = "uint8", info = "sub" },
-            { name = "credit", type = "uint16", info = "credit" },
-          },
-        },
-      },
-      [10] = {
-        command = {
-          fields = {
-            { name = "reference", type = "string", info = "ref", prefix = "int16" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-            { name = "offset", type = "uint64", info = "offset" },
-          },
-        },
-      },
-      [11] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "reference", type = "string", info = "ref", prefix = "int16" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "offset", type = "uint64", info = "offset" },
-          },
-        },
-      },
-      [12] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "subscription_id", type = "uint8", info = "sub" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [13] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-            {
-              name = "arguments",
-              type = "map",
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [14] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [15] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            {
-              name = "streams",
-              type = "array",
-              info = "streams",
-              of = { name = "streams", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            {
-              name = "brokers",
-              type = "array",
-              info = "brokers",
-              of = { name = "brokers", type = "struct", struct = "broker" },
-              prefix = "int32",
-            },
-            {
-              name = "stream_metadata",
-              type = "array",
-              of = { name = "stream_metadata", type = "struct", struct = "stream_metadata" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [16] = {
-        command = {
-          fields = {
-            { name = "code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-      },
-      [17] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            {
-              name = "properties",
-              type = "map",
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "properties",
-              type = "map",
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [18] = {
-        request = { fields = { { name = "correlation_id", type = "uint32", info = "corr" } } },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "mechanisms",
-              type = "array",
-              info = "mechanisms",
-              of = { name = "mechanisms", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [19] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "mechanism", type = "string", info = "mechanism", prefix = "int16" },
-            { name = "sasl_opaque_data", type = "bytes", hook = "sasl_plain", prefix = "int32" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "sasl_opaque_data", type = "bytes", optional = true, prefix = "int32" },
-          },
-        },
-      },
-      [20] = {
-        response = {
-          fields = {
-            { name = "frame_max", type = "uint32", info = "frame_max" },
-            { name = "heartbeat", type = "uint32", info = "heartbeat" },
-          },
-        },
-        command = {
-          fields = {
-            { name = "frame_max", type = "uint32", info = "frame_max" },
-            { name = "heartbeat", type = "uint32", info = "heartbeat" },
-          },
-        },
-      },
-      [21] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "virtual_host", type = "string", info = "vhost", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "connection_properties",
-              type = "map",
-              optional = true,
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [22] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "closing_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "closing_reason", type = "string", info = "reason", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [23] = { command = { fields = {} } },
-      [24] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "routing_key", type = "string", info = "routing_key", prefix = "int16" },
-            { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "streams",
-              type = "array",
-              info = "streams",
-              of = { name = "streams", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [25] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "streams",
-              type = "array",
-              info = "streams",
-              of = { name = "streams", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [26] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "subscription_id", type = "uint8", info = "sub" },
-            { name = "active", type = "uint8", enum = "boolean", info = "active" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            { name = "offset_type", type = "uint16", enum = "offset_type", info = "from" },
-            { name = "offset", type = "uint64", info = "offset", when = { field = "offset_type", values = { 4 } } },
-            {
-              name = "timestamp",
-              type = "int64",
-              display = "time_ms",
-              when = { field = "offset_type", values = { 5 } },
-            },
-            {
-              name = "unused_offset",
-              type = "uint64",
-              optional = true,
-              when = { field = "offset_type", values = { 0, 1, 2, 3 } },
-            },
-          },
-        },
-      },
-      [27] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            {
-              name = "commands",
-              type = "array",
-              info = "commands",
-              of = { name = "commands", type = "struct", struct = "command_version" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "commands",
-              type = "array",
-              info = "commands",
-              of = { name = "commands", type = "struct", struct = "command_version" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [28] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "stream", type = "string", info = "stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-            {
-              name = "stats",
-              type = "map",
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "int64" },
-              prefix = "int32",
-            },
-          },
-        },
-      },
-      [29] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
-            {
-              name = "partitions",
-              type = "array",
-              info = "partitions",
-              of = { name = "partitions", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-            {
-              name = "binding_keys",
-              type = "array",
-              of = { name = "binding_keys", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-            {
-              name = "arguments",
-              type = "map",
-              key = { name = "key", type = "string", prefix = "int16" },
-              value = { name = "value", type = "string", prefix = "int16" },
-              prefix = "int32",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-      [30] = {
-        request = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
-          },
-        },
-        response = {
-          fields = {
-            { name = "correlation_id", type = "uint32", info = "corr" },
-            { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
-          },
-        },
-      },
-    },
-    answers = {},
-    masked = "********",
-    hook_info = {},
-    hook_names = {},
-    names = {
-      { name = "absolute_expiry_time", ftype = "int64", title = "Absolute Expiry Time", display = "time_ms" },
-      { name = "active", ftype = "uint8", title = "Active", enum = "boolean" },
-      { name = "amqp_sequence", ftype = "string", title = "Amqp Sequence", doc = "A body of AMQP lists" },
-      { name = "amqp_value", ftype = "string", title = "Amqp Value", doc = "A body that is one AMQP value" },
-      {
-        name = "application_properties",
-        ftype = "none",
-        title = "Application Properties",
-        doc = "The application's own headers",
-      },
-      { name = "application_properties.key", ftype = "string", title = "Application Properties Key" },
-      { name = "application_properties.value", ftype = "string", title = "Application Properties Value" },
-      { name = "arguments", ftype = "none", title = "Arguments" },
-      { name = "arguments.key", ftype = "string", title = "Arguments Key" },
-      { name = "arguments.value", ftype = "string", title = "Arguments Value" },
-      { name = "binding_keys", ftype = "string", title = "Binding Keys" },
-      {
-        name = "bloom_size",
-        ftype = "uint8",
-        title = "Bloom Size",
-        doc = "Bloom filter size; the filter itself is not sent to consumers",
-      },
-      { name = "broker_reference", ftype = "uint16", title = "Broker Reference" },
-      { name = "brokers", ftype = "none", title = "Brokers" },
-      { name = "bytes", ftype = "bytes", title = "Bytes", doc = "The record itself when it is not an AMQP 1.0 message" },
-      { name = "chunk", ftype = "none", title = "Chunk" },
-      {
-        name = "chunk_data",
-        ftype = "bytes",
-        title = "Chunk Data",
-        doc = "Entries (simple and sub-batch); replaced by entries and records when expanded",
-      },
-      { name = "chunk_id", ftype = "uint64", title = "Chunk ID", doc = "Offset of the first record in the chunk" },
-      { name = "chunk_type", ftype = "uint8", title = "Chunk Type", enum = "chunk_type" },
-      { name = "closing_code", ftype = "uint16", title = "Closing Code", enum = "response_code" },
-      { name = "closing_reason", ftype = "string", title = "Closing Reason" },
-      { name = "code", ftype = "uint16", title = "Code", enum = "response_code" },
-      { name = "command", ftype = "string", title = "Command", doc = "Command name from the registry" },
-      { name = "command_key", ftype = "uint16", title = "Command Key", display = "hex" },
-      { name = "commands", ftype = "none", title = "Commands" },
-      { name = "committed_chunk_id", ftype = "uint64", title = "Committed Chunk ID" },
-      { name = "compression", ftype = "uint8", title = "Compression", doc = "Sub-batches only", enum = "compression" },
-      {
-        name = "confirm_in",
-        ftype = "uint32",
-        title = "Confirm In",
-        doc = "Packets that confirmed or refused this frame's ids (two-pass reads)",
-        display = "response_packet",
-      },
-      {
-        name = "confirm_time",
-        ftype = "double",
-        title = "Confirm Time",
-        doc = "Per confirmed or refused id, seconds since it was published",
-      },
-      {
-        name = "connection",
-        ftype = "string",
-        title = "Connection",
-        doc = "The connection: client address:port \226\134\146 server address:port",
-      },
-      { name = "connection_properties", ftype = "none", title = "Connection Properties" },
-      { name = "connection_properties.key", ftype = "string", title = "Connection Properties Key" },
-      { name = "connection_properties.value", ftype = "string", title = "Connection Properties Value" },
-      { name = "content_encoding", ftype = "string", title = "Content Encoding", doc = "An AMQP symbol" },
-      { name = "content_type", ftype = "string", title = "Content Type", doc = "A MIME type (an AMQP symbol)" },
-      { name = "correlation_id", ftype = "uint32", title = "Correlation ID" },
-      { name = "crc", ftype = "uint32", title = "CRC", doc = "CRC-32 of the data section", display = "hex" },
-      { name = "crc_valid", ftype = "bool", title = "CRC Valid", doc = "Whether the data's CRC-32 matches the header" },
-      { name = "creation_time", ftype = "int64", title = "Creation Time", display = "time_ms" },
-      { name = "credit", ftype = "uint16", title = "Credit" },
-      {
-        name = "credit_left",
-        ftype = "uint32",
-        title = "Credit Left",
-        doc = "Deliver frames the subscription may still receive after this one",
-      },
-      { name = "data", ftype = "bytes", title = "Data", doc = "A body part; a message may hold several" },
-      { name = "data_length", ftype = "uint32", title = "Data Length" },
-      { name = "delivery_annotations", ftype = "none", title = "Delivery Annotations", doc = "For the next hop only" },
-      { name = "delivery_annotations.key", ftype = "string", title = "Delivery Annotations Key" },
-      { name = "delivery_annotations.value", ftype = "string", title = "Delivery Annotations Value" },
-      { name = "delivery_count", ftype = "uint32", title = "Delivery Count" },
-      { name = "durable", ftype = "bool", title = "Durable" },
-      { name = "entries", ftype = "none", title = "Entries" },
-      {
-        name = "entry",
-        ftype = "none",
-        title = "Entry",
-        doc = "The message: one record (usually an AMQP 1.0 bare message), or a sub-batch of records",
-      },
-      { name = "entry_index", ftype = "uint32", title = "Entry Index", doc = "Index of the entry holding the record" },
-      { name = "entry_kind", ftype = "uint8", title = "Entry Kind", enum = "entry_kind" },
-      { name = "entry_size", ftype = "uint32", title = "Entry Size", doc = "Bytes the entry occupies, header included" },
-      { name = "epoch", ftype = "uint64", title = "Epoch" },
-      { name = "errors", ftype = "none", title = "Errors" },
-      {
-        name = "filter_value",
-        ftype = "string",
-        title = "Filter Value",
-        doc = "Value the broker's stream filter matches on",
-      },
-      { name = "first_acquirer", ftype = "bool", title = "First Acquirer" },
-      { name = "footer", ftype = "none", title = "Footer", doc = "Checksums and signatures after the body" },
-      { name = "footer.key", ftype = "string", title = "Footer Key" },
-      { name = "footer.value", ftype = "string", title = "Footer Value" },
-      { name = "frame_max", ftype = "uint32", title = "Frame Max", doc = "In bytes; 0 means no limit" },
-      {
-        name = "framing",
-        ftype = "string",
-        title = "Framing",
-        doc = "Which framing of the codec matched, e.g. snappy framed; sub-batches only",
-      },
-      { name = "group_id", ftype = "string", title = "Group ID" },
-      { name = "group_sequence", ftype = "uint32", title = "Group Sequence" },
-      { name = "header", ftype = "none", title = "Header" },
-      { name = "heartbeat", ftype = "uint32", title = "Heartbeat", doc = "In seconds; 0 means no heartbeat" },
-      { name = "host", ftype = "string", title = "Host" },
-      { name = "id", ftype = "string", title = "ID", doc = "Producer or consumer reference" },
-      {
-        name = "key",
-        ftype = "uint16",
-        title = "Key",
-        doc = "Command key; the top bit marks a response",
-        display = "hex",
-        enum = "commands",
-      },
-      { name = "kind", ftype = "string", title = "Kind", doc = "request, response or command" },
-      {
-        name = "leader_reference",
-        ftype = "uint16",
-        title = "Leader Reference",
-        doc = "Index into brokers; 0xffff when the stream has no leader",
-      },
-      { name = "length", ftype = "uint32", title = "Length", doc = "Compressed body length; sub-batches only" },
-      { name = "links", ftype = "none", title = "Links", doc = "What the conversation tracker links to this frame" },
-      {
-        name = "magic_version",
-        ftype = "uint8",
-        title = "Magic Version",
-        doc = "High nibble magic 5, low nibble format version",
-        display = "hex",
-      },
-      { name = "max_version", ftype = "uint16", title = "Max Version" },
-      { name = "mechanism", ftype = "string", title = "Mechanism" },
-      { name = "mechanisms", ftype = "string", title = "Mechanisms" },
-      { name = "message", ftype = "bytes", title = "Message", doc = "The AMQP 1.0 bare message, section by section" },
-      {
-        name = "message_annotations",
-        ftype = "none",
-        title = "Message Annotations",
-        doc = "Set by brokers (x-stream-offset, x-routing-key...)",
-      },
-      { name = "message_annotations.key", ftype = "string", title = "Message Annotations Key" },
-      { name = "message_annotations.value", ftype = "string", title = "Message Annotations Value" },
-      {
-        name = "message_correlation_id",
-        ftype = "string",
-        title = "Message Correlation ID",
-        doc = "A ulong, uuid, binary or string",
-      },
-      { name = "message_id", ftype = "string", title = "Message ID", doc = "A ulong, uuid, binary or string" },
-      { name = "message_properties", ftype = "none", title = "Message Properties" },
-      { name = "messages", ftype = "none", title = "Messages" },
-      { name = "min_version", ftype = "uint16", title = "Min Version" },
-      { name = "num_entries", ftype = "uint16", title = "Num Entries", doc = "Simple entries plus sub-batch entries" },
-      { name = "num_records", ftype = "uint32", title = "Num Records" },
-      { name = "offset", ftype = "uint64", title = "Offset" },
-      { name = "offset_type", ftype = "uint16", title = "Offset Type", enum = "offset_type" },
-      {
-        name = "opened_in",
-        ftype = "uint32",
-        title = "Opened In",
-        doc = "Packet of the request that opened the publisher or subscription",
-        display = "request_packet",
-      },
-      { name = "partitions", ftype = "string", title = "Partitions" },
-      { name = "payload", ftype = "bytes", title = "Payload", doc = "Body of a frame with no layout in the registry" },
-      { name = "port", ftype = "uint32", title = "Port" },
-      { name = "priority", ftype = "uint8", title = "Priority" },
-      { name = "properties", ftype = "none", title = "Properties" },
-      { name = "properties.key", ftype = "string", title = "Properties Key" },
-      { name = "properties.value", ftype = "string", title = "Properties Value" },
-      {
-        name = "publish_in",
-        ftype = "uint32",
-        title = "Publish In",
-        doc = "Per confirmed or refused id, the packet that published it",
-        display = "request_packet",
-      },
-      { name = "publisher_id", ftype = "uint8", title = "Publisher ID" },
-      {
-        name = "publisher_reference",
-        ftype = "string",
-        title = "Publisher Reference",
-        doc = "Deduplication name; max 256 characters",
-      },
-      {
-        name = "publishing_id",
-        ftype = "uint64",
-        title = "Publishing ID",
-        doc = "Client-chosen id echoed in PublishConfirm",
-      },
-      { name = "publishing_ids", ftype = "uint64", title = "Publishing IDs" },
-      { name = "record_count", ftype = "uint16", title = "Record Count", doc = "Sub-batches only" },
-      { name = "record_size", ftype = "uint32", title = "Record Size", doc = "Record length" },
-      { name = "records", ftype = "none", title = "Records" },
-      { name = "reference", ftype = "string", title = "Reference", doc = "Consumer name; max 256 characters" },
-      { name = "replicas_references", ftype = "uint16", title = "Replicas References" },
-      { name = "reply_to", ftype = "string", title = "Reply To" },
-      { name = "reply_to_group_id", ftype = "string", title = "Reply To Group ID" },
-      {
-        name = "request_in",
-        ftype = "uint32",
-        title = "Request In",
-        doc = "Packet of the request this response answers",
-        display = "request_packet",
-      },
-      { name = "reserved", ftype = "bytes", title = "Reserved" },
-      { name = "response_code", ftype = "uint16", title = "Response Code", enum = "response_code" },
-      {
-        name = "response_in",
-        ftype = "uint32",
-        title = "Response In",
-        doc = "Packet of this request's response (follow, stats, two-pass reads)",
-        display = "response_packet",
-      },
-      {
-        name = "response_time",
-        ftype = "double",
-        title = "Response Time",
-        doc = "Seconds from the request to this response",
-      },
-      { name = "routing_key", ftype = "string", title = "Routing Key" },
-      { name = "sasl_opaque_data", ftype = "bytes", title = "SASL Opaque Data" },
-      {
-        name = "sections",
-        ftype = "uint8",
-        title = "Sections",
-        doc = "The AMQP 1.0 sections' descriptor codes, in wire order",
-        enum = "amqp_section",
-      },
-      { name = "sequence", ftype = "uint64", title = "Sequence" },
-      { name = "size", ftype = "uint32", title = "Size", doc = "Frame size in bytes, after the size field" },
-      { name = "stats", ftype = "none", title = "Stats" },
-      { name = "stats.key", ftype = "string", title = "Stats Key" },
-      { name = "stats.value", ftype = "int64", title = "Stats Value" },
-      { name = "stream", ftype = "string", title = "Stream" },
-      { name = "stream_metadata", ftype = "none", title = "Stream Metadata" },
-      { name = "streams", ftype = "string", title = "Streams" },
-      { name = "subject", ftype = "string", title = "Subject" },
-      { name = "subscription_id", ftype = "uint8", title = "Subscription ID" },
-      { name = "super_stream", ftype = "string", title = "Super Stream" },
-      { name = "timestamp", ftype = "int64", title = "Timestamp", display = "time_ms" },
-      { name = "to", ftype = "string", title = "To" },
-      { name = "tracking", ftype = "none", title = "Tracking", doc = "Tracking chunks only" },
-      { name = "tracking_type", ftype = "uint8", title = "Tracking Type", enum = "tracking_type" },
-      { name = "trailer", ftype = "bytes", title = "Trailer", doc = "Not sent by brokers; decoded should one send it" },
-      {
-        name = "trailer_length",
-        ftype = "uint32",
-        title = "Trailer Length",
-        doc = "Length of the trailer that follows the data in the segment file",
-      },
-      { name = "trailer_tracking", ftype = "none", title = "Trailer Tracking" },
-      { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
-      { name = "ttl", ftype = "uint32", title = "Ttl", doc = "Time to live in milliseconds" },
-      { name = "uncompressed_length", ftype = "uint32", title = "Uncompressed Length", doc = "Sub-batches only" },
-      {
-        name = "unused_offset",
-        ftype = "uint64",
-        title = "Unused Offset",
-        doc = "Written by some clients for offset types that take no offset; the broker reads past it",
-      },
-      { name = "user_id", ftype = "bytes", title = "User ID" },
-      { name = "value", ftype = "uint64", title = "Value", doc = "Sequence, offset or timestamp" },
-      { name = "version", ftype = "uint16", title = "Version" },
-      { name = "virtual_host", ftype = "string", title = "Virtual Host" },
-      {
-        name = "volume",
-        ftype = "none",
-        title = "Volume",
-        doc = "The messages this frame moves, as stats count them per stream",
-      },
-      {
-        name = "volume.bytes",
-        ftype = "uint64",
-        title = "Volume Bytes",
-        doc = "How many bytes of messages the frame moves",
-      },
-      {
-        name = "volume.direction",
-        ftype = "string",
-        title = "Volume Direction",
-        doc = "Which way they go, as stats name it (publish, deliver, ...)",
-      },
-      {
-        name = "volume.messages",
-        ftype = "uint32",
-        title = "Volume Messages",
-        doc = "How many messages the frame moves",
-      },
-      {
-        name = "volume.stream",
-        ftype = "string",
-        title = "Volume Stream",
-        doc = "The stream the messages are addressed to, as stats name it",
-      },
-    },
-    limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
-    conversation = {
-      correlation = "correlation_id",
-      status = "response_code",
-      codes = "hex",
-      server = "broker",
-      ok = { 1 },
-      routine = { 5, 19 },
-      close_hints = {
-        [13] = "the broker does not know this command key or version",
-        [14] = "the frame is larger than the negotiated frame_max",
-      },
-      close_about = { [13] = "unknown", [14] = "oversized" },
-      setup = { "Open", "PeerProperties", "SaslAuthenticate", "SaslHandshake" },
-      sessions = {
-        publisher = {
-          id = "publisher_id",
-          open = "DeclarePublisher",
-          close = "DeletePublisher",
-          keep = { "stream", "publisher_reference" },
-          keep_as = { "stream", "publisher_reference" },
-          unknown = false,
-          used_by = { "Publish", "PublishConfirm", "PublishError" },
-        },
-        subscription = {
-          id = "subscription_id",
-          open = "Subscribe",
-          close = "Unsubscribe",
-          keep = { "stream" },
-          keep_as = { "stream" },
-          unknown = false,
-          used_by = { "Deliver", "Credit", "ConsumerUpdate" },
-        },
-      },
-      links = { "request_in", "response_in", "response_time", "opened_in", "publish_in", "confirm_time", "confirm_in", "credit_left" },
-      closes = {
-        Close = {
-          code = "closing_code",
-          reason = { "closing_reason" },
-          says = "closed the connection",
-          enum = "response_code",
-          severity = "note",
-        },
-      },
-      versioned = true,
-      rule_order = { "tune", "versions", "authenticate", "acks", "credit", "announcement" },
-      rules = {
-        tune = { command = "Tune", frame_max = "frame_max", heartbeat = "heartbeat" },
-        versions = { command = "ExchangeCommandVersions", path = { "commands" } },
-        authenticate = { command = "SaslAuthenticate" },
-        acks = {
-          publish = {
-            session = "publisher",
-            noun = "message",
-            send = { command = "Publish", path = { "messages", "publishing_id" } },
-            confirm = { command = "PublishConfirm", path = { "publishing_ids" } },
-            fail = { command = "PublishError", path = { "errors", "publishing_id" } },
-            fail_code = { command = "PublishError", path = { "errors", "code" } },
-            fail_enum = "response_code",
-          },
-        },
-        credit = {
-          session = "subscription",
-          grant = { { command = "Subscribe", path = { "credit" } }, { command = "Credit", path = { "credit" } } },
-          spend = "Deliver",
-          refusal = "Credit",
-        },
-        announcement = { command = "MetadataUpdate", code = "code", about = "stream", enum = "response_code" },
-      },
-    },
     subject = "stream",
-    carries = {},
-    lua_block = 4,
+    names = {
+      { "absolute_expiry_time", "int64", "Absolute Expiry Time", nil, display = "time_ms" },
+      { "active", "uint8", "Active", nil, enum = "boolean" },
+      { "amqp_sequence", "string", "Amqp Sequence", "A body of AMQP lists" },
+      { "amqp_value", "string", "Amqp Value", "A body that is one AMQP value" },
+      { "application_properties", "none", "Application Properties", "The application's own headers" },
+      { "application_properties.key", "string", "Application Properties Key" },
+      { "application_properties.value", "string", "Application Properties Value" },
+      { "arguments", "none", "Arguments" },
+      { "arguments.key", "string", "Arguments Key" },
+      { "arguments.value", "string", "Arguments Value" },
+      { "binding_keys", "string", "Binding Keys" },
+      { "bloom_size", "uint8", "Bloom Size", "Bloom filter size; the filter itself is not sent to consumers" },
+      { "broker_reference", "uint16", "Broker Reference" },
+      { "brokers", "none", "Brokers" },
+      { "bytes", "bytes", "Bytes", "The record itself when it is not an AMQP 1.0 message" },
+      { "chunk", "none", "Chunk" },
+      { "chunk_data", "bytes", "Chunk Data", "Entries (simple and sub-batch); replaced by entries and records when expanded" },
+      { "chunk_id", "uint64", "Chunk ID", "Offset of the first record in the chunk" },
+      { "chunk_type", "uint8", "Chunk Type", nil, enum = "chunk_type" },
+      { "closing_code", "uint16", "Closing Code", nil, enum = "response_code" },
+      { "closing_reason", "string", "Closing Reason" },
+      { "code", "uint16", "Code", nil, enum = "response_code" },
+      { "command", "string", "Command", "Command name from the registry" },
+      { "command_key", "uint16", "Command Key", nil, display = "hex" },
+      { "commands", "none", "Commands" },
+      { "committed_chunk_id", "uint64", "Committed Chunk ID" },
+      { "compression", "uint8", "Compression", "Sub-batches only", enum = "compression" },
+      { "confirm_in", "uint32", "Confirm In", "Packets that confirmed or refused this frame's ids (two-pass reads)", display = "response_packet" },
+      { "confirm_time", "double", "Confirm Time", "Per confirmed or refused id, seconds since it was published" },
+      { "connection", "string", "Connection", "The connection: client address:port \226\134\146 server address:port" },
+      { "connection_properties", "none", "Connection Properties" },
+      { "connection_properties.key", "string", "Connection Properties Key" },
+      { "connection_properties.value", "string", "Connection Properties Value" },
+      { "content_encoding", "string", "Content Encoding", "An AMQP symbol" },
+      { "content_type", "string", "Content Type", "A MIME type (an AMQP symbol)" },
+      { "correlation_id", "uint32", "Correlation ID" },
+      { "crc", "uint32", "CRC", "CRC-32 of the data section", display = "hex" },
+      { "crc_valid", "bool", "CRC Valid", "Whether the data's CRC-32 matches the header" },
+      { "creation_time", "int64", "Creation Time", nil, display = "time_ms" },
+      { "credit", "uint16", "Credit" },
+      { "credit_left", "uint32", "Credit Left", "Deliver frames the subscription may still receive after this one" },
+      { "data", "bytes", "Data", "A body part; a message may hold several" },
+      { "data_length", "uint32", "Data Length" },
+      { "delivery_annotations", "none", "Delivery Annotations", "For the next hop only" },
+      { "delivery_annotations.key", "string", "Delivery Annotations Key" },
+      { "delivery_annotations.value", "string", "Delivery Annotations Value" },
+      { "delivery_count", "uint32", "Delivery Count" },
+      { "durable", "bool", "Durable" },
+      { "entries", "none", "Entries" },
+      { "entry", "none", "Entry", "The message: one record (usually an AMQP 1.0 bare message), or a sub-batch of records" },
+      { "entry_index", "uint32", "Entry Index", "Index of the entry holding the record" },
+      { "entry_kind", "uint8", "Entry Kind", nil, enum = "entry_kind" },
+      { "entry_size", "uint32", "Entry Size", "Bytes the entry occupies, header included" },
+      { "epoch", "uint64", "Epoch" },
+      { "errors", "none", "Errors" },
+      { "filter_value", "string", "Filter Value", "Value the broker's stream filter matches on" },
+      { "first_acquirer", "bool", "First Acquirer" },
+      { "footer", "none", "Footer", "Checksums and signatures after the body" },
+      { "footer.key", "string", "Footer Key" },
+      { "footer.value", "string", "Footer Value" },
+      { "frame_max", "uint32", "Frame Max", "In bytes; 0 means no limit" },
+      { "framing", "string", "Framing", "Which framing of the codec matched, e.g. snappy framed; sub-batches only" },
+      { "group_id", "string", "Group ID" },
+      { "group_sequence", "uint32", "Group Sequence" },
+      { "header", "none", "Header" },
+      { "heartbeat", "uint32", "Heartbeat", "In seconds; 0 means no heartbeat" },
+      { "host", "string", "Host" },
+      { "id", "string", "ID", "Producer or consumer reference" },
+      { "key", "uint16", "Key", "Command key; the top bit marks a response", display = "hex", enum = "commands" },
+      { "kind", "string", "Kind", "request, response or command" },
+      { "leader_reference", "uint16", "Leader Reference", "Index into brokers; 0xffff when the stream has no leader" },
+      { "length", "uint32", "Length", "Compressed body length; sub-batches only" },
+      { "links", "none", "Links", "What the conversation tracker links to this frame" },
+      { "magic_version", "uint8", "Magic Version", "High nibble magic 5, low nibble format version", display = "hex" },
+      { "max_version", "uint16", "Max Version" },
+      { "mechanism", "string", "Mechanism" },
+      { "mechanisms", "string", "Mechanisms" },
+      { "message", "bytes", "Message", "The AMQP 1.0 bare message, section by section" },
+      { "message_annotations", "none", "Message Annotations", "Set by brokers (x-stream-offset, x-routing-key...)" },
+      { "message_annotations.key", "string", "Message Annotations Key" },
+      { "message_annotations.value", "string", "Message Annotations Value" },
+      { "message_correlation_id", "string", "Message Correlation ID", "A ulong, uuid, binary or string" },
+      { "message_id", "string", "Message ID", "A ulong, uuid, binary or string" },
+      { "message_properties", "none", "Message Properties" },
+      { "messages", "none", "Messages" },
+      { "min_version", "uint16", "Min Version" },
+      { "num_entries", "uint16", "Num Entries", "Simple entries plus sub-batch entries" },
+      { "num_records", "uint32", "Num Records" },
+      { "offset", "uint64", "Offset" },
+      { "offset_type", "uint16", "Offset Type", nil, enum = "offset_type" },
+      { "opened_in", "uint32", "Opened In", "Packet of the request that opened the publisher or subscription", display = "request_packet" },
+      { "partitions", "string", "Partitions" },
+      { "payload", "bytes", "Payload", "Body of a frame with no layout in the registry" },
+      { "port", "uint32", "Port" },
+      { "priority", "uint8", "Priority" },
+      { "properties", "none", "Properties" },
+      { "properties.key", "string", "Properties Key" },
+      { "properties.value", "string", "Properties Value" },
+      { "publish_in", "uint32", "Publish In", "Per confirmed or refused id, the packet that published it", display = "request_packet" },
+      { "publisher_id", "uint8", "Publisher ID" },
+      { "publisher_reference", "string", "Publisher Reference", "Deduplication name; max 256 characters" },
+      { "publishing_id", "uint64", "Publishing ID", "Client-chosen id echoed in PublishConfirm" },
+      { "publishing_ids", "uint64", "Publishing IDs" },
+      { "record_count", "uint16", "Record Count", "Sub-batches only" },
+      { "record_size", "uint32", "Record Size", "Record length" },
+      { "records", "none", "Records" },
+      { "reference", "string", "Reference", "Consumer name; max 256 characters" },
+      { "replicas_references", "uint16", "Replicas References" },
+      { "reply_to", "string", "Reply To" },
+      { "reply_to_group_id", "string", "Reply To Group ID" },
+      { "request_in", "uint32", "Request In", "Packet of the request this response answers", display = "request_packet" },
+      { "reserved", "bytes", "Reserved" },
+      { "response_code", "uint16", "Response Code", nil, enum = "response_code" },
+      { "response_in", "uint32", "Response In", "Packet of this request's response (follow, stats, two-pass reads)", display = "response_packet" },
+      { "response_time", "double", "Response Time", "Seconds from the request to this response" },
+      { "routing_key", "string", "Routing Key" },
+      { "sasl_opaque_data", "bytes", "SASL Opaque Data" },
+      { "sections", "uint8", "Sections", "The AMQP 1.0 sections' descriptor codes, in wire order", enum = "amqp_section" },
+      { "sequence", "uint64", "Sequence" },
+      { "size", "uint32", "Size", "Frame size in bytes, after the size field" },
+      { "stats", "none", "Stats" },
+      { "stats.key", "string", "Stats Key" },
+      { "stats.value", "int64", "Stats Value" },
+      { "stream", "string", "Stream" },
+      { "stream_metadata", "none", "Stream Metadata" },
+      { "streams", "string", "Streams" },
+      { "subject", "string", "Subject" },
+      { "subscription_id", "uint8", "Subscription ID" },
+      { "super_stream", "string", "Super Stream" },
+      { "timestamp", "int64", "Timestamp", nil, display = "time_ms" },
+      { "to", "string", "To" },
+      { "tracking", "none", "Tracking", "Tracking chunks only" },
+      { "tracking_type", "uint8", "Tracking Type", nil, enum = "tracking_type" },
+      { "trailer", "bytes", "Trailer", "Not sent by brokers; decoded should one send it" },
+      { "trailer_length", "uint32", "Trailer Length", "Length of the trailer that follows the data in the segment file" },
+      { "trailer_tracking", "none", "Trailer Tracking" },
+      { "trailing", "bytes", "Trailing", "Bytes after the last field of the layout" },
+      { "ttl", "uint32", "Ttl", "Time to live in milliseconds" },
+      { "uncompressed_length", "uint32", "Uncompressed Length", "Sub-batches only" },
+      { "unused_offset", "uint64", "Unused Offset", "Written by some clients for offset types that take no offset; the broker reads past it" },
+      { "user_id", "bytes", "User ID" },
+      { "value", "uint64", "Value", "Sequence, offset or timestamp" },
+      { "version", "uint16", "Version" },
+      { "virtual_host", "string", "Virtual Host" },
+      { "volume", "none", "Volume", "The messages this frame moves, as stats count them per stream" },
+      { "volume.bytes", "uint64", "Volume Bytes", "How many bytes of messages the frame moves" },
+      { "volume.direction", "string", "Volume Direction", "Which way they go, as stats name it (publish, deliver, ...)" },
+      { "volume.messages", "uint32", "Volume Messages", "How many messages the frame moves" },
+      { "volume.stream", "string", "Volume Stream", "The stream the messages are addressed to, as stats name it" },
+    },
+    decoding = function() return {
+      short = "RMQS",
+      roles = {},
+      order = ">",
+      max_size = 67108864,
+      length = { field = "size", offset = 0, width = 4, counts = "after" },
+      header = {
+        { name = "size", type = "uint32" },
+        { name = "key", type = "uint16", display = "hex", mask_off = 32768 },
+        { name = "version", type = "uint16" },
+      },
+      frame = {
+        key = "key",
+        response = { field = "key", mask = 32768 },
+        response_key = "field",
+        layout_versions = true,
+        key_case = "exact",
+        default_version = 0,
+      },
+      structs = {
+        published_message = {
+          { name = "publishing_id", type = "uint64" },
+          { name = "filter_value", type = "string", since = 2, prefix = "int16" },
+          { name = "entry", type = "hook", hook = "osiris_entry", struct = "osiris_entry_info" },
+        },
+        osiris_entry_info = {
+          { name = "entry_kind", type = "uint8", enum = "entry_kind" },
+          { name = "entry_size", type = "uint32" },
+          { name = "compression", type = "uint8", enum = "compression" },
+          { name = "record_count", type = "uint16" },
+          { name = "uncompressed_length", type = "uint32" },
+          { name = "length", type = "uint32" },
+          { name = "framing", type = "string", prefix = "int16" },
+        },
+        publishing_error = {
+          { name = "publishing_id", type = "uint64" },
+          { name = "code", type = "uint16", enum = "response_code", info = "code" },
+        },
+        osiris_chunk = {
+          { name = "magic_version", type = "uint8", display = "hex" },
+          { name = "chunk_type", type = "uint8", enum = "chunk_type" },
+          { name = "num_entries", type = "uint16" },
+          { name = "num_records", type = "uint32", info = "records" },
+          { name = "timestamp", type = "int64", display = "time_ms" },
+          { name = "epoch", type = "uint64" },
+          { name = "chunk_id", type = "uint64", info = "chunk" },
+          { name = "crc", type = "uint32", display = "hex" },
+          { name = "data_length", type = "uint32" },
+          { name = "trailer_length", type = "uint32" },
+          { name = "bloom_size", type = "uint8" },
+          { name = "reserved", type = "raw", size = 3 },
+          { name = "chunk_data", type = "raw", hook = "osiris_chunk", size = "data_length" },
+          { name = "trailer", type = "raw", hook = "osiris_trailer", size = "trailer_length", optional = true },
+        },
+        broker = {
+          { name = "broker_reference", type = "uint16" },
+          { name = "host", type = "string", prefix = "int16" },
+          { name = "port", type = "uint32" },
+        },
+        stream_metadata = {
+          { name = "stream", type = "string", info = "stream", prefix = "int16" },
+          { name = "response_code", type = "uint16", enum = "response_code" },
+          { name = "leader_reference", type = "uint16" },
+          {
+            name = "replicas_references",
+            type = "array",
+            of = { name = "replicas_references", type = "uint16" },
+            prefix = "int32",
+          },
+        },
+        command_version = {
+          { name = "command_key", type = "uint16", display = "hex" },
+          { name = "min_version", type = "uint16" },
+          { name = "max_version", type = "uint16" },
+        },
+        osiris_record = {
+          { name = "offset", type = "uint64" },
+          { name = "entry_index", type = "uint32" },
+          { name = "record_size", type = "uint32" },
+          {
+            name = "sections",
+            type = "array",
+            of = { name = "sections", type = "uint8", enum = "amqp_section" },
+            prefix = "int32",
+          },
+          { name = "message", type = "amqp", struct = "amqp_message" },
+          { name = "bytes", type = "bytes", prefix = "int32" },
+          {
+            name = "tracking",
+            type = "array",
+            of = { name = "tracking", type = "struct", struct = "tracking_entry" },
+            prefix = "int32",
+          },
+        },
+        amqp_message = {
+          { name = "header", type = "struct", struct = "amqp_header" },
+          {
+            name = "delivery_annotations",
+            type = "map",
+            key = { name = "key", type = "amqp" },
+            value = { name = "value", type = "amqp" },
+            prefix = "int32",
+          },
+          {
+            name = "message_annotations",
+            type = "map",
+            key = { name = "key", type = "amqp" },
+            value = { name = "value", type = "amqp" },
+            prefix = "int32",
+          },
+          { name = "message_properties", type = "struct", struct = "amqp_properties", entry = "properties" },
+          {
+            name = "application_properties",
+            type = "map",
+            key = { name = "key", type = "amqp" },
+            value = { name = "value", type = "amqp" },
+            prefix = "int32",
+          },
+          { name = "data", type = "bytes", prefix = "int32" },
+          { name = "amqp_sequence", type = "array", of = { name = "amqp_sequence", type = "amqp" }, prefix = "int32" },
+          { name = "amqp_value", type = "amqp" },
+          {
+            name = "footer",
+            type = "map",
+            key = { name = "key", type = "amqp" },
+            value = { name = "value", type = "amqp" },
+            prefix = "int32",
+          },
+        },
+        amqp_header = {
+          { name = "durable", type = "bool" },
+          { name = "priority", type = "uint8" },
+          { name = "ttl", type = "uint32" },
+          { name = "first_acquirer", type = "bool" },
+          { name = "delivery_count", type = "uint32" },
+        },
+        amqp_properties = {
+          { name = "message_id", type = "amqp" },
+          { name = "user_id", type = "bytes", prefix = "int32" },
+          { name = "to", type = "string", prefix = "int16" },
+          { name = "subject", type = "string", prefix = "int16" },
+          { name = "reply_to", type = "string", prefix = "int16" },
+          { name = "message_correlation_id", type = "amqp", entry = "correlation_id" },
+          { name = "content_type", type = "string", prefix = "int16" },
+          { name = "content_encoding", type = "string", prefix = "int16" },
+          { name = "absolute_expiry_time", type = "int64", display = "time_ms" },
+          { name = "creation_time", type = "int64", display = "time_ms" },
+          { name = "group_id", type = "string", prefix = "int16" },
+          { name = "group_sequence", type = "uint32" },
+          { name = "reply_to_group_id", type = "string", prefix = "int16" },
+        },
+        tracking_entry = {
+          { name = "tracking_type", type = "uint8", enum = "tracking_type" },
+          { name = "id", type = "string", prefix = "int16" },
+          { name = "chunk_id", type = "uint64" },
+          { name = "value", type = "uint64" },
+        },
+      },
+      layouts = {
+        [1] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "publisher_id", type = "uint8", info = "pub" },
+              { name = "publisher_reference", type = "string", prefix = "int16" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [2] = {
+          command = {
+            fields = {
+              { name = "publisher_id", type = "uint8", info = "pub" },
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                of = { name = "messages", type = "struct", struct = "published_message" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [3] = {
+          command = {
+            fields = {
+              { name = "publisher_id", type = "uint8", info = "pub" },
+              {
+                name = "publishing_ids",
+                type = "array",
+                info = "ids",
+                of = { name = "publishing_ids", type = "uint64" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [4] = {
+          command = {
+            fields = {
+              { name = "publisher_id", type = "uint8", info = "pub" },
+              {
+                name = "errors",
+                type = "array",
+                info = "errors",
+                of = { name = "errors", type = "struct", struct = "publishing_error" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [5] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "publisher_reference", type = "string", prefix = "int16" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "sequence", type = "uint64", info = "seq" },
+            },
+          },
+        },
+        [6] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "publisher_id", type = "uint8", info = "pub" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [7] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "subscription_id", type = "uint8", info = "sub" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+              { name = "offset_type", type = "uint16", enum = "offset_type", info = "from" },
+              { name = "offset", type = "uint64", info = "offset", when = { field = "offset_type", values = { 4 } } },
+              {
+                name = "timestamp",
+                type = "int64",
+                display = "time_ms",
+                when = { field = "offset_type", values = { 5 } },
+              },
+              { name = "credit", type = "uint16", info = "credit" },
+              {
+                name = "properties",
+                type = "map",
+                optional = true,
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [8] = {
+          command = {
+            fields = {
+              { name = "subscription_id", type = "uint8", info = "sub" },
+              { name = "committed_chunk_id", type = "uint64", since = 2 },
+              { name = "chunk", type = "struct", struct = "osiris_chunk" },
+            },
+          },
+        },
+        [9] = {
+          response = {
+            fields = {
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "subscription_id", type = "uint8", info = "sub" },
+            },
+          },
+          command = {
+            fields = {
+              { name = "subscription_id", type = "uint8", info = "sub" },
+              { name = "credit", type = "uint16", info = "credit" },
+            },
+          },
+        },
+        [10] = {
+          command = {
+            fields = {
+              { name = "reference", type = "string", info = "ref", prefix = "int16" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+              { name = "offset", type = "uint64", info = "offset" },
+            },
+          },
+        },
+        [11] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "reference", type = "string", info = "ref", prefix = "int16" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "offset", type = "uint64", info = "offset" },
+            },
+          },
+        },
+        [12] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "subscription_id", type = "uint8", info = "sub" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [13] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+              {
+                name = "arguments",
+                type = "map",
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [14] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [15] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              {
+                name = "streams",
+                type = "array",
+                info = "streams",
+                of = { name = "streams", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              {
+                name = "brokers",
+                type = "array",
+                info = "brokers",
+                of = { name = "brokers", type = "struct", struct = "broker" },
+                prefix = "int32",
+              },
+              {
+                name = "stream_metadata",
+                type = "array",
+                of = { name = "stream_metadata", type = "struct", struct = "stream_metadata" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [16] = {
+          command = {
+            fields = {
+              { name = "code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+        },
+        [17] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              {
+                name = "properties",
+                type = "map",
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "properties",
+                type = "map",
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [18] = {
+          request = { fields = { { name = "correlation_id", type = "uint32", info = "corr" } } },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "mechanisms",
+                type = "array",
+                info = "mechanisms",
+                of = { name = "mechanisms", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [19] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "mechanism", type = "string", info = "mechanism", prefix = "int16" },
+              { name = "sasl_opaque_data", type = "bytes", hook = "sasl_plain", prefix = "int32" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "sasl_opaque_data", type = "bytes", optional = true, prefix = "int32" },
+            },
+          },
+        },
+        [20] = {
+          response = {
+            fields = {
+              { name = "frame_max", type = "uint32", info = "frame_max" },
+              { name = "heartbeat", type = "uint32", info = "heartbeat" },
+            },
+          },
+          command = {
+            fields = {
+              { name = "frame_max", type = "uint32", info = "frame_max" },
+              { name = "heartbeat", type = "uint32", info = "heartbeat" },
+            },
+          },
+        },
+        [21] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "virtual_host", type = "string", info = "vhost", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "connection_properties",
+                type = "map",
+                optional = true,
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [22] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "closing_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "closing_reason", type = "string", info = "reason", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [23] = { command = { fields = {} } },
+        [24] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "routing_key", type = "string", info = "routing_key", prefix = "int16" },
+              { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "streams",
+                type = "array",
+                info = "streams",
+                of = { name = "streams", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [25] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "streams",
+                type = "array",
+                info = "streams",
+                of = { name = "streams", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [26] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "subscription_id", type = "uint8", info = "sub" },
+              { name = "active", type = "uint8", enum = "boolean", info = "active" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              { name = "offset_type", type = "uint16", enum = "offset_type", info = "from" },
+              { name = "offset", type = "uint64", info = "offset", when = { field = "offset_type", values = { 4 } } },
+              {
+                name = "timestamp",
+                type = "int64",
+                display = "time_ms",
+                when = { field = "offset_type", values = { 5 } },
+              },
+              {
+                name = "unused_offset",
+                type = "uint64",
+                optional = true,
+                when = { field = "offset_type", values = { 0, 1, 2, 3 } },
+              },
+            },
+          },
+        },
+        [27] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              {
+                name = "commands",
+                type = "array",
+                info = "commands",
+                of = { name = "commands", type = "struct", struct = "command_version" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "commands",
+                type = "array",
+                info = "commands",
+                of = { name = "commands", type = "struct", struct = "command_version" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [28] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "stream", type = "string", info = "stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+              {
+                name = "stats",
+                type = "map",
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "int64" },
+                prefix = "int32",
+              },
+            },
+          },
+        },
+        [29] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
+              {
+                name = "partitions",
+                type = "array",
+                info = "partitions",
+                of = { name = "partitions", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+              {
+                name = "binding_keys",
+                type = "array",
+                of = { name = "binding_keys", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+              {
+                name = "arguments",
+                type = "map",
+                key = { name = "key", type = "string", prefix = "int16" },
+                value = { name = "value", type = "string", prefix = "int16" },
+                prefix = "int32",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+        [30] = {
+          request = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "super_stream", type = "string", info = "super_stream", prefix = "int16" },
+            },
+          },
+          response = {
+            fields = {
+              { name = "correlation_id", type = "uint32", info = "corr" },
+              { name = "response_code", type = "uint16", enum = "response_code", info = "code" },
+            },
+          },
+        },
+      },
+      answers = {},
+      masked = "********",
+      hook_info = {},
+      hook_names = {},
+      limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
+      conversation = {
+        correlation = "correlation_id",
+        status = "response_code",
+        codes = "hex",
+        server = "broker",
+        ok = { 1 },
+        routine = { 5, 19 },
+        close_hints = {
+          [13] = "the broker does not know this command key or version",
+          [14] = "the frame is larger than the negotiated frame_max",
+        },
+        close_about = { [13] = "unknown", [14] = "oversized" },
+        setup = { "Open", "PeerProperties", "SaslAuthenticate", "SaslHandshake" },
+        sessions = {
+          publisher = {
+            id = "publisher_id",
+            open = "DeclarePublisher",
+            close = "DeletePublisher",
+            keep = { "stream", "publisher_reference" },
+            keep_as = { "stream", "publisher_reference" },
+            unknown = false,
+            used_by = { "Publish", "PublishConfirm", "PublishError" },
+          },
+          subscription = {
+            id = "subscription_id",
+            open = "Subscribe",
+            close = "Unsubscribe",
+            keep = { "stream" },
+            keep_as = { "stream" },
+            unknown = false,
+            used_by = { "Deliver", "Credit", "ConsumerUpdate" },
+          },
+        },
+        links = { "request_in", "response_in", "response_time", "opened_in", "publish_in", "confirm_time", "confirm_in", "credit_left" },
+        closes = {
+          Close = {
+            code = "closing_code",
+            reason = { "closing_reason" },
+            says = "closed the connection",
+            enum = "response_code",
+            severity = "note",
+          },
+        },
+        versioned = true,
+        rule_order = { "tune", "versions", "authenticate", "acks", "credit", "announcement" },
+        rules = {
+          tune = { command = "Tune", frame_max = "frame_max", heartbeat = "heartbeat" },
+          versions = { command = "ExchangeCommandVersions", path = { "commands" } },
+          authenticate = { command = "SaslAuthenticate" },
+          acks = {
+            publish = {
+              session = "publisher",
+              noun = "message",
+              send = { command = "Publish", path = { "messages", "publishing_id" } },
+              confirm = { command = "PublishConfirm", path = { "publishing_ids" } },
+              fail = { command = "PublishError", path = { "errors", "publishing_id" } },
+              fail_code = { command = "PublishError", path = { "errors", "code" } },
+              fail_enum = "response_code",
+            },
+          },
+          credit = {
+            session = "subscription",
+            grant = { { command = "Subscribe", path = { "credit" } }, { command = "Credit", path = { "credit" } } },
+            spend = "Deliver",
+            refusal = "Credit",
+          },
+          announcement = { command = "MetadataUpdate", code = "code", about = "stream", enum = "response_code" },
+        },
+      },
+      carries = {},
+      lua_block = 4,
+    } end,
   },
   {
     name = "rocketmq",
     title = "RocketMQ Remoting",
-    short = "RocketMQ",
     ports = { 9876, 10911, 10909, 10912 },
     tls_ports = {},
-    roles = { [9876] = "name server", [10911] = "broker", [10909] = "broker", [10912] = "broker" },
-    order = ">",
-    max_size = 16777216,
-    length = { field = "size", offset = 0, width = 4, counts = "after" },
-    header = {
-      { name = "size", type = "int32" },
-      {
-        name = "header_word",
-        type = "uint32",
-        display = "hex",
-        bits = {
-          { name = "serialize_type", type = "uint32", enum = "serialize_type", display = "dec", mask = 4278190080 },
-          { name = "header_length", type = "uint32", mask = 16777215 },
-        },
-      },
-      {
-        name = "header",
-        type = "switch",
-        size = "header_length",
-        on = "serialize_type",
-        inline = true,
-        cases = {
-          [0] = { name = "header", type = "json", struct = "remoting_header" },
-          [1] = { name = "header", type = "struct", struct = "remoting_header" },
-        },
-      },
-    },
-    frame = {
-      key = "code",
-      response = { field = "flag", mask = 1 },
-      oneway = { field = "flag", mask = 2 },
-      response_key = "request",
-      entries = "ext_fields",
-      layout_versions = false,
-      key_case = "exact",
-      default_version = 0,
-    },
     enums = {
       serialize_type = { [0] = "JSON", [1] = "ROCKETMQ" },
       language = {
@@ -3784,333 +3086,6 @@ local SPECS = {
       compression = { [0] = "zlib", [1] = "lz4", [2] = "zstd", [3] = "zlib" },
       transaction = { [0] = "not a transaction", [4] = "prepared", [8] = "commit", [12] = "rollback" },
     },
-    structs = {
-      remoting_header = {
-        {
-          name = "code",
-          type = "int16",
-          enum = "commands",
-          response_enum = "response_code",
-          display = "dec",
-          info = "code",
-        },
-        { name = "language", type = "uint8", enum = "language", display = "name" },
-        { name = "version", type = "int16", enum = "mq_version", display = "dec" },
-        { name = "opaque", type = "int32", info = "opaque" },
-        { name = "flag", type = "int32", display = "hex" },
-        { name = "remark", type = "string", info = "remark", prefix = "int32" },
-        {
-          name = "ext_fields",
-          type = "map",
-          entry = "extFields",
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int32" },
-          prefix = "int32",
-          prefix_counts = "bytes",
-        },
-        {
-          name = "serialize_type_current_rpc",
-          type = "string",
-          entry = "serializeTypeCurrentRPC",
-          optional = true,
-          prefix = "int16",
-        },
-        {
-          name = "header_other",
-          type = "map",
-          optional = true,
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      message_properties = {
-        { name = "keys", type = "string", info = "keys", entry = "KEYS", prefix = "int16" },
-        { name = "tags", type = "string", info = "tags", entry = "TAGS", prefix = "int16" },
-        { name = "uniq_key", type = "string", info = "msg", entry = "UNIQ_KEY", prefix = "int16" },
-        { name = "wait_store_msg_ok", type = "bool", entry = "WAIT" },
-        { name = "delay_time_level", type = "int32", entry = "DELAY" },
-        { name = "retry_topic", type = "string", entry = "RETRY_TOPIC", prefix = "int16" },
-        { name = "real_topic", type = "string", entry = "REAL_TOPIC", prefix = "int16" },
-        { name = "real_queue_id", type = "int32", entry = "REAL_QID" },
-        { name = "transaction_prepared", type = "bool", entry = "TRAN_MSG" },
-        { name = "producer_group", type = "string", entry = "PGROUP", prefix = "int16" },
-        { name = "min_offset", type = "int64", entry = "MIN_OFFSET" },
-        { name = "max_offset", type = "int64", entry = "MAX_OFFSET" },
-        { name = "origin_message_id", type = "string", entry = "ORIGIN_MESSAGE_ID", prefix = "int16" },
-        { name = "reconsume_time", type = "int32", entry = "RECONSUME_TIME" },
-        { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
-        { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
-        { name = "max_reconsume_times", type = "int32", entry = "MAX_RECONSUME_TIMES" },
-        { name = "consume_start_time", type = "int64", entry = "CONSUME_START_TIME" },
-        { name = "transaction_id", type = "string", entry = "__transactionId__", prefix = "int16" },
-        { name = "instance_id", type = "string", entry = "INSTANCE_ID", prefix = "int16" },
-        { name = "correlation_id", type = "string", entry = "CORRELATION_ID", prefix = "int16" },
-        { name = "reply_to_client", type = "string", entry = "REPLY_TO_CLIENT", prefix = "int16" },
-        { name = "message_ttl", type = "string", entry = "TTL", prefix = "int16" },
-        { name = "cluster", type = "string", entry = "CLUSTER", prefix = "int16" },
-        { name = "message_type", type = "string", entry = "MSG_TYPE", prefix = "int16" },
-        { name = "sharding_key", type = "string", entry = "__SHARDINGKEY", prefix = "int16" },
-        { name = "timer_deliver_ms", type = "int64", entry = "TIMER_DELIVER_MS" },
-        { name = "timer_delay_sec", type = "int64", entry = "TIMER_DELAY_SEC" },
-        { name = "born_timestamp_property", type = "int64", entry = "BORN_TIMESTAMP" },
-        { name = "dlq_origin_topic", type = "string", entry = "DLQ_ORIGIN_TOPIC", prefix = "int16" },
-        { name = "dlq_origin_message_id", type = "string", entry = "DLQ_ORIGIN_MESSAGE_ID", prefix = "int16" },
-        {
-          name = "user_properties",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      stored_message = {
-        { name = "total_size", type = "int32", length_of = true },
-        { name = "magic_code", type = "uint32", enum = "message_magic", display = "hex" },
-        { name = "body_crc", type = "int32", display = "hex" },
-        { name = "queue_id", type = "int32", info = "queue" },
-        { name = "message_flag", type = "int32" },
-        { name = "queue_offset", type = "int64", info = "offset" },
-        { name = "physical_offset", type = "int64" },
-        { name = "sys_flag", type = "int32", display = "hex" },
-        { name = "born_timestamp", type = "int64", display = "time_ms" },
-        { name = "born_host", type = "ipv4", when = { field = "sys_flag", values = { 0 }, mask = 16 } },
-        { name = "born_host_v6", type = "ipv6", when = { field = "sys_flag", values = { 16 }, mask = 16 } },
-        { name = "born_port", type = "int32" },
-        { name = "store_timestamp", type = "int64", display = "time_ms" },
-        { name = "store_host", type = "ipv4", when = { field = "sys_flag", values = { 0 }, mask = 32 } },
-        { name = "store_host_v6", type = "ipv6", when = { field = "sys_flag", values = { 32 }, mask = 32 } },
-        { name = "store_port", type = "int32" },
-        { name = "reconsume_times", type = "int32" },
-        { name = "prepared_transaction_offset", type = "int64" },
-        { name = "message_body", type = "bytes", hook = "message_body", prefix = "int32" },
-        {
-          name = "stored_topic",
-          type = "switch",
-          on = "magic_code",
-          inline = true,
-          cases = {
-            [3668123815] = { name = "stored_topic", type = "struct", struct = "topic_v1" },
-            [3668123819] = { name = "stored_topic", type = "struct", struct = "topic_v2" },
-          },
-        },
-        {
-          name = "properties",
-          type = "pairs",
-          struct = "message_properties",
-          prefix = "int16",
-          separators = { "\002", "\001" },
-        },
-      },
-      topic_v1 = { { name = "topic", type = "string", info = "topic", prefix = "int8" } },
-      topic_v2 = { { name = "topic", type = "string", info = "topic", prefix = "int16" } },
-      heartbeat_data = {
-        { name = "client_id", type = "string", info = "client", entry = "clientID", prefix = "int16" },
-        {
-          name = "consumer_data_set",
-          type = "array",
-          entry = "consumerDataSet",
-          of = { name = "consumer_data_set", type = "struct", struct = "consumer_data" },
-          prefix = "int32",
-        },
-        {
-          name = "producer_data_set",
-          type = "array",
-          entry = "producerDataSet",
-          of = { name = "producer_data_set", type = "struct", struct = "producer_data" },
-          prefix = "int32",
-        },
-        { name = "heartbeat_fingerprint", type = "int32", entry = "heartbeatFingerprint" },
-        { name = "without_sub", type = "bool", entry = "withoutSub" },
-        {
-          name = "heartbeat_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      consumer_data = {
-        { name = "group_name", type = "string", entry = "groupName", prefix = "int16" },
-        { name = "consume_type", type = "string", entry = "consumeType", prefix = "int16" },
-        { name = "message_model", type = "string", entry = "messageModel", prefix = "int16" },
-        { name = "consume_from_where", type = "string", entry = "consumeFromWhere", prefix = "int16" },
-        {
-          name = "subscription_data_set",
-          type = "array",
-          entry = "subscriptionDataSet",
-          of = { name = "subscription_data_set", type = "struct", struct = "subscription_data" },
-          prefix = "int32",
-        },
-        { name = "unit_mode", type = "bool", entry = "unitMode" },
-        {
-          name = "consumer_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      subscription_data = {
-        { name = "topic", type = "string", prefix = "int16" },
-        { name = "sub_string", type = "string", entry = "subString", prefix = "int16" },
-        {
-          name = "tags_set",
-          type = "array",
-          entry = "tagsSet",
-          of = { name = "tags_set", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-        {
-          name = "code_set",
-          type = "array",
-          entry = "codeSet",
-          of = { name = "code_set", type = "int32" },
-          prefix = "int32",
-        },
-        { name = "sub_version", type = "int64", entry = "subVersion" },
-        { name = "expression_type", type = "string", entry = "expressionType", prefix = "int16" },
-        { name = "class_filter_mode", type = "bool", entry = "classFilterMode" },
-        {
-          name = "subscription_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      producer_data = {
-        { name = "group_name", type = "string", entry = "groupName", prefix = "int16" },
-        {
-          name = "producer_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      consumer_list = {
-        {
-          name = "consumer_id_list",
-          type = "array",
-          info = "consumers",
-          entry = "consumerIdList",
-          of = { name = "consumer_id_list", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-      },
-      lock_batch_request = {
-        { name = "consumer_group", type = "string", entry = "consumerGroup", prefix = "int16" },
-        { name = "client_id", type = "string", entry = "clientId", prefix = "int16" },
-        { name = "only_this_broker", type = "bool", entry = "onlyThisBroker" },
-        {
-          name = "mq_set",
-          type = "array",
-          entry = "mqSet",
-          of = { name = "mq_set", type = "struct", struct = "message_queue" },
-          prefix = "int32",
-        },
-      },
-      message_queue = {
-        { name = "topic", type = "string", prefix = "int16" },
-        { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
-        { name = "queue_id", type = "int32", entry = "queueId" },
-      },
-      lock_batch_response = {
-        {
-          name = "lock_ok_mq_set",
-          type = "array",
-          entry = "lockOKMQSet",
-          of = { name = "lock_ok_mq_set", type = "struct", struct = "message_queue" },
-          prefix = "int32",
-        },
-      },
-      topic_route = {
-        {
-          name = "queue_datas",
-          type = "array",
-          entry = "queueDatas",
-          of = { name = "queue_datas", type = "struct", struct = "queue_data" },
-          prefix = "int32",
-        },
-        {
-          name = "broker_datas",
-          type = "array",
-          entry = "brokerDatas",
-          of = { name = "broker_datas", type = "struct", struct = "broker_data" },
-          prefix = "int32",
-        },
-        { name = "filter_server_table", type = "json", entry = "filterServerTable" },
-        { name = "order_topic_conf", type = "string", entry = "orderTopicConf", prefix = "int16" },
-        { name = "topic_queue_mapping_by_broker", type = "json", entry = "topicQueueMappingByBroker" },
-        {
-          name = "route_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      queue_data = {
-        { name = "broker_name", type = "string", info = "broker", entry = "brokerName", prefix = "int16" },
-        { name = "read_queue_nums", type = "int32", entry = "readQueueNums" },
-        { name = "write_queue_nums", type = "int32", entry = "writeQueueNums" },
-        { name = "perm", type = "int32", display = "hex" },
-        { name = "topic_sys_flag", type = "int32", entry = "topicSysFlag" },
-        { name = "topic_syn_flag", type = "int32", entry = "topicSynFlag" },
-        {
-          name = "queue_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      broker_data = {
-        { name = "cluster", type = "string", prefix = "int16" },
-        { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
-        {
-          name = "broker_addrs",
-          type = "map",
-          entry = "brokerAddrs",
-          key = { name = "key", type = "int64" },
-          value = { name = "value", type = "string", prefix = "int16" },
-          prefix = "int32",
-        },
-        { name = "enable_acting_master", type = "bool", entry = "enableActingMaster" },
-        { name = "zone_name", type = "string", entry = "zoneName", prefix = "int16" },
-        {
-          name = "broker_other",
-          type = "map",
-          rest = true,
-          key = { name = "key", type = "string", prefix = "int16" },
-          value = { name = "value", type = "json" },
-          prefix = "int32",
-        },
-      },
-      batch_message = {
-        { name = "total_size", type = "int32", length_of = true },
-        { name = "magic_code", type = "uint32", enum = "message_magic", display = "hex" },
-        { name = "body_crc", type = "int32", display = "hex" },
-        { name = "message_flag", type = "int32" },
-        { name = "message_body", type = "bytes", hook = "message_body", prefix = "int32" },
-        {
-          name = "properties",
-          type = "pairs",
-          struct = "message_properties",
-          prefix = "int16",
-          separators = { "\002", "\001" },
-        },
-      },
-    },
     commands = {
       [10] = { name = "SEND_MESSAGE", versions = { 1 } },
       [11] = { name = "PULL_MESSAGE", versions = { 1 } },
@@ -4272,1417 +3247,1638 @@ local SPECS = {
       [200056] = { name = "POP_ROLLBACK", versions = { 1 } },
       [200151] = { name = "BATCH_ACK_MESSAGE", versions = { 1 } },
     },
-    layouts = {
-      [10] = {
-        request = {
-          fields = {
-            { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "default_topic", type = "string", entry = "defaultTopic", prefix = "int16" },
-            { name = "default_topic_queue_nums", type = "int32", entry = "defaultTopicQueueNums" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "sys_flag", type = "int32", display = "hex", entry = "sysFlag" },
-            { name = "born_timestamp", type = "int64", display = "time_ms", entry = "bornTimestamp" },
-            { name = "message_flag", type = "int32", entry = "flag" },
-            {
-              name = "properties",
-              type = "pairs",
-              struct = "message_properties",
-              entry = "properties",
-              prefix = "int16",
-              separators = { "\002", "\001" },
-            },
-            { name = "reconsume_times", type = "int32", entry = "reconsumeTimes" },
-            { name = "unit_mode", type = "bool", entry = "unitMode" },
-            { name = "batch", type = "bool", entry = "batch" },
-            { name = "max_reconsume_times", type = "int32", entry = "maxReconsumeTimes" },
-            { name = "broker_name", type = "string", entry = "bname", prefix = "int16" },
-            { name = "body", type = "raw", hook = "message_body", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
-            { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
-            { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
-            { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
-            { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [11] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
-            { name = "max_msg_nums", type = "int32", entry = "maxMsgNums" },
-            { name = "sys_flag", type = "int32", display = "hex", entry = "sysFlag" },
-            { name = "commit_offset", type = "int64", entry = "commitOffset" },
-            { name = "suspend_timeout_millis", type = "int64", entry = "suspendTimeoutMillis" },
-            { name = "subscription", type = "string", entry = "subscription", prefix = "int16" },
-            { name = "sub_version", type = "int64", entry = "subVersion" },
-            { name = "expression_type", type = "string", entry = "expressionType", prefix = "int16" },
-            { name = "max_msg_bytes", type = "int32", entry = "maxMsgBytes" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "suggest_which_broker_id", type = "int64", entry = "suggestWhichBrokerId" },
-            { name = "next_begin_offset", type = "int64", info = "next", entry = "nextBeginOffset" },
-            { name = "min_offset", type = "int64", entry = "minOffset" },
-            { name = "max_offset", type = "int64", entry = "maxOffset" },
-            { name = "offset_delta", type = "int64", entry = "offsetDelta" },
-            { name = "topic_sys_flag", type = "int32", entry = "topicSysFlag" },
-            { name = "group_sys_flag", type = "int32", entry = "groupSysFlag" },
-            { name = "forbidden_type", type = "int32", entry = "forbiddenType" },
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "messages", type = "struct", struct = "stored_message" },
-              prefix = "none",
-            },
-          },
-        },
-      },
-      [12] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "message_key", type = "string", info = "key", entry = "key", prefix = "int16" },
-            { name = "max_num", type = "int32", entry = "maxNum" },
-            { name = "begin_timestamp", type = "int64", display = "time_ms", entry = "beginTimestamp" },
-            { name = "end_timestamp", type = "int64", display = "time_ms", entry = "endTimestamp" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            {
-              name = "index_last_update_timestamp",
-              type = "int64",
-              display = "time_ms",
-              entry = "indexLastUpdateTimestamp",
-            },
-            { name = "index_last_update_phyoffset", type = "int64", entry = "indexLastUpdatePhyoffset" },
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "messages", type = "struct", struct = "stored_message" },
-              prefix = "none",
-            },
-          },
-        },
-      },
-      [14] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "set_zero_if_not_found", type = "bool", entry = "setZeroIfNotFound" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [15] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "commit_offset", type = "int64", info = "offset", entry = "commitOffset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [29] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "timestamp", type = "int64", display = "time_ms", entry = "timestamp" },
-            { name = "boundary_type", type = "string", entry = "boundaryType", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [30] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "committed", type = "bool", entry = "committed" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [31] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "committed", type = "bool", entry = "committed" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [32] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "committed", type = "bool", entry = "committed" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "timestamp", type = "int64", display = "time_ms", entry = "timestamp" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [33] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "messages", type = "struct", struct = "stored_message" },
-              prefix = "none",
-            },
-          },
-        },
-      },
-      [34] = {
-        request = {
-          fields = { { name = "heartbeat", type = "json", struct = "heartbeat_data", size = "rest", optional = true } },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [35] = {
-        request = {
-          fields = {
-            { name = "client_id", type = "string", info = "client", entry = "clientID", prefix = "int16" },
-            { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
-            {
-              name = "consumer_group",
-              type = "string",
-              info = "consumer_group",
-              entry = "consumerGroup",
-              prefix = "int16",
-            },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [36] = {
-        request = {
-          fields = {
-            { name = "offset", type = "int64", info = "offset", entry = "offset" },
-            { name = "consumer_group", type = "string", info = "group", entry = "group", prefix = "int16" },
-            { name = "delay_level", type = "int32", entry = "delayLevel" },
-            { name = "origin_msg_id", type = "string", entry = "originMsgId", prefix = "int16" },
-            { name = "origin_topic", type = "string", entry = "originTopic", prefix = "int16" },
-            { name = "unit_mode", type = "bool", entry = "unitMode" },
-            { name = "max_reconsume_times", type = "int32", entry = "maxReconsumeTimes" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [37] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
-            { name = "tran_state_table_offset", type = "int64", entry = "tranStateTableOffset" },
-            { name = "commit_log_offset", type = "int64", entry = "commitLogOffset" },
-            {
-              name = "commit_or_rollback",
-              type = "int32",
-              enum = "transaction",
-              info = "state",
-              entry = "commitOrRollback",
-            },
-            { name = "from_transaction_check", type = "bool", entry = "fromTransactionCheck" },
-            { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
-            { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [38] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "consumers", type = "json", struct = "consumer_list", size = "rest", optional = true } } },
-      },
-      [39] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "tran_state_table_offset", type = "int64", entry = "tranStateTableOffset" },
-            { name = "commit_log_offset", type = "int64", entry = "commitLogOffset" },
-            { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
-            { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
-            { name = "offset_msg_id", type = "string", entry = "offsetMsgId", prefix = "int16" },
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "messages", type = "struct", struct = "stored_message" },
-              prefix = "none",
-            },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [40] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [41] = {
-        request = { fields = { { name = "lock", type = "json", struct = "lock_batch_request", size = "rest", optional = true } } },
-        response = {
-          fields = { { name = "locked", type = "json", struct = "lock_batch_response", size = "rest", optional = true } },
-        },
-      },
-      [42] = {
-        request = { fields = { { name = "lock", type = "json", struct = "lock_batch_request", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [105] = {
-        request = {
-          fields = {
-            { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
-            { name = "accept_standard_json_only", type = "bool", entry = "acceptStandardJsonOnly" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "route", type = "json", struct = "topic_route", size = "rest", optional = true } } },
-      },
-      [307] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "client_id", type = "string", info = "client", entry = "clientId", prefix = "int16" },
-            { name = "jstack_enable", type = "bool", entry = "jstackEnable" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-        response = { fields = { { name = "running_info", type = "json", size = "rest", optional = true } } },
-      },
-      [309] = {
-        request = {
-          fields = {
-            { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
-            { name = "client_id", type = "string", info = "client", entry = "clientId", prefix = "int16" },
-            { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
-            { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
-            {
-              name = "messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "messages", type = "struct", struct = "stored_message" },
-              prefix = "none",
-            },
-          },
-        },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [310] = {
-        request = {
-          fields = {
-            { name = "producer_group", type = "string", info = "group", entry = "a", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "b", prefix = "int16" },
-            { name = "default_topic", type = "string", entry = "c", prefix = "int16" },
-            { name = "default_topic_queue_nums", type = "int32", entry = "d" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "e" },
-            { name = "sys_flag", type = "int32", display = "hex", entry = "f" },
-            { name = "born_timestamp", type = "int64", display = "time_ms", entry = "g" },
-            { name = "message_flag", type = "int32", entry = "h" },
-            {
-              name = "properties",
-              type = "pairs",
-              struct = "message_properties",
-              entry = "i",
-              prefix = "int16",
-              separators = { "\002", "\001" },
-            },
-            { name = "reconsume_times", type = "int32", entry = "j" },
-            { name = "unit_mode", type = "bool", entry = "k" },
-            { name = "max_reconsume_times", type = "int32", entry = "l" },
-            { name = "batch", type = "bool", entry = "m" },
-            { name = "broker_name", type = "string", entry = "n", prefix = "int16" },
-            { name = "body", type = "raw", hook = "message_body", size = "rest", optional = true },
-          },
-        },
-        response = {
-          fields = {
-            { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
-            { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
-            { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
-            { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
-            { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [320] = {
-        request = {
-          fields = {
-            { name = "producer_group", type = "string", info = "group", entry = "a", prefix = "int16" },
-            { name = "topic", type = "string", info = "topic", entry = "b", prefix = "int16" },
-            { name = "default_topic", type = "string", entry = "c", prefix = "int16" },
-            { name = "default_topic_queue_nums", type = "int32", entry = "d" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "e" },
-            { name = "sys_flag", type = "int32", display = "hex", entry = "f" },
-            { name = "born_timestamp", type = "int64", display = "time_ms", entry = "g" },
-            { name = "message_flag", type = "int32", entry = "h" },
-            {
-              name = "properties",
-              type = "pairs",
-              struct = "message_properties",
-              entry = "i",
-              prefix = "int16",
-              separators = { "\002", "\001" },
-            },
-            { name = "reconsume_times", type = "int32", entry = "j" },
-            { name = "unit_mode", type = "bool", entry = "k" },
-            { name = "max_reconsume_times", type = "int32", entry = "l" },
-            { name = "batch", type = "bool", entry = "m" },
-            { name = "broker_name", type = "string", entry = "n", prefix = "int16" },
-            {
-              name = "batch_messages",
-              type = "array",
-              info = "messages",
-              optional = true,
-              of = { name = "batch_messages", type = "struct", struct = "batch_message" },
-              prefix = "none",
-            },
-          },
-        },
-        response = {
-          fields = {
-            { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
-            { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
-            { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
-            { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
-            { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
-            { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
-            { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
-            { name = "body", type = "raw", size = "rest", optional = true },
-          },
-        },
-      },
-      [13] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [17] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [18] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [21] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [22] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [23] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [25] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [26] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [27] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [28] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [43] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [45] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [46] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [47] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [60] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [61] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [100] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [101] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [102] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [103] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [104] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [106] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [201] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [202] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [203] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [204] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [205] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [206] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [207] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [208] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [209] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [210] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [211] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [212] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [213] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [214] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [215] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [216] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [217] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [218] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [219] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [220] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [221] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [222] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [223] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [224] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [225] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [300] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [301] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [302] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [303] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [304] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [305] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [306] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [308] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [311] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [312] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [313] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [314] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [315] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [316] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [317] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [318] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [319] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [321] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [322] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [323] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [324] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [325] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [326] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [327] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [328] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [329] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [343] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [345] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [351] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [352] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [353] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [354] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [355] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [361] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [370] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [400] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [401] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [402] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [513] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [901] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [902] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [903] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [904] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [905] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [906] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [907] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [908] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1001] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1002] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1003] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1004] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1005] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1006] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1007] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1008] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1009] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1010] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1011] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1012] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1013] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1014] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1015] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1016] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1017] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [1018] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [2001] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [2002] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [2003] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [2004] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3001] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3002] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3003] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3004] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3005] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3006] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3007] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3008] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3009] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [3010] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200050] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200051] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200052] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200053] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200054] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200055] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200056] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-      [200151] = {
-        request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-        response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
-      },
-    },
-    answers = {},
-    masked = "********",
-    hook_info = {},
-    hook_names = {},
-    names = {
-      { name = "accept_standard_json_only", ftype = "bool", title = "Accept Standard Json Only" },
-      { name = "batch", ftype = "bool", title = "Batch" },
-      { name = "batch_messages", ftype = "none", title = "Batch Messages" },
-      { name = "batch_uniq_id", ftype = "string", title = "Batch Uniq ID" },
-      { name = "begin_timestamp", ftype = "int64", title = "Begin Timestamp", display = "time_ms" },
-      { name = "body", ftype = "bytes", title = "Body", doc = "The message body" },
-      {
-        name = "body_crc",
-        ftype = "int32",
-        title = "Body CRC",
-        doc = "CRC-32 of the stored body, masked to 31 bits",
-        display = "hex",
-      },
-      {
-        name = "body_crc_valid",
-        ftype = "bool",
-        title = "Body CRC Valid",
-        doc = "Whether the stored body matches its CRC",
-      },
-      { name = "born_host", ftype = "ipv4", title = "Born Host" },
-      { name = "born_host_v6", ftype = "ipv6", title = "Born Host V6" },
-      { name = "born_port", ftype = "int32", title = "Born Port" },
-      { name = "born_timestamp", ftype = "int64", title = "Born Timestamp", display = "time_ms" },
-      { name = "born_timestamp_property", ftype = "int64", title = "Born Timestamp Property" },
-      { name = "boundary_type", ftype = "string", title = "Boundary Type" },
-      { name = "broker_addrs", ftype = "none", title = "Broker Addrs", doc = "Broker id (0 the master) to address" },
-      { name = "broker_addrs.key", ftype = "int64", title = "Broker Addrs Key" },
-      { name = "broker_addrs.value", ftype = "string", title = "Broker Addrs Value" },
-      { name = "broker_datas", ftype = "none", title = "Broker Datas" },
-      { name = "broker_name", ftype = "string", title = "Broker Name" },
-      { name = "broker_other", ftype = "none", title = "Broker Other" },
-      { name = "broker_other.key", ftype = "string", title = "Broker Other Key" },
-      { name = "broker_other.value", ftype = "string", title = "Broker Other Value" },
-      { name = "class_filter_mode", ftype = "bool", title = "Class Filter Mode" },
-      { name = "client_id", ftype = "string", title = "Client ID" },
-      { name = "cluster", ftype = "string", title = "Cluster" },
-      {
-        name = "code",
-        ftype = "int16",
-        title = "Code",
-        doc = "Request code in requests; response code in responses",
-        display = "dec",
-      },
-      { name = "code_set", ftype = "int32", title = "Code Set" },
-      { name = "command", ftype = "string", title = "Command", doc = "Command name from the registry" },
-      { name = "commit_log_offset", ftype = "int64", title = "Commit Log Offset" },
-      { name = "commit_offset", ftype = "int64", title = "Commit Offset" },
-      { name = "commit_or_rollback", ftype = "int32", title = "Commit Or Rollback", enum = "transaction" },
-      { name = "committed", ftype = "bool", title = "Committed" },
-      {
-        name = "compression",
-        ftype = "uint8",
-        title = "Compression",
-        doc = "The codec the body was compressed with",
-        enum = "compression",
-      },
-      {
-        name = "connection",
-        ftype = "string",
-        title = "Connection",
-        doc = "The connection: client address:port \226\134\146 server address:port",
-      },
-      { name = "consume_from_where", ftype = "string", title = "Consume From Where" },
-      { name = "consume_start_time", ftype = "int64", title = "Consume Start Time" },
-      { name = "consume_type", ftype = "string", title = "Consume Type" },
-      { name = "consumer_data_set", ftype = "none", title = "Consumer Data Set" },
-      { name = "consumer_group", ftype = "string", title = "Consumer Group" },
-      { name = "consumer_id_list", ftype = "string", title = "Consumer ID List" },
-      { name = "consumer_other", ftype = "none", title = "Consumer Other" },
-      { name = "consumer_other.key", ftype = "string", title = "Consumer Other Key" },
-      { name = "consumer_other.value", ftype = "string", title = "Consumer Other Value" },
-      { name = "consumers", ftype = "none", title = "Consumers" },
-      { name = "correlation_id", ftype = "string", title = "Correlation ID" },
-      { name = "default_topic", ftype = "string", title = "Default Topic" },
-      { name = "default_topic_queue_nums", ftype = "int32", title = "Default Topic Queue Nums" },
-      { name = "delay_level", ftype = "int32", title = "Delay Level" },
-      { name = "delay_time_level", ftype = "int32", title = "Delay Time Level" },
-      { name = "dlq_origin_message_id", ftype = "string", title = "Dlq Origin Message ID" },
-      { name = "dlq_origin_topic", ftype = "string", title = "Dlq Origin Topic" },
-      { name = "enable_acting_master", ftype = "bool", title = "Enable Acting Master" },
-      { name = "end_timestamp", ftype = "int64", title = "End Timestamp", display = "time_ms" },
-      { name = "expression_type", ftype = "string", title = "Expression Type" },
-      {
-        name = "ext_fields",
-        ftype = "none",
-        title = "Ext Fields",
-        doc = "The request or response header's own fields (the ones no command names stay here)",
-      },
-      { name = "ext_fields.key", ftype = "string", title = "Ext Fields Key" },
-      { name = "ext_fields.value", ftype = "string", title = "Ext Fields Value" },
-      { name = "filter_server_table", ftype = "string", title = "Filter Server Table" },
-      {
-        name = "flag",
-        ftype = "int32",
-        title = "Flag",
-        doc = "Bit 0 marks a response, bit 1 a one-way request",
-        display = "hex",
-      },
-      { name = "forbidden_type", ftype = "int32", title = "Forbidden Type" },
-      { name = "from_transaction_check", ftype = "bool", title = "From Transaction Check" },
-      { name = "group_name", ftype = "string", title = "Group Name" },
-      { name = "group_sys_flag", ftype = "int32", title = "Group Sys Flag" },
-      {
-        name = "header",
-        ftype = "none",
-        title = "Header",
-        doc = "The header: the same fields in JSON or in the compact binary encoding",
-      },
-      {
-        name = "header_length",
-        ftype = "uint32",
-        title = "Header Length",
-        doc = "Header length in bytes",
-        mask = 16777215,
-      },
-      { name = "header_other", ftype = "none", title = "Header Other", doc = "JSON header keys no field names" },
-      { name = "header_other.key", ftype = "string", title = "Header Other Key" },
-      { name = "header_other.value", ftype = "string", title = "Header Other Value" },
-      {
-        name = "header_word",
-        ftype = "uint32",
-        title = "Header Word",
-        doc = "The header's serialize type and length, packed in one word",
-        display = "hex",
-      },
-      { name = "heartbeat", ftype = "none", title = "Heartbeat" },
-      { name = "heartbeat_fingerprint", ftype = "int32", title = "Heartbeat Fingerprint" },
-      { name = "heartbeat_other", ftype = "none", title = "Heartbeat Other" },
-      { name = "heartbeat_other.key", ftype = "string", title = "Heartbeat Other Key" },
-      { name = "heartbeat_other.value", ftype = "string", title = "Heartbeat Other Value" },
-      { name = "index_last_update_phyoffset", ftype = "int64", title = "Index Last Update Phyoffset" },
-      {
-        name = "index_last_update_timestamp",
-        ftype = "int64",
-        title = "Index Last Update Timestamp",
-        display = "time_ms",
-      },
-      { name = "instance_id", ftype = "string", title = "Instance ID" },
-      { name = "jstack_enable", ftype = "bool", title = "Jstack Enable" },
-      {
-        name = "key",
-        ftype = "int16",
-        title = "Key",
-        doc = "The command key (a response's is its request's)",
-        enum = "commands",
-      },
-      { name = "keys", ftype = "string", title = "Keys", doc = "Business keys (several are separated by a space)" },
-      { name = "kind", ftype = "string", title = "Kind", doc = "request, response or command" },
-      {
-        name = "language",
-        ftype = "uint8",
-        title = "Language",
-        doc = "The sender's client language (ali-ons claims JAVA)",
-        enum = "language",
-        display = "name",
-      },
-      { name = "links", ftype = "none", title = "Links", doc = "What the conversation tracker links to this frame" },
-      { name = "lock", ftype = "none", title = "Lock" },
-      { name = "lock_ok_mq_set", ftype = "none", title = "Lock Ok Mq Set" },
-      { name = "locked", ftype = "none", title = "Locked" },
-      { name = "magic_code", ftype = "uint32", title = "Magic Code", enum = "message_magic", display = "hex" },
-      { name = "max_msg_bytes", ftype = "int32", title = "Max Msg Bytes" },
-      { name = "max_msg_nums", ftype = "int32", title = "Max Msg Nums" },
-      { name = "max_num", ftype = "int32", title = "Max Num" },
-      { name = "max_offset", ftype = "int64", title = "Max Offset" },
-      { name = "max_reconsume_times", ftype = "int32", title = "Max Reconsume Times" },
-      { name = "message_body", ftype = "bytes", title = "Message Body" },
-      { name = "message_flag", ftype = "int32", title = "Message Flag" },
-      { name = "message_key", ftype = "string", title = "Message Key" },
-      { name = "message_model", ftype = "string", title = "Message Model" },
-      { name = "message_ttl", ftype = "string", title = "Message Ttl" },
-      { name = "message_type", ftype = "string", title = "Message Type" },
-      { name = "messages", ftype = "none", title = "Messages" },
-      { name = "min_offset", ftype = "int64", title = "Min Offset" },
-      { name = "mq_set", ftype = "none", title = "Mq Set" },
-      {
-        name = "msg_id",
-        ftype = "string",
-        title = "Msg ID",
-        doc = "The broker's id of the stored message (store host, port, commit log offset)",
-      },
-      { name = "msg_region", ftype = "string", title = "Msg Region" },
-      { name = "next_begin_offset", ftype = "int64", title = "Next Begin Offset" },
-      { name = "offset", ftype = "int64", title = "Offset" },
-      { name = "offset_delta", ftype = "int64", title = "Offset Delta" },
-      { name = "offset_msg_id", ftype = "string", title = "Offset Msg ID" },
-      { name = "only_this_broker", ftype = "bool", title = "Only This Broker" },
-      { name = "opaque", ftype = "int32", title = "Opaque", doc = "Request id; a response carries its request's" },
-      { name = "order_topic_conf", ftype = "string", title = "Order Topic Conf" },
-      { name = "origin_message_id", ftype = "string", title = "Origin Message ID" },
-      { name = "origin_msg_id", ftype = "string", title = "Origin Msg ID" },
-      { name = "origin_topic", ftype = "string", title = "Origin Topic" },
-      { name = "payload", ftype = "bytes", title = "Payload", doc = "Body of a frame with no layout in the registry" },
-      {
-        name = "perm",
-        ftype = "int32",
-        title = "Perm",
-        doc = "PermName bits: 2 write, 4 read, 1 inherit",
-        display = "hex",
-      },
-      {
-        name = "physical_offset",
-        ftype = "int64",
-        title = "Physical Offset",
-        doc = "Where the message is in the commit log",
-      },
-      { name = "prepared_transaction_offset", ftype = "int64", title = "Prepared Transaction Offset" },
-      { name = "producer_data_set", ftype = "none", title = "Producer Data Set" },
-      { name = "producer_group", ftype = "string", title = "Producer Group" },
-      { name = "producer_other", ftype = "none", title = "Producer Other" },
-      { name = "producer_other.key", ftype = "string", title = "Producer Other Key" },
-      { name = "producer_other.value", ftype = "string", title = "Producer Other Value" },
-      { name = "properties", ftype = "none", title = "Properties" },
-      { name = "queue_datas", ftype = "none", title = "Queue Datas" },
-      { name = "queue_id", ftype = "int32", title = "Queue ID" },
-      { name = "queue_offset", ftype = "int64", title = "Queue Offset" },
-      { name = "queue_other", ftype = "none", title = "Queue Other" },
-      { name = "queue_other.key", ftype = "string", title = "Queue Other Key" },
-      { name = "queue_other.value", ftype = "string", title = "Queue Other Value" },
-      { name = "read_queue_nums", ftype = "int32", title = "Read Queue Nums" },
-      { name = "real_queue_id", ftype = "int32", title = "Real Queue ID" },
-      { name = "real_topic", ftype = "string", title = "Real Topic" },
-      { name = "reconsume_time", ftype = "int32", title = "Reconsume Time" },
-      { name = "reconsume_times", ftype = "int32", title = "Reconsume Times" },
-      { name = "remark", ftype = "string", title = "Remark", doc = "Free text, e.g. why a request failed" },
-      { name = "reply_to_client", ftype = "string", title = "Reply To Client" },
-      {
-        name = "request_in",
-        ftype = "uint32",
-        title = "Request In",
-        doc = "Packet of the request this response answers",
-        display = "request_packet",
-      },
-      {
-        name = "response_in",
-        ftype = "uint32",
-        title = "Response In",
-        doc = "Packet of this request's response (follow, stats, two-pass reads)",
-        display = "response_packet",
-      },
-      {
-        name = "response_time",
-        ftype = "double",
-        title = "Response Time",
-        doc = "Seconds from the request to this response",
-      },
-      { name = "retry_topic", ftype = "string", title = "Retry Topic" },
-      { name = "route", ftype = "none", title = "Route" },
-      { name = "route_other", ftype = "none", title = "Route Other" },
-      { name = "route_other.key", ftype = "string", title = "Route Other Key" },
-      { name = "route_other.value", ftype = "string", title = "Route Other Value" },
-      { name = "running_info", ftype = "string", title = "Running Info" },
-      {
-        name = "serialize_type",
-        ftype = "uint32",
-        title = "Serialize Type",
-        doc = "How the header is encoded: 0 JSON, 1 ROCKETMQ binary",
-        enum = "serialize_type",
-        display = "dec",
-        mask = 4278190080,
-      },
-      { name = "serialize_type_current_rpc", ftype = "string", title = "Serialize Type Current Rpc" },
-      { name = "set_zero_if_not_found", ftype = "bool", title = "Set Zero If Not Found" },
-      { name = "sharding_key", ftype = "string", title = "Sharding Key" },
-      { name = "size", ftype = "uint32", title = "Size", doc = "Frame size in bytes, after the size field" },
-      { name = "store_host", ftype = "ipv4", title = "Store Host" },
-      { name = "store_host_v6", ftype = "ipv6", title = "Store Host V6" },
-      { name = "store_port", ftype = "int32", title = "Store Port" },
-      { name = "store_timestamp", ftype = "int64", title = "Store Timestamp", display = "time_ms" },
-      { name = "stored_topic", ftype = "none", title = "Stored Topic" },
-      { name = "sub_string", ftype = "string", title = "Sub String" },
-      { name = "sub_version", ftype = "int64", title = "Sub Version" },
-      { name = "subscription", ftype = "string", title = "Subscription" },
-      { name = "subscription_data_set", ftype = "none", title = "Subscription Data Set" },
-      { name = "subscription_other", ftype = "none", title = "Subscription Other" },
-      { name = "subscription_other.key", ftype = "string", title = "Subscription Other Key" },
-      { name = "subscription_other.value", ftype = "string", title = "Subscription Other Value" },
-      { name = "suggest_which_broker_id", ftype = "int64", title = "Suggest Which Broker ID" },
-      {
-        name = "suspend_timeout_millis",
-        ftype = "int64",
-        title = "Suspend Timeout Millis",
-        doc = "How long the broker may hold the request",
-      },
-      { name = "sys_flag", ftype = "int32", title = "Sys Flag", display = "hex" },
-      { name = "tags", ftype = "string", title = "Tags" },
-      { name = "tags_set", ftype = "string", title = "Tags Set" },
-      { name = "timer_delay_sec", ftype = "int64", title = "Timer Delay Sec" },
-      { name = "timer_deliver_ms", ftype = "int64", title = "Timer Deliver Ms" },
-      { name = "timestamp", ftype = "int64", title = "Timestamp", display = "time_ms" },
-      { name = "topic", ftype = "string", title = "Topic" },
-      { name = "topic_queue_mapping_by_broker", ftype = "string", title = "Topic Queue Mapping By Broker" },
-      { name = "topic_syn_flag", ftype = "int32", title = "Topic Syn Flag" },
-      { name = "topic_sys_flag", ftype = "int32", title = "Topic Sys Flag" },
-      { name = "total_size", ftype = "int32", title = "Total Size", doc = "The message's length, this field included" },
-      { name = "trace_on", ftype = "string", title = "Trace On" },
-      { name = "trailing", ftype = "bytes", title = "Trailing", doc = "Bytes after the last field of the layout" },
-      { name = "tran_state_table_offset", ftype = "int64", title = "Tran State Table Offset" },
-      { name = "transaction_id", ftype = "string", title = "Transaction ID" },
-      { name = "transaction_prepared", ftype = "bool", title = "Transaction Prepared" },
-      { name = "uncompressed_body", ftype = "bytes", title = "Uncompressed Body", doc = "The body inflated" },
-      { name = "uniq_key", ftype = "string", title = "Uniq Key", doc = "The client's message id" },
-      { name = "unit_mode", ftype = "bool", title = "Unit Mode" },
-      { name = "user_properties", ftype = "none", title = "User Properties", doc = "Properties the application set" },
-      { name = "user_properties.key", ftype = "string", title = "User Properties Key" },
-      { name = "user_properties.value", ftype = "string", title = "User Properties Value" },
-      {
-        name = "version",
-        ftype = "int16",
-        title = "Version",
-        doc = "The sender's RocketMQ release, by its MQVersion ordinal (121 is V3_4_9, 401 V4_9_4)",
-        enum = "mq_version",
-        display = "dec",
-      },
-      {
-        name = "volume",
-        ftype = "none",
-        title = "Volume",
-        doc = "The messages this frame moves, as stats count them per topic",
-      },
-      {
-        name = "volume.bytes",
-        ftype = "uint64",
-        title = "Volume Bytes",
-        doc = "How many bytes of messages the frame moves",
-      },
-      {
-        name = "volume.direction",
-        ftype = "string",
-        title = "Volume Direction",
-        doc = "Which way they go, as stats name it (publish, deliver, ...)",
-      },
-      {
-        name = "volume.messages",
-        ftype = "uint32",
-        title = "Volume Messages",
-        doc = "How many messages the frame moves",
-      },
-      {
-        name = "volume.topic",
-        ftype = "string",
-        title = "Volume Topic",
-        doc = "The topic the messages are addressed to, as stats name it",
-      },
-      { name = "wait_store_msg_ok", ftype = "bool", title = "Wait Store Msg Ok" },
-      { name = "without_sub", ftype = "bool", title = "Without Sub" },
-      { name = "write_queue_nums", ftype = "int32", title = "Write Queue Nums" },
-      { name = "zone_name", ftype = "string", title = "Zone Name" },
-    },
-    limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
-    conversation = {
-      correlation = "opaque",
-      status = "code",
-      status_text = "remark",
-      codes = "dec",
-      server = "broker",
-      ok = { 0 },
-      routine = { 19, 20, 22 },
-      close_hints = {},
-      close_about = {},
-      setup = {},
-      sessions = {},
-      links = { "request_in", "response_in", "response_time" },
-      closes = {},
-      versioned = true,
-      rule_order = { "patience", "hints" },
-      rules = {
-        hints = {
-          GET_ROUTEINTO_BY_TOPIC = { [17] = "no broker has registered this topic with the name server (create it, or enable auto-creation)" },
-          SEND_MESSAGE = {
-            [17] = "the broker has no such topic and could not create it",
-            [16] = "the broker does not allow writes to this topic",
-            [14] = "the broker is not taking messages (a slave, or shutting down)",
-            [2] = "the broker is overloaded; the client should back off and retry",
-          },
-          SEND_MESSAGE_V2 = {
-            [17] = "the broker has no such topic and could not create it",
-            [16] = "the broker does not allow writes to this topic",
-            [14] = "the broker is not taking messages (a slave, or shutting down)",
-            [2] = "the broker is overloaded; the client should back off and retry",
-          },
-          SEND_BATCH_MESSAGE = {
-            [17] = "the broker has no such topic and could not create it",
-            [16] = "the broker does not allow writes to this topic",
-            [14] = "the broker is not taking messages (a slave, or shutting down)",
-            [2] = "the broker is overloaded; the client should back off and retry",
-          },
-          PULL_MESSAGE = {
-            [21] = "the consumer's offset is outside the queue; it must be reset",
-            [24] = "the broker has no subscription of this group to this topic (no heartbeat reached it)",
-            [26] = "the broker does not know this consumer group",
-          },
-        },
-      },
-    },
     subject = "topic",
-    carries = {},
-    lua_block = 5,
+    names = {
+      { "accept_standard_json_only", "bool", "Accept Standard Json Only" },
+      { "batch", "bool", "Batch" },
+      { "batch_messages", "none", "Batch Messages" },
+      { "batch_uniq_id", "string", "Batch Uniq ID" },
+      { "begin_timestamp", "int64", "Begin Timestamp", nil, display = "time_ms" },
+      { "body", "bytes", "Body", "The message body" },
+      { "body_crc", "int32", "Body CRC", "CRC-32 of the stored body, masked to 31 bits", display = "hex" },
+      { "body_crc_valid", "bool", "Body CRC Valid", "Whether the stored body matches its CRC" },
+      { "born_host", "ipv4", "Born Host" },
+      { "born_host_v6", "ipv6", "Born Host V6" },
+      { "born_port", "int32", "Born Port" },
+      { "born_timestamp", "int64", "Born Timestamp", nil, display = "time_ms" },
+      { "born_timestamp_property", "int64", "Born Timestamp Property" },
+      { "boundary_type", "string", "Boundary Type" },
+      { "broker_addrs", "none", "Broker Addrs", "Broker id (0 the master) to address" },
+      { "broker_addrs.key", "int64", "Broker Addrs Key" },
+      { "broker_addrs.value", "string", "Broker Addrs Value" },
+      { "broker_datas", "none", "Broker Datas" },
+      { "broker_name", "string", "Broker Name" },
+      { "broker_other", "none", "Broker Other" },
+      { "broker_other.key", "string", "Broker Other Key" },
+      { "broker_other.value", "string", "Broker Other Value" },
+      { "class_filter_mode", "bool", "Class Filter Mode" },
+      { "client_id", "string", "Client ID" },
+      { "cluster", "string", "Cluster" },
+      { "code", "int16", "Code", "Request code in requests; response code in responses", display = "dec" },
+      { "code_set", "int32", "Code Set" },
+      { "command", "string", "Command", "Command name from the registry" },
+      { "commit_log_offset", "int64", "Commit Log Offset" },
+      { "commit_offset", "int64", "Commit Offset" },
+      { "commit_or_rollback", "int32", "Commit Or Rollback", nil, enum = "transaction" },
+      { "committed", "bool", "Committed" },
+      { "compression", "uint8", "Compression", "The codec the body was compressed with", enum = "compression" },
+      { "connection", "string", "Connection", "The connection: client address:port \226\134\146 server address:port" },
+      { "consume_from_where", "string", "Consume From Where" },
+      { "consume_start_time", "int64", "Consume Start Time" },
+      { "consume_type", "string", "Consume Type" },
+      { "consumer_data_set", "none", "Consumer Data Set" },
+      { "consumer_group", "string", "Consumer Group" },
+      { "consumer_id_list", "string", "Consumer ID List" },
+      { "consumer_other", "none", "Consumer Other" },
+      { "consumer_other.key", "string", "Consumer Other Key" },
+      { "consumer_other.value", "string", "Consumer Other Value" },
+      { "consumers", "none", "Consumers" },
+      { "correlation_id", "string", "Correlation ID" },
+      { "default_topic", "string", "Default Topic" },
+      { "default_topic_queue_nums", "int32", "Default Topic Queue Nums" },
+      { "delay_level", "int32", "Delay Level" },
+      { "delay_time_level", "int32", "Delay Time Level" },
+      { "dlq_origin_message_id", "string", "Dlq Origin Message ID" },
+      { "dlq_origin_topic", "string", "Dlq Origin Topic" },
+      { "enable_acting_master", "bool", "Enable Acting Master" },
+      { "end_timestamp", "int64", "End Timestamp", nil, display = "time_ms" },
+      { "expression_type", "string", "Expression Type" },
+      { "ext_fields", "none", "Ext Fields", "The request or response header's own fields (the ones no command names stay here)" },
+      { "ext_fields.key", "string", "Ext Fields Key" },
+      { "ext_fields.value", "string", "Ext Fields Value" },
+      { "filter_server_table", "string", "Filter Server Table" },
+      { "flag", "int32", "Flag", "Bit 0 marks a response, bit 1 a one-way request", display = "hex" },
+      { "forbidden_type", "int32", "Forbidden Type" },
+      { "from_transaction_check", "bool", "From Transaction Check" },
+      { "group_name", "string", "Group Name" },
+      { "group_sys_flag", "int32", "Group Sys Flag" },
+      { "header", "none", "Header", "The header: the same fields in JSON or in the compact binary encoding" },
+      { "header_length", "uint32", "Header Length", "Header length in bytes", mask = 16777215 },
+      { "header_other", "none", "Header Other", "JSON header keys no field names" },
+      { "header_other.key", "string", "Header Other Key" },
+      { "header_other.value", "string", "Header Other Value" },
+      { "header_word", "uint32", "Header Word", "The header's serialize type and length, packed in one word", display = "hex" },
+      { "heartbeat", "none", "Heartbeat" },
+      { "heartbeat_fingerprint", "int32", "Heartbeat Fingerprint" },
+      { "heartbeat_other", "none", "Heartbeat Other" },
+      { "heartbeat_other.key", "string", "Heartbeat Other Key" },
+      { "heartbeat_other.value", "string", "Heartbeat Other Value" },
+      { "index_last_update_phyoffset", "int64", "Index Last Update Phyoffset" },
+      { "index_last_update_timestamp", "int64", "Index Last Update Timestamp", nil, display = "time_ms" },
+      { "instance_id", "string", "Instance ID" },
+      { "jstack_enable", "bool", "Jstack Enable" },
+      { "key", "int16", "Key", "The command key (a response's is its request's)", enum = "commands" },
+      { "keys", "string", "Keys", "Business keys (several are separated by a space)" },
+      { "kind", "string", "Kind", "request, response or command" },
+      { "language", "uint8", "Language", "The sender's client language (ali-ons claims JAVA)", enum = "language", display = "name" },
+      { "links", "none", "Links", "What the conversation tracker links to this frame" },
+      { "lock", "none", "Lock" },
+      { "lock_ok_mq_set", "none", "Lock Ok Mq Set" },
+      { "locked", "none", "Locked" },
+      { "magic_code", "uint32", "Magic Code", nil, enum = "message_magic", display = "hex" },
+      { "max_msg_bytes", "int32", "Max Msg Bytes" },
+      { "max_msg_nums", "int32", "Max Msg Nums" },
+      { "max_num", "int32", "Max Num" },
+      { "max_offset", "int64", "Max Offset" },
+      { "max_reconsume_times", "int32", "Max Reconsume Times" },
+      { "message_body", "bytes", "Message Body" },
+      { "message_flag", "int32", "Message Flag" },
+      { "message_key", "string", "Message Key" },
+      { "message_model", "string", "Message Model" },
+      { "message_ttl", "string", "Message Ttl" },
+      { "message_type", "string", "Message Type" },
+      { "messages", "none", "Messages" },
+      { "min_offset", "int64", "Min Offset" },
+      { "mq_set", "none", "Mq Set" },
+      { "msg_id", "string", "Msg ID", "The broker's id of the stored message (store host, port, commit log offset)" },
+      { "msg_region", "string", "Msg Region" },
+      { "next_begin_offset", "int64", "Next Begin Offset" },
+      { "offset", "int64", "Offset" },
+      { "offset_delta", "int64", "Offset Delta" },
+      { "offset_msg_id", "string", "Offset Msg ID" },
+      { "only_this_broker", "bool", "Only This Broker" },
+      { "opaque", "int32", "Opaque", "Request id; a response carries its request's" },
+      { "order_topic_conf", "string", "Order Topic Conf" },
+      { "origin_message_id", "string", "Origin Message ID" },
+      { "origin_msg_id", "string", "Origin Msg ID" },
+      { "origin_topic", "string", "Origin Topic" },
+      { "payload", "bytes", "Payload", "Body of a frame with no layout in the registry" },
+      { "perm", "int32", "Perm", "PermName bits: 2 write, 4 read, 1 inherit", display = "hex" },
+      { "physical_offset", "int64", "Physical Offset", "Where the message is in the commit log" },
+      { "prepared_transaction_offset", "int64", "Prepared Transaction Offset" },
+      { "producer_data_set", "none", "Producer Data Set" },
+      { "producer_group", "string", "Producer Group" },
+      { "producer_other", "none", "Producer Other" },
+      { "producer_other.key", "string", "Producer Other Key" },
+      { "producer_other.value", "string", "Producer Other Value" },
+      { "properties", "none", "Properties" },
+      { "queue_datas", "none", "Queue Datas" },
+      { "queue_id", "int32", "Queue ID" },
+      { "queue_offset", "int64", "Queue Offset" },
+      { "queue_other", "none", "Queue Other" },
+      { "queue_other.key", "string", "Queue Other Key" },
+      { "queue_other.value", "string", "Queue Other Value" },
+      { "read_queue_nums", "int32", "Read Queue Nums" },
+      { "real_queue_id", "int32", "Real Queue ID" },
+      { "real_topic", "string", "Real Topic" },
+      { "reconsume_time", "int32", "Reconsume Time" },
+      { "reconsume_times", "int32", "Reconsume Times" },
+      { "remark", "string", "Remark", "Free text, e.g. why a request failed" },
+      { "reply_to_client", "string", "Reply To Client" },
+      { "request_in", "uint32", "Request In", "Packet of the request this response answers", display = "request_packet" },
+      { "response_in", "uint32", "Response In", "Packet of this request's response (follow, stats, two-pass reads)", display = "response_packet" },
+      { "response_time", "double", "Response Time", "Seconds from the request to this response" },
+      { "retry_topic", "string", "Retry Topic" },
+      { "route", "none", "Route" },
+      { "route_other", "none", "Route Other" },
+      { "route_other.key", "string", "Route Other Key" },
+      { "route_other.value", "string", "Route Other Value" },
+      { "running_info", "string", "Running Info" },
+      { "serialize_type", "uint32", "Serialize Type", "How the header is encoded: 0 JSON, 1 ROCKETMQ binary", enum = "serialize_type", display = "dec", mask = 4278190080 },
+      { "serialize_type_current_rpc", "string", "Serialize Type Current Rpc" },
+      { "set_zero_if_not_found", "bool", "Set Zero If Not Found" },
+      { "sharding_key", "string", "Sharding Key" },
+      { "size", "uint32", "Size", "Frame size in bytes, after the size field" },
+      { "store_host", "ipv4", "Store Host" },
+      { "store_host_v6", "ipv6", "Store Host V6" },
+      { "store_port", "int32", "Store Port" },
+      { "store_timestamp", "int64", "Store Timestamp", nil, display = "time_ms" },
+      { "stored_topic", "none", "Stored Topic" },
+      { "sub_string", "string", "Sub String" },
+      { "sub_version", "int64", "Sub Version" },
+      { "subscription", "string", "Subscription" },
+      { "subscription_data_set", "none", "Subscription Data Set" },
+      { "subscription_other", "none", "Subscription Other" },
+      { "subscription_other.key", "string", "Subscription Other Key" },
+      { "subscription_other.value", "string", "Subscription Other Value" },
+      { "suggest_which_broker_id", "int64", "Suggest Which Broker ID" },
+      { "suspend_timeout_millis", "int64", "Suspend Timeout Millis", "How long the broker may hold the request" },
+      { "sys_flag", "int32", "Sys Flag", nil, display = "hex" },
+      { "tags", "string", "Tags" },
+      { "tags_set", "string", "Tags Set" },
+      { "timer_delay_sec", "int64", "Timer Delay Sec" },
+      { "timer_deliver_ms", "int64", "Timer Deliver Ms" },
+      { "timestamp", "int64", "Timestamp", nil, display = "time_ms" },
+      { "topic", "string", "Topic" },
+      { "topic_queue_mapping_by_broker", "string", "Topic Queue Mapping By Broker" },
+      { "topic_syn_flag", "int32", "Topic Syn Flag" },
+      { "topic_sys_flag", "int32", "Topic Sys Flag" },
+      { "total_size", "int32", "Total Size", "The message's length, this field included" },
+      { "trace_on", "string", "Trace On" },
+      { "trailing", "bytes", "Trailing", "Bytes after the last field of the layout" },
+      { "tran_state_table_offset", "int64", "Tran State Table Offset" },
+      { "transaction_id", "string", "Transaction ID" },
+      { "transaction_prepared", "bool", "Transaction Prepared" },
+      { "uncompressed_body", "bytes", "Uncompressed Body", "The body inflated" },
+      { "uniq_key", "string", "Uniq Key", "The client's message id" },
+      { "unit_mode", "bool", "Unit Mode" },
+      { "user_properties", "none", "User Properties", "Properties the application set" },
+      { "user_properties.key", "string", "User Properties Key" },
+      { "user_properties.value", "string", "User Properties Value" },
+      { "version", "int16", "Version", "The sender's RocketMQ release, by its MQVersion ordinal (121 is V3_4_9, 401 V4_9_4)", enum = "mq_version", display = "dec" },
+      { "volume", "none", "Volume", "The messages this frame moves, as stats count them per topic" },
+      { "volume.bytes", "uint64", "Volume Bytes", "How many bytes of messages the frame moves" },
+      { "volume.direction", "string", "Volume Direction", "Which way they go, as stats name it (publish, deliver, ...)" },
+      { "volume.messages", "uint32", "Volume Messages", "How many messages the frame moves" },
+      { "volume.topic", "string", "Volume Topic", "The topic the messages are addressed to, as stats name it" },
+      { "wait_store_msg_ok", "bool", "Wait Store Msg Ok" },
+      { "without_sub", "bool", "Without Sub" },
+      { "write_queue_nums", "int32", "Write Queue Nums" },
+      { "zone_name", "string", "Zone Name" },
+    },
+    decoding = function() return {
+      short = "RocketMQ",
+      roles = { [9876] = "name server", [10911] = "broker", [10909] = "broker", [10912] = "broker" },
+      order = ">",
+      max_size = 16777216,
+      length = { field = "size", offset = 0, width = 4, counts = "after" },
+      header = {
+        { name = "size", type = "int32" },
+        {
+          name = "header_word",
+          type = "uint32",
+          display = "hex",
+          bits = {
+            { name = "serialize_type", type = "uint32", enum = "serialize_type", display = "dec", mask = 4278190080 },
+            { name = "header_length", type = "uint32", mask = 16777215 },
+          },
+        },
+        {
+          name = "header",
+          type = "switch",
+          size = "header_length",
+          on = "serialize_type",
+          inline = true,
+          cases = {
+            [0] = { name = "header", type = "json", struct = "remoting_header" },
+            [1] = { name = "header", type = "struct", struct = "remoting_header" },
+          },
+        },
+      },
+      frame = {
+        key = "code",
+        response = { field = "flag", mask = 1 },
+        oneway = { field = "flag", mask = 2 },
+        response_key = "request",
+        entries = "ext_fields",
+        layout_versions = false,
+        key_case = "exact",
+        default_version = 0,
+      },
+      structs = {
+        remoting_header = {
+          {
+            name = "code",
+            type = "int16",
+            enum = "commands",
+            response_enum = "response_code",
+            display = "dec",
+            info = "code",
+          },
+          { name = "language", type = "uint8", enum = "language", display = "name" },
+          { name = "version", type = "int16", enum = "mq_version", display = "dec" },
+          { name = "opaque", type = "int32", info = "opaque" },
+          { name = "flag", type = "int32", display = "hex" },
+          { name = "remark", type = "string", info = "remark", prefix = "int32" },
+          {
+            name = "ext_fields",
+            type = "map",
+            entry = "extFields",
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int32" },
+            prefix = "int32",
+            prefix_counts = "bytes",
+          },
+          {
+            name = "serialize_type_current_rpc",
+            type = "string",
+            entry = "serializeTypeCurrentRPC",
+            optional = true,
+            prefix = "int16",
+          },
+          {
+            name = "header_other",
+            type = "map",
+            optional = true,
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        message_properties = {
+          { name = "keys", type = "string", info = "keys", entry = "KEYS", prefix = "int16" },
+          { name = "tags", type = "string", info = "tags", entry = "TAGS", prefix = "int16" },
+          { name = "uniq_key", type = "string", info = "msg", entry = "UNIQ_KEY", prefix = "int16" },
+          { name = "wait_store_msg_ok", type = "bool", entry = "WAIT" },
+          { name = "delay_time_level", type = "int32", entry = "DELAY" },
+          { name = "retry_topic", type = "string", entry = "RETRY_TOPIC", prefix = "int16" },
+          { name = "real_topic", type = "string", entry = "REAL_TOPIC", prefix = "int16" },
+          { name = "real_queue_id", type = "int32", entry = "REAL_QID" },
+          { name = "transaction_prepared", type = "bool", entry = "TRAN_MSG" },
+          { name = "producer_group", type = "string", entry = "PGROUP", prefix = "int16" },
+          { name = "min_offset", type = "int64", entry = "MIN_OFFSET" },
+          { name = "max_offset", type = "int64", entry = "MAX_OFFSET" },
+          { name = "origin_message_id", type = "string", entry = "ORIGIN_MESSAGE_ID", prefix = "int16" },
+          { name = "reconsume_time", type = "int32", entry = "RECONSUME_TIME" },
+          { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
+          { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
+          { name = "max_reconsume_times", type = "int32", entry = "MAX_RECONSUME_TIMES" },
+          { name = "consume_start_time", type = "int64", entry = "CONSUME_START_TIME" },
+          { name = "transaction_id", type = "string", entry = "__transactionId__", prefix = "int16" },
+          { name = "instance_id", type = "string", entry = "INSTANCE_ID", prefix = "int16" },
+          { name = "correlation_id", type = "string", entry = "CORRELATION_ID", prefix = "int16" },
+          { name = "reply_to_client", type = "string", entry = "REPLY_TO_CLIENT", prefix = "int16" },
+          { name = "message_ttl", type = "string", entry = "TTL", prefix = "int16" },
+          { name = "cluster", type = "string", entry = "CLUSTER", prefix = "int16" },
+          { name = "message_type", type = "string", entry = "MSG_TYPE", prefix = "int16" },
+          { name = "sharding_key", type = "string", entry = "__SHARDINGKEY", prefix = "int16" },
+          { name = "timer_deliver_ms", type = "int64", entry = "TIMER_DELIVER_MS" },
+          { name = "timer_delay_sec", type = "int64", entry = "TIMER_DELAY_SEC" },
+          { name = "born_timestamp_property", type = "int64", entry = "BORN_TIMESTAMP" },
+          { name = "dlq_origin_topic", type = "string", entry = "DLQ_ORIGIN_TOPIC", prefix = "int16" },
+          { name = "dlq_origin_message_id", type = "string", entry = "DLQ_ORIGIN_MESSAGE_ID", prefix = "int16" },
+          {
+            name = "user_properties",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        stored_message = {
+          { name = "total_size", type = "int32", length_of = true },
+          { name = "magic_code", type = "uint32", enum = "message_magic", display = "hex" },
+          { name = "body_crc", type = "int32", display = "hex" },
+          { name = "queue_id", type = "int32", info = "queue" },
+          { name = "message_flag", type = "int32" },
+          { name = "queue_offset", type = "int64", info = "offset" },
+          { name = "physical_offset", type = "int64" },
+          { name = "sys_flag", type = "int32", display = "hex" },
+          { name = "born_timestamp", type = "int64", display = "time_ms" },
+          { name = "born_host", type = "ipv4", when = { field = "sys_flag", values = { 0 }, mask = 16 } },
+          { name = "born_host_v6", type = "ipv6", when = { field = "sys_flag", values = { 16 }, mask = 16 } },
+          { name = "born_port", type = "int32" },
+          { name = "store_timestamp", type = "int64", display = "time_ms" },
+          { name = "store_host", type = "ipv4", when = { field = "sys_flag", values = { 0 }, mask = 32 } },
+          { name = "store_host_v6", type = "ipv6", when = { field = "sys_flag", values = { 32 }, mask = 32 } },
+          { name = "store_port", type = "int32" },
+          { name = "reconsume_times", type = "int32" },
+          { name = "prepared_transaction_offset", type = "int64" },
+          { name = "message_body", type = "bytes", hook = "message_body", prefix = "int32" },
+          {
+            name = "stored_topic",
+            type = "switch",
+            on = "magic_code",
+            inline = true,
+            cases = {
+              [3668123815] = { name = "stored_topic", type = "struct", struct = "topic_v1" },
+              [3668123819] = { name = "stored_topic", type = "struct", struct = "topic_v2" },
+            },
+          },
+          {
+            name = "properties",
+            type = "pairs",
+            struct = "message_properties",
+            prefix = "int16",
+            separators = { "\002", "\001" },
+          },
+        },
+        topic_v1 = { { name = "topic", type = "string", info = "topic", prefix = "int8" } },
+        topic_v2 = { { name = "topic", type = "string", info = "topic", prefix = "int16" } },
+        heartbeat_data = {
+          { name = "client_id", type = "string", info = "client", entry = "clientID", prefix = "int16" },
+          {
+            name = "consumer_data_set",
+            type = "array",
+            entry = "consumerDataSet",
+            of = { name = "consumer_data_set", type = "struct", struct = "consumer_data" },
+            prefix = "int32",
+          },
+          {
+            name = "producer_data_set",
+            type = "array",
+            entry = "producerDataSet",
+            of = { name = "producer_data_set", type = "struct", struct = "producer_data" },
+            prefix = "int32",
+          },
+          { name = "heartbeat_fingerprint", type = "int32", entry = "heartbeatFingerprint" },
+          { name = "without_sub", type = "bool", entry = "withoutSub" },
+          {
+            name = "heartbeat_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        consumer_data = {
+          { name = "group_name", type = "string", entry = "groupName", prefix = "int16" },
+          { name = "consume_type", type = "string", entry = "consumeType", prefix = "int16" },
+          { name = "message_model", type = "string", entry = "messageModel", prefix = "int16" },
+          { name = "consume_from_where", type = "string", entry = "consumeFromWhere", prefix = "int16" },
+          {
+            name = "subscription_data_set",
+            type = "array",
+            entry = "subscriptionDataSet",
+            of = { name = "subscription_data_set", type = "struct", struct = "subscription_data" },
+            prefix = "int32",
+          },
+          { name = "unit_mode", type = "bool", entry = "unitMode" },
+          {
+            name = "consumer_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        subscription_data = {
+          { name = "topic", type = "string", prefix = "int16" },
+          { name = "sub_string", type = "string", entry = "subString", prefix = "int16" },
+          {
+            name = "tags_set",
+            type = "array",
+            entry = "tagsSet",
+            of = { name = "tags_set", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+          {
+            name = "code_set",
+            type = "array",
+            entry = "codeSet",
+            of = { name = "code_set", type = "int32" },
+            prefix = "int32",
+          },
+          { name = "sub_version", type = "int64", entry = "subVersion" },
+          { name = "expression_type", type = "string", entry = "expressionType", prefix = "int16" },
+          { name = "class_filter_mode", type = "bool", entry = "classFilterMode" },
+          {
+            name = "subscription_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        producer_data = {
+          { name = "group_name", type = "string", entry = "groupName", prefix = "int16" },
+          {
+            name = "producer_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        consumer_list = {
+          {
+            name = "consumer_id_list",
+            type = "array",
+            info = "consumers",
+            entry = "consumerIdList",
+            of = { name = "consumer_id_list", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+        },
+        lock_batch_request = {
+          { name = "consumer_group", type = "string", entry = "consumerGroup", prefix = "int16" },
+          { name = "client_id", type = "string", entry = "clientId", prefix = "int16" },
+          { name = "only_this_broker", type = "bool", entry = "onlyThisBroker" },
+          {
+            name = "mq_set",
+            type = "array",
+            entry = "mqSet",
+            of = { name = "mq_set", type = "struct", struct = "message_queue" },
+            prefix = "int32",
+          },
+        },
+        message_queue = {
+          { name = "topic", type = "string", prefix = "int16" },
+          { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
+          { name = "queue_id", type = "int32", entry = "queueId" },
+        },
+        lock_batch_response = {
+          {
+            name = "lock_ok_mq_set",
+            type = "array",
+            entry = "lockOKMQSet",
+            of = { name = "lock_ok_mq_set", type = "struct", struct = "message_queue" },
+            prefix = "int32",
+          },
+        },
+        topic_route = {
+          {
+            name = "queue_datas",
+            type = "array",
+            entry = "queueDatas",
+            of = { name = "queue_datas", type = "struct", struct = "queue_data" },
+            prefix = "int32",
+          },
+          {
+            name = "broker_datas",
+            type = "array",
+            entry = "brokerDatas",
+            of = { name = "broker_datas", type = "struct", struct = "broker_data" },
+            prefix = "int32",
+          },
+          { name = "filter_server_table", type = "json", entry = "filterServerTable" },
+          { name = "order_topic_conf", type = "string", entry = "orderTopicConf", prefix = "int16" },
+          { name = "topic_queue_mapping_by_broker", type = "json", entry = "topicQueueMappingByBroker" },
+          {
+            name = "route_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        queue_data = {
+          { name = "broker_name", type = "string", info = "broker", entry = "brokerName", prefix = "int16" },
+          { name = "read_queue_nums", type = "int32", entry = "readQueueNums" },
+          { name = "write_queue_nums", type = "int32", entry = "writeQueueNums" },
+          { name = "perm", type = "int32", display = "hex" },
+          { name = "topic_sys_flag", type = "int32", entry = "topicSysFlag" },
+          { name = "topic_syn_flag", type = "int32", entry = "topicSynFlag" },
+          {
+            name = "queue_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        broker_data = {
+          { name = "cluster", type = "string", prefix = "int16" },
+          { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
+          {
+            name = "broker_addrs",
+            type = "map",
+            entry = "brokerAddrs",
+            key = { name = "key", type = "int64" },
+            value = { name = "value", type = "string", prefix = "int16" },
+            prefix = "int32",
+          },
+          { name = "enable_acting_master", type = "bool", entry = "enableActingMaster" },
+          { name = "zone_name", type = "string", entry = "zoneName", prefix = "int16" },
+          {
+            name = "broker_other",
+            type = "map",
+            rest = true,
+            key = { name = "key", type = "string", prefix = "int16" },
+            value = { name = "value", type = "json" },
+            prefix = "int32",
+          },
+        },
+        batch_message = {
+          { name = "total_size", type = "int32", length_of = true },
+          { name = "magic_code", type = "uint32", enum = "message_magic", display = "hex" },
+          { name = "body_crc", type = "int32", display = "hex" },
+          { name = "message_flag", type = "int32" },
+          { name = "message_body", type = "bytes", hook = "message_body", prefix = "int32" },
+          {
+            name = "properties",
+            type = "pairs",
+            struct = "message_properties",
+            prefix = "int16",
+            separators = { "\002", "\001" },
+          },
+        },
+      },
+      layouts = {
+        [10] = {
+          request = {
+            fields = {
+              { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "default_topic", type = "string", entry = "defaultTopic", prefix = "int16" },
+              { name = "default_topic_queue_nums", type = "int32", entry = "defaultTopicQueueNums" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "sys_flag", type = "int32", display = "hex", entry = "sysFlag" },
+              { name = "born_timestamp", type = "int64", display = "time_ms", entry = "bornTimestamp" },
+              { name = "message_flag", type = "int32", entry = "flag" },
+              {
+                name = "properties",
+                type = "pairs",
+                struct = "message_properties",
+                entry = "properties",
+                prefix = "int16",
+                separators = { "\002", "\001" },
+              },
+              { name = "reconsume_times", type = "int32", entry = "reconsumeTimes" },
+              { name = "unit_mode", type = "bool", entry = "unitMode" },
+              { name = "batch", type = "bool", entry = "batch" },
+              { name = "max_reconsume_times", type = "int32", entry = "maxReconsumeTimes" },
+              { name = "broker_name", type = "string", entry = "bname", prefix = "int16" },
+              { name = "body", type = "raw", hook = "message_body", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
+              { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
+              { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
+              { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
+              { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [11] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
+              { name = "max_msg_nums", type = "int32", entry = "maxMsgNums" },
+              { name = "sys_flag", type = "int32", display = "hex", entry = "sysFlag" },
+              { name = "commit_offset", type = "int64", entry = "commitOffset" },
+              { name = "suspend_timeout_millis", type = "int64", entry = "suspendTimeoutMillis" },
+              { name = "subscription", type = "string", entry = "subscription", prefix = "int16" },
+              { name = "sub_version", type = "int64", entry = "subVersion" },
+              { name = "expression_type", type = "string", entry = "expressionType", prefix = "int16" },
+              { name = "max_msg_bytes", type = "int32", entry = "maxMsgBytes" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "suggest_which_broker_id", type = "int64", entry = "suggestWhichBrokerId" },
+              { name = "next_begin_offset", type = "int64", info = "next", entry = "nextBeginOffset" },
+              { name = "min_offset", type = "int64", entry = "minOffset" },
+              { name = "max_offset", type = "int64", entry = "maxOffset" },
+              { name = "offset_delta", type = "int64", entry = "offsetDelta" },
+              { name = "topic_sys_flag", type = "int32", entry = "topicSysFlag" },
+              { name = "group_sys_flag", type = "int32", entry = "groupSysFlag" },
+              { name = "forbidden_type", type = "int32", entry = "forbiddenType" },
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "messages", type = "struct", struct = "stored_message" },
+                prefix = "none",
+              },
+            },
+          },
+        },
+        [12] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "message_key", type = "string", info = "key", entry = "key", prefix = "int16" },
+              { name = "max_num", type = "int32", entry = "maxNum" },
+              { name = "begin_timestamp", type = "int64", display = "time_ms", entry = "beginTimestamp" },
+              { name = "end_timestamp", type = "int64", display = "time_ms", entry = "endTimestamp" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              {
+                name = "index_last_update_timestamp",
+                type = "int64",
+                display = "time_ms",
+                entry = "indexLastUpdateTimestamp",
+              },
+              { name = "index_last_update_phyoffset", type = "int64", entry = "indexLastUpdatePhyoffset" },
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "messages", type = "struct", struct = "stored_message" },
+                prefix = "none",
+              },
+            },
+          },
+        },
+        [14] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "set_zero_if_not_found", type = "bool", entry = "setZeroIfNotFound" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [15] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "commit_offset", type = "int64", info = "offset", entry = "commitOffset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [29] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "timestamp", type = "int64", display = "time_ms", entry = "timestamp" },
+              { name = "boundary_type", type = "string", entry = "boundaryType", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [30] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "committed", type = "bool", entry = "committed" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [31] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "committed", type = "bool", entry = "committed" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [32] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "committed", type = "bool", entry = "committed" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "timestamp", type = "int64", display = "time_ms", entry = "timestamp" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [33] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "messages", type = "struct", struct = "stored_message" },
+                prefix = "none",
+              },
+            },
+          },
+        },
+        [34] = {
+          request = {
+            fields = { { name = "heartbeat", type = "json", struct = "heartbeat_data", size = "rest", optional = true } },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [35] = {
+          request = {
+            fields = {
+              { name = "client_id", type = "string", info = "client", entry = "clientID", prefix = "int16" },
+              { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
+              {
+                name = "consumer_group",
+                type = "string",
+                info = "consumer_group",
+                entry = "consumerGroup",
+                prefix = "int16",
+              },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [36] = {
+          request = {
+            fields = {
+              { name = "offset", type = "int64", info = "offset", entry = "offset" },
+              { name = "consumer_group", type = "string", info = "group", entry = "group", prefix = "int16" },
+              { name = "delay_level", type = "int32", entry = "delayLevel" },
+              { name = "origin_msg_id", type = "string", entry = "originMsgId", prefix = "int16" },
+              { name = "origin_topic", type = "string", entry = "originTopic", prefix = "int16" },
+              { name = "unit_mode", type = "bool", entry = "unitMode" },
+              { name = "max_reconsume_times", type = "int32", entry = "maxReconsumeTimes" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [37] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "producer_group", type = "string", info = "group", entry = "producerGroup", prefix = "int16" },
+              { name = "tran_state_table_offset", type = "int64", entry = "tranStateTableOffset" },
+              { name = "commit_log_offset", type = "int64", entry = "commitLogOffset" },
+              {
+                name = "commit_or_rollback",
+                type = "int32",
+                enum = "transaction",
+                info = "state",
+                entry = "commitOrRollback",
+              },
+              { name = "from_transaction_check", type = "bool", entry = "fromTransactionCheck" },
+              { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
+              { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [38] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = { { name = "consumers", type = "json", struct = "consumer_list", size = "rest", optional = true } },
+          },
+        },
+        [39] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "tran_state_table_offset", type = "int64", entry = "tranStateTableOffset" },
+              { name = "commit_log_offset", type = "int64", entry = "commitLogOffset" },
+              { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
+              { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
+              { name = "offset_msg_id", type = "string", entry = "offsetMsgId", prefix = "int16" },
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "messages", type = "struct", struct = "stored_message" },
+                prefix = "none",
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [40] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [41] = {
+          request = {
+            fields = { { name = "lock", type = "json", struct = "lock_batch_request", size = "rest", optional = true } },
+          },
+          response = {
+            fields = { { name = "locked", type = "json", struct = "lock_batch_response", size = "rest", optional = true } },
+          },
+        },
+        [42] = {
+          request = {
+            fields = { { name = "lock", type = "json", struct = "lock_batch_request", size = "rest", optional = true } },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [105] = {
+          request = {
+            fields = {
+              { name = "topic", type = "string", info = "topic", entry = "topic", prefix = "int16" },
+              { name = "accept_standard_json_only", type = "bool", entry = "acceptStandardJsonOnly" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "route", type = "json", struct = "topic_route", size = "rest", optional = true } } },
+        },
+        [307] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "client_id", type = "string", info = "client", entry = "clientId", prefix = "int16" },
+              { name = "jstack_enable", type = "bool", entry = "jstackEnable" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+          response = { fields = { { name = "running_info", type = "json", size = "rest", optional = true } } },
+        },
+        [309] = {
+          request = {
+            fields = {
+              { name = "consumer_group", type = "string", info = "group", entry = "consumerGroup", prefix = "int16" },
+              { name = "client_id", type = "string", info = "client", entry = "clientId", prefix = "int16" },
+              { name = "msg_id", type = "string", entry = "msgId", prefix = "int16" },
+              { name = "broker_name", type = "string", entry = "brokerName", prefix = "int16" },
+              {
+                name = "messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "messages", type = "struct", struct = "stored_message" },
+                prefix = "none",
+              },
+            },
+          },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [310] = {
+          request = {
+            fields = {
+              { name = "producer_group", type = "string", info = "group", entry = "a", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "b", prefix = "int16" },
+              { name = "default_topic", type = "string", entry = "c", prefix = "int16" },
+              { name = "default_topic_queue_nums", type = "int32", entry = "d" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "e" },
+              { name = "sys_flag", type = "int32", display = "hex", entry = "f" },
+              { name = "born_timestamp", type = "int64", display = "time_ms", entry = "g" },
+              { name = "message_flag", type = "int32", entry = "h" },
+              {
+                name = "properties",
+                type = "pairs",
+                struct = "message_properties",
+                entry = "i",
+                prefix = "int16",
+                separators = { "\002", "\001" },
+              },
+              { name = "reconsume_times", type = "int32", entry = "j" },
+              { name = "unit_mode", type = "bool", entry = "k" },
+              { name = "max_reconsume_times", type = "int32", entry = "l" },
+              { name = "batch", type = "bool", entry = "m" },
+              { name = "broker_name", type = "string", entry = "n", prefix = "int16" },
+              { name = "body", type = "raw", hook = "message_body", size = "rest", optional = true },
+            },
+          },
+          response = {
+            fields = {
+              { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
+              { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
+              { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
+              { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
+              { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [320] = {
+          request = {
+            fields = {
+              { name = "producer_group", type = "string", info = "group", entry = "a", prefix = "int16" },
+              { name = "topic", type = "string", info = "topic", entry = "b", prefix = "int16" },
+              { name = "default_topic", type = "string", entry = "c", prefix = "int16" },
+              { name = "default_topic_queue_nums", type = "int32", entry = "d" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "e" },
+              { name = "sys_flag", type = "int32", display = "hex", entry = "f" },
+              { name = "born_timestamp", type = "int64", display = "time_ms", entry = "g" },
+              { name = "message_flag", type = "int32", entry = "h" },
+              {
+                name = "properties",
+                type = "pairs",
+                struct = "message_properties",
+                entry = "i",
+                prefix = "int16",
+                separators = { "\002", "\001" },
+              },
+              { name = "reconsume_times", type = "int32", entry = "j" },
+              { name = "unit_mode", type = "bool", entry = "k" },
+              { name = "max_reconsume_times", type = "int32", entry = "l" },
+              { name = "batch", type = "bool", entry = "m" },
+              { name = "broker_name", type = "string", entry = "n", prefix = "int16" },
+              {
+                name = "batch_messages",
+                type = "array",
+                info = "messages",
+                optional = true,
+                of = { name = "batch_messages", type = "struct", struct = "batch_message" },
+                prefix = "none",
+              },
+            },
+          },
+          response = {
+            fields = {
+              { name = "msg_id", type = "string", info = "msg_id", entry = "msgId", prefix = "int16" },
+              { name = "queue_id", type = "int32", info = "queue", entry = "queueId" },
+              { name = "queue_offset", type = "int64", info = "offset", entry = "queueOffset" },
+              { name = "transaction_id", type = "string", entry = "transactionId", prefix = "int16" },
+              { name = "batch_uniq_id", type = "string", entry = "batchUniqId", prefix = "int16" },
+              { name = "msg_region", type = "string", entry = "MSG_REGION", prefix = "int16" },
+              { name = "trace_on", type = "string", entry = "TRACE_ON", prefix = "int16" },
+              { name = "body", type = "raw", size = "rest", optional = true },
+            },
+          },
+        },
+        [13] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [17] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [18] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [21] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [22] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [23] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [25] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [26] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [27] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [28] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [43] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [45] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [46] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [47] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [60] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [61] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [100] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [101] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [102] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [103] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [104] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [106] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [201] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [202] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [203] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [204] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [205] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [206] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [207] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [208] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [209] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [210] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [211] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [212] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [213] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [214] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [215] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [216] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [217] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [218] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [219] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [220] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [221] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [222] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [223] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [224] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [225] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [300] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [301] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [302] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [303] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [304] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [305] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [306] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [308] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [311] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [312] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [313] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [314] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [315] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [316] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [317] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [318] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [319] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [321] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [322] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [323] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [324] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [325] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [326] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [327] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [328] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [329] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [343] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [345] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [351] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [352] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [353] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [354] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [355] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [361] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [370] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [400] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [401] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [402] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [513] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [901] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [902] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [903] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [904] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [905] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [906] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [907] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [908] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1001] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1002] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1003] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1004] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1005] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1006] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1007] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1008] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1009] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1010] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1011] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1012] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1013] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1014] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1015] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1016] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1017] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [1018] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [2001] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [2002] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [2003] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [2004] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3001] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3002] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3003] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3004] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3005] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3006] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3007] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3008] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3009] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [3010] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200050] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200051] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200052] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200053] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200054] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200055] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200056] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+        [200151] = {
+          request = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+          response = { fields = { { name = "body", type = "raw", size = "rest", optional = true } } },
+        },
+      },
+      answers = {},
+      masked = "********",
+      hook_info = {},
+      hook_names = {},
+      limits = { bytes = 67108864, records = 100000, hint = "(the expanded and records limits: streamdump --limit raises them)" },
+      conversation = {
+        correlation = "opaque",
+        status = "code",
+        status_text = "remark",
+        codes = "dec",
+        server = "broker",
+        ok = { 0 },
+        routine = { 19, 20, 22 },
+        close_hints = {},
+        close_about = {},
+        setup = {},
+        sessions = {},
+        links = { "request_in", "response_in", "response_time" },
+        closes = {},
+        versioned = true,
+        rule_order = { "patience", "hints" },
+        rules = {
+          hints = {
+            GET_ROUTEINTO_BY_TOPIC = { [17] = "no broker has registered this topic with the name server (create it, or enable auto-creation)" },
+            SEND_MESSAGE = {
+              [17] = "the broker has no such topic and could not create it",
+              [16] = "the broker does not allow writes to this topic",
+              [14] = "the broker is not taking messages (a slave, or shutting down)",
+              [2] = "the broker is overloaded; the client should back off and retry",
+            },
+            SEND_MESSAGE_V2 = {
+              [17] = "the broker has no such topic and could not create it",
+              [16] = "the broker does not allow writes to this topic",
+              [14] = "the broker is not taking messages (a slave, or shutting down)",
+              [2] = "the broker is overloaded; the client should back off and retry",
+            },
+            SEND_BATCH_MESSAGE = {
+              [17] = "the broker has no such topic and could not create it",
+              [16] = "the broker does not allow writes to this topic",
+              [14] = "the broker is not taking messages (a slave, or shutting down)",
+              [2] = "the broker is overloaded; the client should back off and retry",
+            },
+            PULL_MESSAGE = {
+              [21] = "the consumer's offset is outside the queue; it must be reset",
+              [24] = "the broker has no subscription of this group to this topic (no heartbeat reached it)",
+              [26] = "the broker does not know this consumer group",
+            },
+          },
+        },
+      },
+      carries = {},
+      lua_block = 5,
+    } end,
   },
 }
 
--- What follows from the tables: integers' widths, prefixes' widths and signs, each layout's
--- command and kind, the expert entries every protocol shares.
+-- What follows from a protocol's tables, filled in as its decoder is made: integers' widths,
+-- prefixes' widths and signs, each layout's command and kind.
 local function complete_field(f)
   local int = INT_TYPES[f.type]
   if int then f.width = int[1] end
@@ -5708,18 +4904,16 @@ local function complete(spec)
   for _, list in ipairs(lists) do
     for _, f in ipairs(list) do complete_field(f) end
   end
-  spec.experts = EXPERTS
-  return spec
 end
 
 -- The runtime: run once per protocol, with that protocol's table.
 local function runtime(SPEC)
 
--- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
--- This text is copied into every generated plugin after its SPEC table; it is the Lua
--- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
--- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
--- CRC-32 alone takes the bit operators or Wireshark's bit library, by the Lua it runs in).
+-- What Wireshark must have of a protocol when the plugin loads: its Proto, fields and expert
+-- entries, its preferences, its ports, and the Lua collector's pace. The decoder itself
+-- (dissector.lua, the package's twins, register.lua) is made on the protocol's first packet
+-- (wiring.lua): a capture of one protocol keeps one runtime on Lua's heap, not five, and the
+-- collector marks the other four's thousands of tables and closures in none of its cycles.
 
 local P = Proto(SPEC.name, SPEC.title)
 
@@ -5740,25 +4934,10 @@ if GC_PACE.set == nil then
     collectgarbage("setstepmul", tree and TREE_STEPMUL or GC_PACE.stepmul)
   end
 end
--- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
--- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
-local TI = {
-  add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
-  set_len = TreeItem.set_len,
-}
 local F = {}            -- flat name -> ProtoField
 local E = {}            -- group -> severity -> ProtoExpert
-local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
-local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
-local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
--- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
--- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
--- { subject, direction, messages, bytes }, or nil.
-local MESSAGES = {}
 local NAME_TITLE = {}   -- flat name -> display title
 local VS = {}           -- enum name -> value string table
--- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
-local PDU_CONTEXT = {}
 
 for name, values in pairs(SPEC.enums) do VS[name] = values end
 VS.commands = {}
@@ -5778,9 +4957,10 @@ local INT_FIELDS = {
   int32 = ProtoField.int32, int64 = ProtoField.int64,
 }
 
+-- entry: a row of SPEC.names, { flat name, ftype, title, doc, enum = ..., display = ..., mask = ... }.
 local function make_field(entry)
-  local abbr = SPEC.name .. "." .. entry.name
-  local t, label, doc = entry.ftype, entry.title, entry.doc
+  local abbr = SPEC.name .. "." .. entry[1]
+  local t, label, doc = entry[2], entry[3], entry[4]
   if t == "none" then return ProtoField.none(abbr, label, doc) end
   if t == "string" then return ProtoField.string(abbr, label, base.UNICODE, doc) end
   if t == "bytes" then return ProtoField.bytes(abbr, label, base.NONE, doc) end
@@ -5800,9 +4980,9 @@ end
 
 local all_fields = {}
 for _, entry in ipairs(SPEC.names) do
-  F[entry.name] = make_field(entry)
-  NAME_TITLE[entry.name] = entry.title
-  all_fields[#all_fields + 1] = F[entry.name]
+  F[entry[1]] = make_field(entry)
+  NAME_TITLE[entry[1]] = entry[3]
+  all_fields[#all_fields + 1] = F[entry[1]]
 end
 P.fields = all_fields
 
@@ -5830,14 +5010,97 @@ for _, entry in ipairs(SPEC.experts) do
 end
 P.experts = all_experts
 
--- Small helpers ----------------------------------------------------------------------
-
 -- Under Lua 5.4 a number Wireshark hands over may be a float (3.0), which prints as "3.0":
 -- counts, sizes and packet numbers become integers where the Lua has integers.
 local int = function(x) return x end
 if math.tointeger then
   int = function(x) return math.tointeger(x) or x end
 end
+
+if not SPEC.carried_by then
+  P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
+    "TCP ports on which the server listens", 65535)
+end
+
+local tcp_table = DissectorTable.get("tcp.port")
+local registered = nil
+-- Whether a port is the server's, by port: worked out once per port from the ports preference
+-- (register.lua's in_ports), and forgotten when it changes.
+local port_is_server = {}
+
+local function register_ports()
+  if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
+  if registered then tcp_table:remove(registered, P) end
+  registered = P.prefs.ports
+  port_is_server = {}
+  tcp_table:add(registered, P)
+end
+
+-- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
+-- registration; a carried protocol has no ports of its own.
+function P.prefs_changed()
+  if not SPEC.carried_by and registered ~= P.prefs.ports then register_ports() end
+end
+
+-- TLS on a connection of this protocol's port (NATS upgrading after INFO, or a client that
+-- starts with TLS): from the client's ClientHello on, its bytes go to Wireshark's own TLS
+-- dissector, which decrypts them with its key log (tls.keylog_file) and hands the plaintext
+-- back to this dissector (wiring.lua's heuristic, or tls.port), as streamdump does.
+local tls_handle = Dissector.get("tls")
+
+if SPEC.name == "rabbitmq_stream" then
+
+-- RabbitMQ Streams' own preferences, declared as the plugin loads (osiris.lua reads them).
+
+-- The chunk CRC is a large part of a -V run over Deliver traffic (about 25 ns a byte in Lua 5.2,
+-- tshark 4.0: codecs/zlib.lua), so it can be turned off as Wireshark's own checksum
+-- preferences turn theirs off; on by default, as streamdump always checks it.
+P.prefs.check_crc = Pref.bool("Validate chunk CRCs", true,
+  "Work out each Deliver chunk's CRC-32 over its data and compare it with the one its header gives")
+
+end
+
+if SPEC.name == "rocketmq" then
+
+-- RocketMQ's own preferences, declared as the plugin loads (bodies.lua reads them).
+
+-- A stored message's body CRC, as RabbitMQ Streams' chunk CRC: a preference turns it off (in
+-- Lua 5.2, tshark 4.0, about 25 ns a byte); on by default, as streamdump always checks it.
+P.prefs.check_crc = Pref.bool("Validate message body CRCs", true,
+  "Work out each stored message's body CRC-32 and compare it with the one its header gives")
+
+end
+
+-- The decoder: made on the protocol's first packet (wiring.lua), not as the plugin loads,
+-- with the tables only it reads.
+local function decoder()
+for key, value in pairs(SPEC.decoding()) do SPEC[key] = value end
+complete(SPEC)
+
+-- The interpreter of SPEC: layouts, expert info and the conversation tracker, made for a
+-- protocol on the first packet it is handed (wiring.lua), over what proto.lua registered. The Lua
+-- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
+-- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
+-- CRC-32 alone takes the bit operators or Wireshark's bit library, by the Lua it runs in).
+
+-- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
+-- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
+local TI = {
+  add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
+  set_len = TreeItem.set_len,
+}
+local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
+local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
+local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
+-- The package's messages.lua: MESSAGES.volume(frame, f, from_client, size), what a frame moves
+-- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
+-- { subject, direction, messages, bytes }, or nil.
+local MESSAGES = {}
+-- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
+local PDU_CONTEXT = {}
+
+-- Small helpers ----------------------------------------------------------------------
+
 -- Big-endian readers (the hooks' own formats are big-endian whatever the protocol's order).
 local function uint_of(range) return int(range:uint()) end
 
@@ -7812,7 +7075,7 @@ local KEY_NAMES = FRAME.key_enum and VS[FRAME.key_enum] or nil
 -- Keys are numbers unless the key field is text (an unknown name stays text: no key item then).
 local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
-  if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
+  if entry[1] == "key" and entry[2] == "string" then KEY_TYPE = "string" end
 end
 local key_text
 do
@@ -10002,12 +9265,6 @@ end
 -- inflate them: zstd from 4.4), records with their offsets, tracking entries, and AMQP
 -- messages (their sections, and their values when a tree is built).
 
--- The chunk CRC is a large part of a -V run over Deliver traffic (about 25 ns a byte in Lua 5.2,
--- tshark 4.0: codecs/zlib.lua), so it can be turned off as Wireshark's own checksum
--- preferences turn theirs off; on by default, as streamdump always checks it.
-P.prefs.check_crc = Pref.bool("Validate chunk CRCs", true,
-  "Work out each Deliver chunk's CRC-32 over its data and compare it with the one its header gives")
-
 -- An entry's name where an error says it: "entry 7" in a chunk, made only then (a chunk has
 -- thousands of entries).
 local function entry_named(name, index)
@@ -11345,11 +10602,6 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
   if tree then tree:add(F.uncompressed_body, out()) end
 end
 
--- A stored message's body CRC, as RabbitMQ Streams' chunk CRC: a preference turns it off (in
--- Lua 5.2, tshark 4.0, about 25 ns a byte); on by default, as streamdump always checks it.
-P.prefs.check_crc = Pref.bool("Validate message body CRCs", true,
-  "Work out each stored message's body CRC-32 and compare it with the one its header gives")
-
 HOOKS.message_body = {
   -- A frame's body (SEND_MESSAGE): only compression applies.
   raw = function(spec, tvb, pos, len, tree, ctx, siblings)
@@ -11422,15 +10674,9 @@ end
 
 end
 
--- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
+-- The decoder's side of the wiring: TCP reassembly, the connection state, the Info column and
+-- the tree of each frame. It ends in what wiring.lua hands packets to (the decoder's functions).
 
-if not SPEC.carried_by then
-  P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
-    "TCP ports on which the server listens", 65535)
-end
-
-local tcp_table = DissectorTable.get("tcp.port")
-local registered = nil
 -- memo: each PDU's tracked frame, for later passes: the frame itself while the tracker may
 -- still change it (pending), else its index in SETTLED (settled, below).
 local conns, memo = {}, {}
@@ -11443,27 +10689,9 @@ local tls_from = {}  -- connection -> the packet its TLS starts at (the client's
 -- collector marked, and -V slowed down as they grew (bench/README.md, "Eighth round").
 local TAPPED = {}
 
--- Whether a port is the server's, by port: worked out once per port from the ports preference
--- (and forgotten when it changes), not parsed again for every packet.
-local port_is_server = {}
-
-local function register_ports()
-  if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
-  if registered then tcp_table:remove(registered, P) end
-  registered = P.prefs.ports
-  port_is_server = {}
-  tcp_table:add(registered, P)
-end
-
-function P.init()
+local function init()
   conns, memo, tls_from, TAPPED = {}, {}, {}, {}
   SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
-end
-
--- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
--- registration; a carried protocol has no ports of its own.
-function P.prefs_changed()
-  if not SPEC.carried_by and registered ~= P.prefs.ports then register_ports() end
 end
 
 local function in_ports(port)
@@ -11657,7 +10885,7 @@ local function conn_of(pinfo, key)
 end
 
 local function dissect_pdu(tvb, pinfo, root)
-  -- Where Wireshark keeps no tree (see P.dissector) the frame is decoded only as far as Info,
+  -- Where Wireshark keeps no tree (see dissector, below) the frame is decoded only as far as Info,
   -- the links and the expert checks need (lite); its notes go to the empty item, which reports them.
   local tree = nil
   if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
@@ -11767,12 +10995,6 @@ local function pdu_length(tvb, pinfo, offset)
   return total
 end
 
--- TLS on a connection of this protocol's port (NATS upgrading after INFO, or a client that
--- starts with TLS): from the client's ClientHello on, its bytes go to Wireshark's own TLS
--- dissector, which decrypts them with its key log (tls.keylog_file) and hands the plaintext
--- back to this dissector (the heuristic at the end, or tls.port), as streamdump does.
-local tls_handle = Dissector.get("tls")
-
 local function client_hello(tvb)
   if int(tvb:len()) < 6 then return false end
   return tvb(0, 1):uint() == 22 and tvb(1, 1):uint() == 3 and tvb(5, 1):uint() == 1
@@ -11796,7 +11018,7 @@ local function through_tls(tvb, pinfo)
   return int(pinfo.number) >= from
 end
 
-function P.dissector(tvb, pinfo, tree)
+local function dissector(tvb, pinfo, tree)
   -- Where Wireshark keeps no tree (tshark without -V or filters, a first pass), Lua still gets
   -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
   -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
@@ -11815,6 +11037,25 @@ function P.dissector(tvb, pinfo, tree)
   end
   dissect_tcp_pdus(tvb, tree, math.max(1, LENGTH.offset + LENGTH.width), pdu_length, dissect_pdu, true)
   return int(tvb:len())
+end
+
+return { dissector = dissector, init = init, tapped = function() return TAPPED end }
+
+end
+
+-- What Wireshark calls, registered as the plugin loads: the ports, TLS and the heuristics. The
+-- decoder (dissector.lua, the twins, register.lua: decoder() above) is made on the protocol's
+-- first packet, and Wireshark's new-file routine (P.init) reaches it once it is there.
+
+local live = nil  -- the decoder's functions: dissector, init, tapped
+
+function P.init()
+  if live then live.init() end
+end
+
+function P.dissector(tvb, pinfo, tree)
+  if live == nil then live = decoder() end
+  return live.dissector(tvb, pinfo, tree)
 end
 
 register_ports()
@@ -11854,7 +11095,7 @@ end
 -- menu print the request latency per command, the publish-to-confirm latency, and the messages
 -- and bytes per stream, topic or subject as `streamdump stats` figures them: samples counted in
 -- microseconds, median, p95 and p99 by nearest rank, milliseconds to 3 decimals. register.lua
--- keeps the tracker's links and each PDU's volume for the packet just dissected (TAPPED).
+-- keeps the tracker's links and each PDU's volume for the packet just dissected (live.tapped()).
 
 do
   local function latency_rows(samples)
@@ -11940,7 +11181,9 @@ do
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
-      local here = TAPPED.number == int(pinfo.number) and TAPPED or {}
+      -- (the tap sees this protocol's packets only, so its decoder is there)
+      local tapped = live and live.tapped() or {}
+      local here = tapped.number == int(pinfo.number) and tapped or {}
       for _, f in pairs(here.timed or {}) do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
@@ -11987,4 +11230,7 @@ end
 
 end
 
-for _, spec in ipairs(SPECS) do runtime(complete(spec)) end
+for _, spec in ipairs(SPECS) do
+  spec.experts = EXPERTS
+  runtime(spec)
+end

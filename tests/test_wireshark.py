@@ -954,6 +954,72 @@ def test_the_runtime_is_in_the_plugin_once() -> None:
     assert len(text.splitlines()) <= 12_000
 
 
+# A Lua script run after the plugin: which protocols' decoders exist, as the plugin loads and after
+# the last packet, found by the upvalues of the functions Wireshark keeps (P.dissector: live and
+# decoder; decoder's SPEC). Printed as "load nats=false,..." and "end ...".
+DECODERS_PROBE = """
+local function made()
+  local found, seen = {}, {}
+  local function upvalues(fn)
+    local up = {}
+    for i = 1, 255 do
+      local name, value = debug.getupvalue(fn, i)
+      if name == nil then break end
+      up[name] = { value }
+    end
+    return up
+  end
+  local function visit(value, depth)
+    if seen[value] or depth > 4 then return end
+    seen[value] = true
+    if type(value) == "function" then
+      local up = upvalues(value)
+      if up.live and up.decoder then found[upvalues(up.decoder[1]).SPEC[1].name] = up.live[1] ~= nil end
+    elseif type(value) == "table" then
+      for k, v in pairs(value) do visit(k, depth + 1) visit(v, depth + 1) end
+    end
+  end
+  visit(debug.getregistry(), 0)
+  local names = {}
+  for name, is in pairs(found) do names[#names + 1] = name .. "=" .. tostring(is) end
+  table.sort(names)
+  return table.concat(names, ",")
+end
+io.write("load ", made(), "\\n")
+local tap = Listener.new("frame")
+function tap.draw() io.write("end ", made(), "\\n") end
+"""
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(
+    ("capture", "used"),
+    [
+        ("nats/pubsub.pcap", {"nats"}),
+        ("liftbridge/session.pcap", {"nats", "liftbridge"}),  # Liftbridge is carried by NATS
+        ("rocketmq/alions.pcap", {"rocketmq"}),
+    ],
+)
+def test_a_protocol_decoder_is_made_on_its_first_packet(
+    flavour: str, capture: str, used: set[str], tmp_path: Path
+) -> None:
+    """The plugin loads with every protocol registered and no decoder made; a capture makes the
+    decoders of the protocols in it, and no other (the other protocols' layouts and closures are
+    never on Lua's heap)."""
+    probe = tmp_path / "decoders.probe"
+    probe.write_text(DECODERS_PROBE)
+    files = [PLUGIN, probe, CAPTURE_ROOT / capture]
+    result = tshark_run(
+        flavour, files, lambda paths: ["-X", f"lua_script:{paths[0]}", "-q", "-r", paths[1]], tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [line.split(" ", 1) for line in result.stdout.splitlines() if line.startswith(("load ", "end "))]
+    lines = dict(said)
+    names = sorted(default_registry().protocols)
+    assert lines["load"] == ",".join(f"{name}=false" for name in names)
+    assert lines["end"] == ",".join(f"{name}={str(name in used).lower()}" for name in names)
+
+
 @pytest.mark.parametrize("luac", ["luac5.2", "luac5.4"])
 def test_plugin_compiles_under_lua_5_2_and_5_4(luac: str) -> None:
     """Wireshark 4.0 embeds Lua 5.2, 4.4 and later 5.4: the plugin must parse under both (5.2 has

@@ -40,6 +40,7 @@ DISSECTOR = Dissector(
         "announcements.lua",
         "messages.lua",
     ),
+    lua_prefs=("prefs.lua",),
     messages=messages.StreamMessages,
     rules=(
         tune.Tune,

@@ -19,6 +19,7 @@ from streamdump.spec.dissector import Dissector
 DISSECTOR = Dissector(
     hooks=(bodies.MessageBody,),
     lua=("streamdump.codecs:zlib.lua", "bodies.lua", "hints.lua", "messages.lua"),
+    lua_prefs=("prefs.lua",),
     framing=framing.RemotingRule,
     messages=messages.RemotingMessages,
     rules=(held_pulls.HeldPulls, hints.Hints),

@@ -34,11 +34,6 @@ local function body_expand(tvb, pos, len, tree, ctx, siblings)
   if tree then tree:add(F.uncompressed_body, out()) end
 end
 
--- A stored message's body CRC, as RabbitMQ Streams' chunk CRC: a preference turns it off (in
--- Lua 5.2, tshark 4.0, about 25 ns a byte); on by default, as streamdump always checks it.
-P.prefs.check_crc = Pref.bool("Validate message body CRCs", true,
-  "Work out each stored message's body CRC-32 and compare it with the one its header gives")
-
 HOOKS.message_body = {
   -- A frame's body (SEND_MESSAGE): only compression applies.
   raw = function(spec, tvb, pos, len, tree, ctx, siblings)

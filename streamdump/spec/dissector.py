@@ -142,6 +142,9 @@ class Dissector(Record):
     # Lua files making the hooks' twins, in load order: names in the package folder, or
     # "package:file" for files of another package (a shared codec).
     lua: tuple[str, ...] = ()
+    # Lua files of the package run as the plugin loads, before its first packet makes the twins
+    # above: what Wireshark takes at load time only (the package's own preferences).
+    lua_prefs: tuple[str, ...] = ()
     # Builds the framing rule from the protocol's decoder; None: the spec's length word.
     framing: Callable[[Any], Any] | None = None
     messages: type[MessageRules] = MessageRules

@@ -1,36 +1,15 @@
--- The interpreter of SPEC: fields, layouts, expert info and the conversation tracker.
--- This text is copied into every generated plugin after its SPEC table; it is the Lua
+-- The interpreter of SPEC: layouts, expert info and the conversation tracker, made for a
+-- protocol on the first packet it is handed (wiring.lua), over what proto.lua registered. The Lua
 -- counterpart of streamdump/spec/layout.py, keyed.py, decoder.py and analysis/tracker.py. Lua 5.2 to 5.4:
 -- no integer division operator, no bit operators, no bit32; arithmetic only (codecs/zlib.lua's
 -- CRC-32 alone takes the bit operators or Wireshark's bit library, by the Lua it runs in).
 
-local P = Proto(SPEC.name, SPEC.title)
-
--- The Lua collector's pace. A tree costs a dozen userdata a message (TvbRanges and TreeItems,
--- each freed by its finalizer); at Lua's default pace dead ones pile up and glibc's malloc spends
--- a quarter of a -V run on the fragmented heap. Cycles from 1.2 times the live heap, run ten times
--- as fast, took a fifth to a third less time (bench/README.md, ninth and tenth rounds). A pass
--- without a tree makes few userdata, and each cycle marks all the tracker keeps: there the
--- default pace took a tenth less time ("Third round"). Each pass gets its own (GC_PACE.set); the
--- setting is the Lua state's, shared with other plugins: it changes when garbage is freed only.
-if GC_PACE.set == nil then
-  local TREE_PAUSE, TREE_STEPMUL = 120, 1000
-  GC_PACE.pause, GC_PACE.stepmul = collectgarbage("setpause", TREE_PAUSE), collectgarbage("setstepmul", TREE_STEPMUL)
-  GC_PACE.tree = true
-  GC_PACE.set = function(tree)
-    GC_PACE.tree = tree
-    collectgarbage("setpause", tree and TREE_PAUSE or GC_PACE.pause)
-    collectgarbage("setstepmul", tree and TREE_STEPMUL or GC_PACE.stepmul)
-  end
-end
 -- TreeItem's methods, for code that adds items by the thousand (a chunk's records) to call as
 -- functions: `item:add(...)` finds `add` through the userdata's __index, a C call of its own.
 local TI = {
   add = TreeItem.add, set_generated = TreeItem.set_generated, set_text = TreeItem.set_text,
   set_len = TreeItem.set_len,
 }
-local F = {}            -- flat name -> ProtoField
-local E = {}            -- group -> severity -> ProtoExpert
 local HOOKS = {}        -- hook name -> Lua twin (filled in by the hook files below)
 local FRAMING = {}      -- pdu_length(tvb, offset), from the package of a protocol no length field frames
 local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by the rule's key
@@ -38,89 +17,11 @@ local CONV_RULES = {}   -- the protocol package's conversation rules' twins, by 
 -- as `streamdump stats` counts it per stream, topic or subject (its MessageRules.volume):
 -- { subject, direction, messages, bytes }, or nil.
 local MESSAGES = {}
-local NAME_TITLE = {}   -- flat name -> display title
-local VS = {}           -- enum name -> value string table
 -- The PDU being dissected: its packet and top-level tree, for protocols its fields carry.
 local PDU_CONTEXT = {}
 
-for name, values in pairs(SPEC.enums) do VS[name] = values end
-VS.commands = {}
-for key, command in pairs(SPEC.commands) do VS.commands[key] = command.name end
-
--- Field creation ---------------------------------------------------------------------
-
-local FRAMETYPES = {}
-if frametype ~= nil then
-  FRAMETYPES.request_packet = frametype.REQUEST
-  FRAMETYPES.response_packet = frametype.RESPONSE
-end
-
-local INT_FIELDS = {
-  uint8 = ProtoField.uint8, uint16 = ProtoField.uint16, uint32 = ProtoField.uint32,
-  uint64 = ProtoField.uint64, int8 = ProtoField.int8, int16 = ProtoField.int16,
-  int32 = ProtoField.int32, int64 = ProtoField.int64,
-}
-
-local function make_field(entry)
-  local abbr = SPEC.name .. "." .. entry.name
-  local t, label, doc = entry.ftype, entry.title, entry.doc
-  if t == "none" then return ProtoField.none(abbr, label, doc) end
-  if t == "string" then return ProtoField.string(abbr, label, base.UNICODE, doc) end
-  if t == "bytes" then return ProtoField.bytes(abbr, label, base.NONE, doc) end
-  if t == "bool" then return ProtoField.bool(abbr, label, base.NONE, nil, nil, doc) end
-  if t == "double" then return ProtoField.double(abbr, label, doc) end
-  if t == "ipv4" then return ProtoField.ipv4(abbr, label, doc) end
-  if t == "ipv6" then return ProtoField.ipv6(abbr, label, doc) end
-  local display = entry.display
-  if display == "packet" or display == "request_packet" or display == "response_packet" then
-    return ProtoField.framenum(abbr, label, base.NONE, FRAMETYPES[display], nil, doc)
-  end
-  local vs = entry.enum and VS[entry.enum] or nil
-  local b = base.DEC
-  if display == "hex" and t:sub(1, 1) == "u" then b = base.HEX end
-  return INT_FIELDS[t](abbr, label, b, vs, entry.mask, doc)
-end
-
-local all_fields = {}
-for _, entry in ipairs(SPEC.names) do
-  F[entry.name] = make_field(entry)
-  NAME_TITLE[entry.name] = entry.title
-  all_fields[#all_fields + 1] = F[entry.name]
-end
-P.fields = all_fields
-
--- The registry's groups are Wireshark's (core/findings.py), so Expert Info files a note under
--- the group Wireshark's own dissectors would.
-local GROUPS = {
-  malformed = expert.group.MALFORMED, response_code = expert.group.RESPONSE_CODE,
-  sequence = expert.group.SEQUENCE, protocol = expert.group.PROTOCOL,
-  undecoded = expert.group.UNDECODED, checksum = expert.group.CHECKSUM,
-}
-local SEVERITIES = {
-  chat = expert.severity.CHAT, note = expert.severity.NOTE,
-  warn = expert.severity.WARN, error = expert.severity.ERROR,
-}
--- One entry per kind of finding and severity, as Wireshark's own dissectors register theirs:
--- Expert Info groups notes under their kind's title. Kinds and titles come from the registry's
--- findings table (core/findings.py); a kind's usual severity has the plain name.
-local all_experts = {}
-for _, entry in ipairs(SPEC.experts) do
-  E[entry.kind] = E[entry.kind] or {}
-  local e = ProtoExpert.new(SPEC.name .. ".expert." .. entry.name, entry.title,
-    GROUPS[entry.group], SEVERITIES[entry.severity])
-  E[entry.kind][entry.severity] = e
-  all_experts[#all_experts + 1] = e
-end
-P.experts = all_experts
-
 -- Small helpers ----------------------------------------------------------------------
 
--- Under Lua 5.4 a number Wireshark hands over may be a float (3.0), which prints as "3.0":
--- counts, sizes and packet numbers become integers where the Lua has integers.
-local int = function(x) return x end
-if math.tointeger then
-  int = function(x) return math.tointeger(x) or x end
-end
 -- Big-endian readers (the hooks' own formats are big-endian whatever the protocol's order).
 local function uint_of(range) return int(range:uint()) end
 
@@ -2095,7 +1996,7 @@ local KEY_NAMES = FRAME.key_enum and VS[FRAME.key_enum] or nil
 -- Keys are numbers unless the key field is text (an unknown name stays text: no key item then).
 local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
-  if entry.name == "key" and entry.ftype == "string" then KEY_TYPE = "string" end
+  if entry[1] == "key" and entry[2] == "string" then KEY_TYPE = "string" end
 end
 local key_text
 do

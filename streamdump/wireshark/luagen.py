@@ -1,9 +1,11 @@
 """Generates the Wireshark Lua dissector of a protocol from its registry entry.
 
-The plugin is one self-contained Lua file per spec: a header saying it is generated, the
-registry entry as a Lua table (layouts, enums, field names, the conversation section),
-then the hand-written Lua that interprets it (dissector.lua and register.lua beside this
-module) and the Lua twins of the spec's hooks, which its package's DISSECTOR lists. Field
+The plugin is one self-contained Lua file for every protocol: a header saying it is generated,
+each registry entry as a Lua table (layouts, enums, field names, the conversation section),
+then the hand-written runtime beside this module, run once per protocol with its table:
+proto.lua (Proto, fields, experts, preferences) and wiring.lua and stats.lua (ports, heuristics,
+taps) as the plugin loads; the decoder (dissector.lua, the Lua twins of the spec's hooks, which
+its package's DISSECTOR lists, and register.lua) on the protocol's first packet. Field
 abbreviations are the registry's flat names, the same that --filter and the JSON output use, so a field added
 to a spec shows up in Wireshark with nothing else to edit. Output is deterministic.
 """
@@ -94,11 +96,25 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         "-- The Lua collector's pace, the Lua state's and so every protocol's (see the runtime):\n"
         "-- which pass it is set for, and what it was before the plugin set it.\n"
         "local GC_PACE = {}\n",
-        "local SPECS = " + _lua(tables, 0) + "\n",
+        "local SPECS = " + _specs(tables) + "\n",
         _COMPLETE,
         "-- The runtime: run once per protocol, with that protocol's table.\nlocal function runtime(SPEC)\n",
-        _template(__package__, "dissector.lua"),
+        _template(__package__, "proto.lua"),
     ]
+    for files, names in prefs_blocks(protocols).items():
+        parts.append(f"if {' or '.join(f'SPEC.name == {_lua_string(name)}' for name in names)} then\n")
+        parts.extend(_template(package, file) for package, file in files)
+        parts.append("end\n")
+    parts.extend(
+        [
+            "-- The decoder: made on the protocol's first packet (wiring.lua), not as the plugin loads,\n"
+            "-- with the tables only it reads.\n"
+            "local function decoder()\n"
+            "for key, value in pairs(SPEC.decoding()) do SPEC[key] = value end\n"
+            "complete(SPEC)\n",
+            _template(__package__, "dissector.lua"),
+        ]
+    )
     shared = shared_lua(blocks)
     parts.extend(_template(package, file) for package, file in shared)
     for number, (block, names) in enumerate(blocks.items(), 1):
@@ -109,9 +125,59 @@ def bundle(protocols: Iterable[Protocol]) -> str:
         parts.extend(_template(package, file) for package, file in own_files)
         parts.append("end\n")
     parts.append(_template(__package__, "register.lua"))
+    parts.append("end\n")
+    parts.append(_template(__package__, "wiring.lua"))
     parts.append(_template(__package__, "stats.lua"))
-    parts.append("end\n\nfor _, spec in ipairs(SPECS) do runtime(complete(spec)) end\n")
+    parts.append("end\n\nfor _, spec in ipairs(SPECS) do\n  spec.experts = EXPERTS\n  runtime(spec)\nend\n")
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+# What a protocol's runtime reads as the plugin loads (proto.lua, wiring.lua, stats.lua): its
+# Proto's names, fields, value strings, ports and heuristic. The rest of its table is made with
+# its decoder, from a function (_specs), so no protocol's layouts sit on Lua's heap unused.
+_LOAD_KEYS = frozenset(
+    ["name", "title", "ports", "tls_ports", "carried_by", "magic", "enums", "commands", "names", "subject"]
+)
+
+
+def _specs(tables: list[dict[str, Any]]) -> str:
+    """The protocols' tables as a Lua list: what loading reads as data, the rest (decoding) as a
+    function that makes it."""
+    entries = []
+    for table in tables:
+        now = _lua({key: value for key, value in table.items() if key in _LOAD_KEYS and key != "names"}, 1)
+        # A field a row, as the field reference lists them: { flat name, ftype, title, doc, extras }.
+        rows = "".join(f"      {_name_row(entry)},\n" for entry in table["names"])
+        now = now[:-4] + f"\n    names = {{\n{rows}    }},\n  }}"
+        later = _lua({key: value for key, value in table.items() if key not in _LOAD_KEYS}, 2)
+        assert now.endswith("\n  }"), "a protocol's table spans lines"
+        entries.append(f"{now[:-4]}\n    decoding = function() return {later} end,\n  }}")
+    return "{\n" + "".join(f"  {entry},\n" for entry in entries) + "}"
+
+
+def _name_row(entry: Mapping[str, Any]) -> str:
+    """One of field_names' entries as a row of the plugin's SPEC.names."""
+    cells = [_lua(entry[key], 0) for key in ("name", "ftype", "title")]
+    if entry.get("doc"):
+        cells.append(_lua(entry["doc"], 0))
+    elif any(key not in _ROW for key in entry):
+        cells.append("nil")
+    cells += [f"{key} = {_lua(value, 0)}" for key, value in entry.items() if key not in _ROW]
+    return "{ " + ", ".join(cells) + " }"
+
+
+_ROW = ("name", "ftype", "title", "doc")
+
+
+def prefs_blocks(protocols: Iterable[Protocol]) -> dict[tuple[tuple[str, str], ...], list[str]]:
+    """The protocols' Lua files run as the plugin loads (their preferences), as lua_blocks gives
+    the twins: each list of files, and the protocols that run it."""
+    blocks: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for protocol in sorted(protocols, key=lambda p: p.name):
+        files = tuple((protocol.package or "", name) for name in dissector_of(protocol).lua_prefs)
+        if files:
+            blocks.setdefault(files, []).append(protocol.name)
+    return blocks
 
 
 def lua_blocks(protocols: Iterable[Protocol]) -> dict[tuple[tuple[str, str], ...], list[str]]:
@@ -136,14 +202,25 @@ def shared_lua(blocks: dict[tuple[tuple[str, str], ...], list[str]]) -> list[tup
 
 def runtime_files(protocols: Iterable[Protocol]) -> dict[str, list[tuple[str, str]]]:
     """By protocol, the Lua files its runtime runs, as (package, file) in the order the plugin
-    holds them: the runtime's dissector.lua, the shared twins, its block's own, then register.lua
-    and stats.lua. A top-level local one of them declares is seen by all that follow it."""
+    holds them: proto.lua and its own preferences' files (as the plugin loads); then in the
+    decoder, made on its first packet, dissector.lua, the shared twins, its block's own and
+    register.lua; then wiring.lua and stats.lua. A top-level local one of them declares is seen
+    by all that follow it (the decoder's only inside the decoder)."""
+    protocols = list(protocols)
     blocks = lua_blocks(protocols)
     shared = shared_lua(blocks)
-    head = [(__package__ or "", "dissector.lua"), *shared]
-    tail = [(__package__ or "", "register.lua"), (__package__ or "", "stats.lua")]
+    prefs = {name: files for files, names in prefs_blocks(protocols).items() for name in names}
+    core = __package__ or ""
+    tail = [(core, "register.lua"), (core, "wiring.lua"), (core, "stats.lua")]
     return {
-        name: [*head, *(source for source in block if source not in shared), *tail]
+        name: [
+            (core, "proto.lua"),
+            *prefs.get(name, ()),
+            (core, "dissector.lua"),
+            *shared,
+            *(source for source in block if source not in shared),
+            *tail,
+        ]
         for block, names in blocks.items()
         for name in names
     }
@@ -154,9 +231,9 @@ def lua_source(package: str, file: str) -> str:
     return _template(package, file)
 
 
-# What the tables leave out, because it follows from what they say, filled in as the plugin loads.
-_COMPLETE = """-- What follows from the tables: integers' widths, prefixes' widths and signs, each layout's
--- command and kind, the expert entries every protocol shares.
+# What the tables leave out, because it follows from what they say, filled in as a decoder is made.
+_COMPLETE = """-- What follows from a protocol's tables, filled in as its decoder is made: integers' widths,
+-- prefixes' widths and signs, each layout's command and kind.
 local function complete_field(f)
   local int = INT_TYPES[f.type]
   if int then f.width = int[1] end
@@ -182,8 +259,6 @@ local function complete(spec)
   for _, list in ipairs(lists) do
     for _, f in ipairs(list) do complete_field(f) end
   end
-  spec.experts = EXPERTS
-  return spec
 end
 """
 

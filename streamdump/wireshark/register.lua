@@ -1,12 +1,6 @@
--- Wiring: preferences, TCP reassembly, the Info column and the tree of each frame.
+-- The decoder's side of the wiring: TCP reassembly, the connection state, the Info column and
+-- the tree of each frame. It ends in what wiring.lua hands packets to (the decoder's functions).
 
-if not SPEC.carried_by then
-  P.prefs.ports = Pref.range("TCP ports", table.concat(SPEC.ports, ","),
-    "TCP ports on which the server listens", 65535)
-end
-
-local tcp_table = DissectorTable.get("tcp.port")
-local registered = nil
 -- memo: each PDU's tracked frame, for later passes: the frame itself while the tracker may
 -- still change it (pending), else its index in SETTLED (settled, below).
 local conns, memo = {}, {}
@@ -19,27 +13,9 @@ local tls_from = {}  -- connection -> the packet its TLS starts at (the client's
 -- collector marked, and -V slowed down as they grew (bench/README.md, "Eighth round").
 local TAPPED = {}
 
--- Whether a port is the server's, by port: worked out once per port from the ports preference
--- (and forgotten when it changes), not parsed again for every packet.
-local port_is_server = {}
-
-local function register_ports()
-  if SPEC.carried_by then return end  -- its carrier's plugin hands it its bytes
-  if registered then tcp_table:remove(registered, P) end
-  registered = P.prefs.ports
-  port_is_server = {}
-  tcp_table:add(registered, P)
-end
-
-function P.init()
+local function init()
   conns, memo, tls_from, TAPPED = {}, {}, {}, {}
   SETTLED = { n = 0, links = {}, notes = {}, key = {}, command = {} }
-end
-
--- A changed ports preference (Edit > Preferences, `-o <protocol>.ports:...`) moves the
--- registration; a carried protocol has no ports of its own.
-function P.prefs_changed()
-  if not SPEC.carried_by and registered ~= P.prefs.ports then register_ports() end
 end
 
 local function in_ports(port)
@@ -233,7 +209,7 @@ local function conn_of(pinfo, key)
 end
 
 local function dissect_pdu(tvb, pinfo, root)
-  -- Where Wireshark keeps no tree (see P.dissector) the frame is decoded only as far as Info,
+  -- Where Wireshark keeps no tree (see dissector, below) the frame is decoded only as far as Info,
   -- the links and the expert checks need (lite); its notes go to the empty item, which reports them.
   local tree = nil
   if root and not PDU_CONTEXT.no_tree then tree = root:add(P, tvb()) end
@@ -343,12 +319,6 @@ local function pdu_length(tvb, pinfo, offset)
   return total
 end
 
--- TLS on a connection of this protocol's port (NATS upgrading after INFO, or a client that
--- starts with TLS): from the client's ClientHello on, its bytes go to Wireshark's own TLS
--- dissector, which decrypts them with its key log (tls.keylog_file) and hands the plaintext
--- back to this dissector (the heuristic at the end, or tls.port), as streamdump does.
-local tls_handle = Dissector.get("tls")
-
 local function client_hello(tvb)
   if int(tvb:len()) < 6 then return false end
   return tvb(0, 1):uint() == 22 and tvb(1, 1):uint() == 3 and tvb(5, 1):uint() == 1
@@ -372,7 +342,7 @@ local function through_tls(tvb, pinfo)
   return int(pinfo.number) >= from
 end
 
-function P.dissector(tvb, pinfo, tree)
+local function dissector(tvb, pinfo, tree)
   -- Where Wireshark keeps no tree (tshark without -V or filters, a first pass), Lua still gets
   -- an item, but an empty one; a real tree's comes as Wireshark's hidden "Lua fake item". (Asked
   -- here: inside dissect_tcp_pdus the item is TCP's, which tells neither.)
@@ -393,35 +363,4 @@ function P.dissector(tvb, pinfo, tree)
   return int(tvb:len())
 end
 
-register_ports()
-
-if not SPEC.carried_by and tls_handle then
-  -- The server's TLS ports: Wireshark's TLS dissector reads them, and gives this one the plaintext.
-  local tls_table = DissectorTable.get("tls.port")
-  for _, port in ipairs(SPEC.tls_ports or {}) do
-    tcp_table:add(port, tls_handle)
-    tls_table:add(port, P)
-  end
-  -- The plaintext of TLS this dissector handed to Wireshark's (an upgraded connection), any port.
-  local function decrypted(tvb, pinfo, tree)
-    if pinfo.private.sd_tls ~= SPEC.name then return false end
-    P.dissector(tvb, pinfo, tree)
-    return true
-  end
-  P:register_heuristic("tls", decrypted)
-end
-
--- A protocol with a magic is found on any port: TCP offers segments no port claimed.
-if SPEC.magic and not SPEC.carried_by then
-  local magic = ByteArray.new(SPEC.magic.bytes)
-  local function heuristic(tvb, pinfo, tree)
-    local at, n = SPEC.magic.offset, magic:len()
-    if int(tvb:len()) < at + n or tvb(at, n):bytes() ~= magic then return false end
-    -- The connection is this protocol's from now on: segments that do not start a frame
-    -- (the rest of a split one) come here too.
-    pinfo.conversation = P
-    P.dissector(tvb, pinfo, tree)
-    return true
-  end
-  P:register_heuristic("tcp", heuristic)
-end
+return { dissector = dissector, init = init, tapped = function() return TAPPED end }

@@ -2,7 +2,7 @@
 -- menu print the request latency per command, the publish-to-confirm latency, and the messages
 -- and bytes per stream, topic or subject as `streamdump stats` figures them: samples counted in
 -- microseconds, median, p95 and p99 by nearest rank, milliseconds to 3 decimals. register.lua
--- keeps the tracker's links and each PDU's volume for the packet just dissected (TAPPED).
+-- keeps the tracker's links and each PDU's volume for the packet just dissected (live.tapped()).
 
 do
   local function latency_rows(samples)
@@ -88,7 +88,9 @@ do
     end
     local tap = Listener.new(nil, SPEC.name)
     function tap.packet(pinfo)
-      local here = TAPPED.number == int(pinfo.number) and TAPPED or {}
+      -- (the tap sees this protocol's packets only, so its decoder is there)
+      local tapped = live and live.tapped() or {}
+      local here = tapped.number == int(pinfo.number) and tapped or {}
       for _, f in pairs(here.timed or {}) do
         local links, name = f.links, f.command or "?"
         if type(links.response_time) == "number" then add(srt, name, links.response_time) end
