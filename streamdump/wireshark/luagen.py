@@ -141,18 +141,24 @@ _LOAD_KEYS = frozenset(
 
 
 def _specs(tables: list[dict[str, Any]]) -> str:
-    """The protocols' tables as a Lua list: what loading reads as data, the rest (decoding) as a
-    function that makes it."""
+    """The protocols' tables as a Lua list: what loading reads as data (the fields a row each, as
+    the field reference lists them), the rest as a function that makes it (decoding)."""
     entries = []
     for table in tables:
-        now = _lua({key: value for key, value in table.items() if key in _LOAD_KEYS and key != "names"}, 1)
-        # A field a row, as the field reference lists them: { flat name, ftype, title, doc, extras }.
-        rows = "".join(f"      {_name_row(entry)},\n" for entry in table["names"])
-        now = now[:-4] + f"\n    names = {{\n{rows}    }},\n  }}"
+        now = [
+            f"    {_lua_key(key)} = {_lua(value, 2)},"
+            for key, value in table.items()
+            if key in _LOAD_KEYS and key != "names" and value is not None
+        ]
+        rows = [f"      {_name_row(entry)}," for entry in table["names"]]
         later = _lua({key: value for key, value in table.items() if key not in _LOAD_KEYS}, 2)
-        assert now.endswith("\n  }"), "a protocol's table spans lines"
-        entries.append(f"{now[:-4]}\n    decoding = function() return {later} end,\n  }}")
-    return "{\n" + "".join(f"  {entry},\n" for entry in entries) + "}"
+        lines = [*now, "    names = {", *rows, "    },", f"    decoding = function() return {later} end,"]
+        entries.append("  {\n" + "\n".join(lines) + "\n  },\n")
+    return "{\n" + "".join(entries) + "}"
+
+
+# A field's row in the plugin's SPEC.names: these by place, then whatever else it has by name.
+_ROW = ("name", "ftype", "title", "doc")
 
 
 def _name_row(entry: Mapping[str, Any]) -> str:
@@ -164,9 +170,6 @@ def _name_row(entry: Mapping[str, Any]) -> str:
         cells.append("nil")
     cells += [f"{key} = {_lua(value, 0)}" for key, value in entry.items() if key not in _ROW]
     return "{ " + ", ".join(cells) + " }"
-
-
-_ROW = ("name", "ftype", "title", "doc")
 
 
 def prefs_blocks(protocols: Iterable[Protocol]) -> dict[tuple[tuple[str, str], ...], list[str]]:
