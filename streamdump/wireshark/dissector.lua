@@ -1994,6 +1994,7 @@ end
 
 local KEY_NAMES = FRAME.key_enum and VS[FRAME.key_enum] or nil
 -- Keys are numbers unless the key field is text (an unknown name stays text: no key item then).
+-- (SPEC.names: a row a field, { flat name, ftype, title, doc }, as proto.lua reads them)
 local KEY_TYPE = "number"
 for _, entry in ipairs(SPEC.names) do
   if entry[1] == "key" and entry[2] == "string" then KEY_TYPE = "string" end

@@ -163,7 +163,7 @@ _ROW = ("name", "ftype", "title", "doc")
 
 def _name_row(entry: Mapping[str, Any]) -> str:
     """One of field_names' entries as a row of the plugin's SPEC.names."""
-    cells = [_lua(entry[key], 0) for key in ("name", "ftype", "title")]
+    cells = [_lua(entry[key], 0) for key in _ROW[:3]]
     if entry.get("doc"):
         cells.append(_lua(entry["doc"], 0))
     elif any(key not in _ROW for key in entry):
